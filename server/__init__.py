@@ -1,0 +1,1 @@
+"""instance-ai: the gRPC service behind the n8n workflow-building assistant."""

@@ -1,0 +1,77 @@
+"""The Agent service: translate requests to the runtime, results back to messages."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+
+import grpc
+
+from instance_ai.v1 import agent_pb2, agent_pb2_grpc
+from server.api.convert import event_to_proto, thread_status_to_proto
+from server.errors import NotImplementedCapabilityError
+from server.runtime import Runtime
+from server.runtime.validation import check_chat_message, check_thread_id, parse_cursor
+
+ORCHESTRATOR = "the orchestrator (agent loop, model provider, HITL and background tasks)"
+
+
+class AgentServicer(agent_pb2_grpc.AgentServicer):
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+
+    async def SendMessage(
+        self, request: agent_pb2.SendMessageRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.SendMessageResponse:
+        check_thread_id(request.thread_id)
+        limits = self._runtime.settings
+        check_chat_message(
+            request.message,
+            max_chars=limits.max_chat_message_chars,
+            setting="INSTANCE_AI_MAX_CHAT_MESSAGE_CHARS",
+        )
+        raise NotImplementedCapabilityError(ORCHESTRATOR)
+
+    async def StreamEvents(
+        self, request: agent_pb2.StreamEventsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[agent_pb2.StreamEventsResponse]:
+        after = parse_cursor(request.after)
+        stream = self._runtime.events.subscribe(
+            request.thread_id, after=after, follow=request.follow
+        )
+        async with aclosing(stream):
+            async for event in stream:
+                yield agent_pb2.StreamEventsResponse(event=event_to_proto(event))
+
+    async def Confirm(
+        self, request: agent_pb2.ConfirmRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.ConfirmResponse:
+        raise NotImplementedCapabilityError(ORCHESTRATOR)
+
+    async def CancelRun(
+        self, request: agent_pb2.CancelRunRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.CancelRunResponse:
+        run_id = await self._runtime.threads.cancel_run(request.thread_id)
+        return agent_pb2.CancelRunResponse(run_id=run_id or "", cancelled=run_id is not None)
+
+    async def CancelTask(
+        self, request: agent_pb2.CancelTaskRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.CancelTaskResponse:
+        raise NotImplementedCapabilityError(ORCHESTRATOR)
+
+    async def CorrectTask(
+        self, request: agent_pb2.CorrectTaskRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.CorrectTaskResponse:
+        raise NotImplementedCapabilityError(ORCHESTRATOR)
+
+    async def GetThreadStatus(
+        self, request: agent_pb2.GetThreadStatusRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.GetThreadStatusResponse:
+        status = await self._runtime.threads.status(request.thread_id)
+        return thread_status_to_proto(status)
+
+    async def DeleteThread(
+        self, request: agent_pb2.DeleteThreadRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.DeleteThreadResponse:
+        await self._runtime.threads.delete(request.thread_id)
+        return agent_pb2.DeleteThreadResponse()

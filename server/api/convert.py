@@ -1,0 +1,58 @@
+"""Domain values ↔ protobuf messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
+
+from instance_ai.v1 import agent_pb2, events_pb2
+from server.runtime.events import Event
+from server.runtime.threads import ThreadStatus
+
+
+def to_struct(value: dict[str, Any]) -> struct_pb2.Struct:
+    struct = struct_pb2.Struct()
+    struct.update(value)
+    return struct
+
+
+def from_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
+    return json_format.MessageToDict(struct)
+
+
+def event_to_proto(event: Event) -> events_pb2.Event:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(event.ts)
+    message = events_pb2.Event(
+        type=event.type,
+        thread_id=event.thread_id,
+        run_id=event.run_id or "",
+        agent_id=event.agent_id or "",
+        ts=ts,
+        payload=to_struct(event.payload),
+    )
+    if event.id is not None:
+        message.id = event.id
+    return message
+
+
+def thread_status_to_proto(status: ThreadStatus) -> agent_pb2.GetThreadStatusResponse:
+    return agent_pb2.GetThreadStatusResponse(
+        thread_id=status.thread_id,
+        has_active_run=status.has_active_run,
+        is_suspended=status.is_suspended,
+        active_run_id=status.active_run_id or "",
+        last_event_id=status.last_event_id,
+        background_tasks=[
+            agent_pb2.BackgroundTask(
+                task_id=task.task_id,
+                role=task.role,
+                agent_id=task.agent_id,
+                status=task.status,
+                started_at=task.started_at.isoformat(),
+                run_id=task.run_id or "",
+            )
+            for task in status.background_tasks
+        ],
+    )

@@ -1,0 +1,139 @@
+"""Server interceptors: API-key authentication, and mapping errors to gRPC status."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+import structlog
+
+from server.api.errors import status_for, trailing_metadata_for
+from server.errors import InstanceAIError
+from server.runtime.ids import new_id
+
+log = structlog.get_logger(__name__)
+
+# Load balancers probe health without credentials.
+UNAUTHENTICATED_METHODS = frozenset(
+    {"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"}
+)
+
+Behavior = Callable[..., Any]
+
+
+def _rewrap(
+    handler: grpc.RpcMethodHandler,
+    unary: Callable[[Behavior], Behavior],
+    streaming: Callable[[Behavior], Behavior],
+) -> grpc.RpcMethodHandler:
+    """The same handler with its behaviour wrapped (unary or server-streaming responses)."""
+    if handler.request_streaming:
+        return handler  # no client-streaming RPCs in the contract
+    if handler.response_streaming:
+        return handler._replace(unary_stream=streaming(handler.unary_stream))
+    return handler._replace(unary_unary=unary(handler.unary_unary))
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Requires `authorization: Bearer <key>` with one of the configured keys. Keys are
+    compared as SHA-256 digests with `hmac.compare_digest`, against every key, so timing says
+    nothing about which key or how much of it matched."""
+
+    def __init__(self, keys: list[str]) -> None:
+        if not keys:
+            raise ValueError("AuthInterceptor needs at least one key")
+        self._digests = [hashlib.sha256(key.encode()).digest() for key in keys]
+
+    def _accepts(self, metadata: tuple[tuple[str, str | bytes], ...]) -> bool:
+        header = next((v for k, v in metadata if k == "authorization"), None)
+        if not isinstance(header, str) or not header.startswith("Bearer "):
+            return False
+        presented = hashlib.sha256(header[len("Bearer ") :].strip().encode()).digest()
+        matched = False
+        for digest in self._digests:
+            matched |= hmac.compare_digest(presented, digest)
+        return matched
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if handler is None or details.method in UNAUTHENTICATED_METHODS:
+            return handler
+        if self._accepts(tuple(details.invocation_metadata or ())):
+            return handler
+        message = (
+            "missing or wrong API key: send metadata 'authorization: Bearer <key>' with a key "
+            "from INSTANCE_AI_API_KEYS or INSTANCE_AI_API_KEYS_FILE"
+        )
+
+        def unary(_behavior: Behavior) -> Behavior:
+            async def reject(_request: Any, context: grpc.aio.ServicerContext) -> None:
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+            return reject
+
+        def streaming(_behavior: Behavior) -> Behavior:
+            async def reject(_request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+                yield  # pragma: no cover - abort raises
+
+            return reject
+
+        return _rewrap(handler, unary, streaming)
+
+
+class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Turns `InstanceAIError`s into their status (see `server/api/errors.py`), and anything
+    unexpected into INTERNAL with a reference the server log carries next to the traceback."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if handler is None:
+            return handler
+        method = details.method
+
+        def unary(behavior: Behavior) -> Behavior:
+            async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                try:
+                    return await behavior(request, context)
+                except Exception as exc:  # noqa: BLE001 - mapped, never swallowed
+                    await _abort_with(exc, context, method)
+
+            return call
+
+        def streaming(behavior: Behavior) -> Behavior:
+            async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                try:
+                    async for response in behavior(request, context):
+                        yield response
+                except Exception as exc:  # noqa: BLE001 - mapped, never swallowed
+                    await _abort_with(exc, context, method)
+
+            return call
+
+        return _rewrap(handler, unary, streaming)
+
+
+async def _abort_with(exc: Exception, context: grpc.aio.ServicerContext, method: str) -> None:
+    if isinstance(exc, grpc.aio.AbortError | asyncio.CancelledError):
+        raise exc
+    if isinstance(exc, InstanceAIError):
+        context.set_trailing_metadata(trailing_metadata_for(exc))
+        await context.abort(status_for(exc), str(exc))
+    reference = new_id("err")
+    log.error("unexpected error in RPC", method=method, reference=reference, exc_info=exc)
+    await context.abort(
+        grpc.StatusCode.INTERNAL,
+        f"internal error (reference {reference}); the server log has the details",
+    )

@@ -1,0 +1,104 @@
+"""Assemble the gRPC server: servicers, health, reflection, interceptors, listening port."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from instance_ai.v1 import agent_pb2, agent_pb2_grpc
+from server.api.agent import AgentServicer
+from server.api.interceptors import AuthInterceptor, ErrorInterceptor
+from server.api.unimplemented import add_pending_services
+from server.runtime import Runtime
+from server.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(kw_only=True)
+class GrpcServer:
+    server: grpc.aio.Server
+    health: health.aio.HealthServicer
+    port: int
+    host: str
+    services: list[str]
+
+    @property
+    def address(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def listen_host(settings: Settings, keys: list[str]) -> str:
+    """The host to bind: without API keys nothing but loopback is ever bound."""
+    if keys or is_loopback(settings.host):
+        return settings.host
+    log.warning(
+        "no API keys configured: binding 127.0.0.1 instead of the requested host; set "
+        "INSTANCE_AI_API_KEYS (or INSTANCE_AI_API_KEYS_FILE) to serve other hosts",
+        requested_host=settings.host,
+    )
+    return "127.0.0.1"
+
+
+async def start_grpc_server(runtime: Runtime) -> GrpcServer:
+    settings = runtime.settings
+    keys = settings.accepted_api_keys()
+    interceptors: list[grpc.aio.ServerInterceptor] = []
+    if keys:
+        interceptors.append(AuthInterceptor(keys))
+    interceptors.append(ErrorInterceptor())
+    server = grpc.aio.server(
+        interceptors=interceptors,
+        options=[
+            ("grpc.max_receive_message_length", settings.max_message_bytes),
+            ("grpc.max_send_message_length", settings.max_message_bytes),
+            # Keep idle streams (event followers) alive through proxies and NATs.
+            ("grpc.keepalive_time_ms", 30_000),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ],
+    )
+    agent_pb2_grpc.add_AgentServicer_to_server(AgentServicer(runtime), server)
+    services = [agent_pb2.DESCRIPTOR.services_by_name["Agent"].full_name]
+    services += add_pending_services(server)
+
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in ["", *services]:
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection(
+        [*services, health.SERVICE_NAME, reflection.SERVICE_NAME], server
+    )
+
+    host = listen_host(settings, keys)
+    target = f"[{host}]:{settings.port}" if ":" in host else f"{host}:{settings.port}"
+    if settings.tls_cert_file and settings.tls_key_file:
+        credentials = grpc.ssl_server_credentials(
+            [(settings.tls_key_file.read_bytes(), settings.tls_cert_file.read_bytes())]
+        )
+        port = server.add_secure_port(target, credentials)
+    else:
+        port = server.add_insecure_port(target)
+    await server.start()
+    log.info(
+        "serving",
+        address=f"{host}:{port}",
+        tls=bool(settings.tls_cert_file),
+        auth="api-key" if keys else "disabled (no API keys): loopback only",
+        services=services,
+    )
+    return GrpcServer(server=server, health=health_servicer, port=port, host=host, services=services)

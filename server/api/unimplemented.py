@@ -1,0 +1,86 @@
+"""Services declared in the contract whose capability has not landed: every RPC answers
+UNIMPLEMENTED, naming what it is waiting for. Each entry goes when its capability lands."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from instance_ai.v1 import (
+    browser_pb2,
+    browser_pb2_grpc,
+    pipeline_pb2,
+    pipeline_pb2_grpc,
+    tools_pb2,
+    tools_pb2_grpc,
+    workspace_pb2,
+    workspace_pb2_grpc,
+)
+
+# (servicer base, add-to-server function, descriptor, capability per RPC)
+PENDING: list[tuple[type, Callable[[Any, grpc.aio.Server], None], Any, dict[str, str]]] = [
+    (
+        tools_pb2_grpc.ToolsServicer,
+        tools_pb2_grpc.add_ToolsServicer_to_server,
+        tools_pb2.DESCRIPTOR.services_by_name["Tools"],
+        {"*": "the tool registry (orchestrator issue)"},
+    ),
+    (
+        workspace_pb2_grpc.WorkspaceServicer,
+        workspace_pb2_grpc.add_WorkspaceServicer_to_server,
+        workspace_pb2.DESCRIPTOR.services_by_name["Workspace"],
+        {"*": "per-thread sandboxes (sandbox issue)"},
+    ),
+    (
+        pipeline_pb2_grpc.PipelineServicer,
+        pipeline_pb2_grpc.add_PipelineServicer_to_server,
+        pipeline_pb2.DESCRIPTOR.services_by_name["Pipeline"],
+        {
+            "BuildWorkflow": "workflow compilation and validation (build issue)",
+            "*": "simulated verification and the workflow loop (verify issue)",
+        },
+    ),
+    (
+        browser_pb2_grpc.BrowserServicer,
+        browser_pb2_grpc.add_BrowserServicer_to_server,
+        browser_pb2.DESCRIPTOR.services_by_name["Browser"],
+        {"*": "the browser relay (browser relay issue)"},
+    ),
+]
+
+
+def _unimplemented(full_name: str, capability: str, streaming: bool) -> Callable[..., Any]:
+    message = f"{full_name} is not implemented yet: it needs {capability}"
+
+    if streaming:
+
+        async def stream(_self: Any, _request: Any, context: grpc.aio.ServicerContext) -> Any:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, message)
+            yield  # pragma: no cover - abort raises
+
+        return stream
+
+    async def unary(_self: Any, _request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, message)
+
+    return unary
+
+
+def add_pending_services(server: grpc.aio.Server) -> list[str]:
+    """Register every pending service; returns their full names."""
+    names = []
+    for base, add_to_server, service, capabilities in PENDING:
+        methods = {
+            method.name: _unimplemented(
+                f"{service.name}.{method.name}",
+                capabilities.get(method.name, capabilities["*"]),
+                method.server_streaming,
+            )
+            for method in service.methods
+        }
+        servicer_class = type(f"Pending{service.name}Servicer", (base,), methods)
+        add_to_server(servicer_class(), server)
+        names.append(service.full_name)
+    return names

@@ -1,0 +1,88 @@
+"""The service as one object: runtime plus gRPC server, with an orderly start and stop."""
+
+from __future__ import annotations
+
+import enum
+
+import structlog
+
+from server.api.server import GrpcServer, start_grpc_server
+from server.errors import UnavailableError
+from server.runtime import Runtime
+from server.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+
+class _State(enum.Enum):
+    NEW = "new"
+    RUNNING = "running"
+    STOPPED = "stopped"
+
+
+class Application:
+    """`async with Application(settings) as app:` serves on `app.port` until the block ends."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._state = _State.NEW
+        self._runtime: Runtime | None = None
+        self._grpc: GrpcServer | None = None
+
+    @property
+    def runtime(self) -> Runtime:
+        if self._runtime is None:
+            raise RuntimeError("the application is not running")
+        return self._runtime
+
+    @property
+    def grpc(self) -> GrpcServer:
+        if self._grpc is None:
+            raise RuntimeError("the application is not running")
+        return self._grpc
+
+    @property
+    def port(self) -> int:
+        return self.grpc.port
+
+    @property
+    def address(self) -> str:
+        return self.grpc.address
+
+    async def start(self) -> None:
+        if self._state is not _State.NEW:
+            raise RuntimeError("an Application cannot be restarted; make a new one")
+        self._state = _State.RUNNING
+        self._runtime = await Runtime.open(self.settings)
+        try:
+            self._grpc = await start_grpc_server(self._runtime)
+        except RuntimeError as exc:  # grpc raises RuntimeError when it cannot bind
+            await self._runtime.close()
+            self._state = _State.STOPPED
+            raise UnavailableError(
+                f"cannot listen on {self.settings.host}:{self.settings.port} ({exc}); "
+                "choose another --port or stop what holds it"
+            ) from None
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop taking calls, let in-flight calls finish for up to `grace` seconds (default:
+        the setting), end live event streams at once (they can resume), then close the store.
+        Idempotent."""
+        if self._state is not _State.RUNNING:
+            return
+        self._state = _State.STOPPED
+        grace = self.settings.shutdown_grace_seconds if grace is None else grace
+        if self._grpc is not None:
+            await self._grpc.health.enter_graceful_shutdown()
+            self.runtime.events.end_live()
+            log.info("draining in-flight calls", grace_seconds=grace)
+            await self._grpc.server.stop(grace)
+        await self.runtime.close()
+        log.info("stopped")
+
+    async def __aenter__(self) -> Application:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()

@@ -1,0 +1,425 @@
+"""The durable per-thread event log: the backbone every capability publishes to.
+
+Two kinds of event share one stream:
+
+* **durable** events get a per-thread id, strictly increasing, at append time. They are
+  persisted *before* anyone sees them live, and are the only thing a reconnecting client
+  replays. Ids come from `threads.last_event_id`, bumped in the same transaction that inserts
+  the rows: a failed or interrupted append rolls back both, so there is never a gap and never
+  a reused id.
+* **live-only** events (token deltas, status) have no id, are never stored, and reach only the
+  subscribers connected at that moment.
+
+Appends go through one writer task that commits whatever is queued in one transaction (group
+commit): many concurrent appenders cost one commit, not one each. After the commit the writer
+hands the events to subscribers in id order, then resolves the appenders' futures.
+
+A subscriber replays from the store, then registers for live delivery and replays once more,
+dropping live events whose id it has already passed: nothing committed before registration is
+missed (the second replay sees it) and nothing after it is missed (the live buffer gets it).
+A subscriber's live buffer is bounded; a publisher never waits for a subscriber. One that
+overflows is ended with `SubscriberLaggedError`, which says where to resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+from collections import defaultdict, deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from sqlalchemy import insert, select, update
+
+from server.errors import (
+    InstanceAIError,
+    InvalidArgumentError,
+    NotFoundError,
+    OutOfRangeError,
+    SubscriberLaggedError,
+    UnavailableError,
+)
+from server.store import Database
+from server.store.models import EventRow, ThreadRow
+from server.runtime.validation import check_thread_id
+from server.store.threads import ensure_thread, get_thread
+
+__all__ = ["Event", "EventLog"]
+
+log = structlog.get_logger(__name__)
+
+# Why a subscription ended, given the cursor the subscriber had reached.
+EndReason = Callable[[int], InstanceAIError]
+
+# Events committed in one transaction at the most; bounds a transaction's size and latency.
+MAX_BATCH = 512
+# Events read from the store per replay query.
+REPLAY_PAGE = 500
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """One event of a thread's stream; `id` is None for live-only events."""
+
+    thread_id: str
+    type: str
+    payload: dict[str, Any]
+    ts: datetime
+    id: int | None = None
+    run_id: str | None = None
+    agent_id: str | None = None
+
+    @property
+    def durable(self) -> bool:
+        return self.id is not None
+
+
+@dataclass(kw_only=True)
+class _PendingAppend:
+    event: Event
+    done: asyncio.Future[Event]
+
+
+class _Subscription:
+    """One live subscriber's bounded buffer. Offering never blocks and never raises."""
+
+    def __init__(self, thread_id: str, capacity: int) -> None:
+        self.thread_id = thread_id
+        self._capacity = capacity
+        self._items: deque[Event] = deque()
+        self._ready = asyncio.Event()
+        self._lagged = False
+        self._closed: EndReason | None = None
+
+    def offer(self, event: Event) -> None:
+        if self._lagged or self._closed is not None:
+            return
+        if len(self._items) >= self._capacity:
+            # Drop the buffer: the subscriber will resume from the store, which has every
+            # durable event; holding more would let one slow client grow memory without bound.
+            self._lagged = True
+            self._items.clear()
+        else:
+            self._items.append(event)
+        self._ready.set()
+
+    def close(self, reason: EndReason) -> None:
+        self._closed = reason
+        self._ready.set()
+
+    async def next(self, cursor: int) -> Event:
+        """The next buffered event; raises when lagged or closed (after draining)."""
+        while True:
+            if self._lagged:
+                raise SubscriberLaggedError(
+                    f"this subscriber fell behind the live stream (more than {self._capacity} "
+                    f"events buffered); reconnect with after={cursor}",
+                    last_event_id=cursor,
+                )
+            if self._items:
+                return self._items.popleft()
+            if self._closed is not None:
+                raise self._closed(cursor)
+            self._ready.clear()
+            await self._ready.wait()
+
+
+class _State(enum.Enum):
+    NEW = "new"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+_STOP = object()
+
+
+@dataclass(kw_only=True)
+class EventLog:
+    """Append, publish and subscribe to per-thread event streams. Use as an async context
+    manager, or call `start()` and `close()`."""
+
+    db: Database
+    subscriber_buffer: int = 1024
+    _queue: asyncio.Queue[_PendingAppend | object] = field(default_factory=asyncio.Queue)
+    _subscribers: defaultdict[str, set[_Subscription]] = field(
+        default_factory=lambda: defaultdict(set)
+    )
+    _writer: asyncio.Task[None] | None = None
+    _state: _State = _State.NEW
+    _live_ended: bool = False
+
+    async def __aenter__(self) -> EventLog:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def start(self) -> None:
+        if self._state is not _State.NEW:
+            raise RuntimeError("an EventLog cannot be restarted once closed")
+        self._writer = asyncio.create_task(self._write_loop(), name="event-log-writer")
+        self._state = _State.OPEN
+
+    def end_live(self) -> None:
+        """Refuse new live subscriptions and end current ones, telling each subscriber where
+        to resume. Appends keep working: in-flight calls may still publish while draining."""
+        self._live_ended = True
+        self.end_subscriptions(_shutting_down)
+
+    async def close(self) -> None:
+        """End live delivery, commit what is queued, stop the writer. Idempotent."""
+        if self._state is not _State.OPEN:
+            self._state = _State.CLOSED
+            return
+        self.end_live()
+        self._state = _State.CLOSED
+        self._queue.put_nowait(_STOP)
+        if self._writer is not None:
+            await self._writer
+
+    # -- publishing ---------------------------------------------------------------------
+
+    async def append(
+        self,
+        thread_id: str,
+        type: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> Event:
+        """Persist a durable event (creating the thread on its first event) and deliver it
+        live. Returns the event with its id once it is committed."""
+        if self._state is not _State.OPEN:
+            raise UnavailableError("the event log is closed; the server is shutting down")
+        check_thread_id(thread_id)
+        event = _new_event(thread_id, type, payload, run_id=run_id, agent_id=agent_id)
+        done: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_PendingAppend(event=event, done=done))
+        return await done
+
+    def publish_live(
+        self,
+        thread_id: str,
+        type: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> Event:
+        """Deliver a live-only event (no id, never stored) to current subscribers."""
+        event = _new_event(thread_id, type, payload, run_id=run_id, agent_id=agent_id)
+        self._fan_out(event)
+        return event
+
+    # -- subscribing --------------------------------------------------------------------
+
+    async def last_event_id(self, thread_id: str) -> int:
+        """The newest durable id of the thread (0 if none); NotFoundError if unknown."""
+        async with self.db.session() as session:
+            thread = await get_thread(session, thread_id)
+        if thread is None:
+            raise NotFoundError(f"thread {thread_id!r} does not exist")
+        return thread.last_event_id
+
+    async def subscribe(
+        self, thread_id: str, *, after: int = 0, follow: bool = False
+    ) -> AsyncIterator[Event]:
+        """Every durable event with id > `after`, then (with `follow`) live events until the
+        subscription ends. Close the iterator (`contextlib.aclosing`) when done with it."""
+        check_thread_id(thread_id)
+        if after < 0:
+            raise InvalidArgumentError("the cursor must be 0 or a positive event id")
+        last_id = await self.last_event_id(thread_id)
+        if after > last_id:
+            raise OutOfRangeError(
+                f"cursor {after} is past the newest event of thread {thread_id!r} ({last_id}); "
+                f"resume with after={last_id} or less"
+            )
+        cursor = after
+        async for event in self._replay(thread_id, cursor):
+            cursor = event.id or cursor
+            yield event
+        if not follow:
+            return
+        if self._live_ended:
+            raise _shutting_down(cursor)
+        subscription = _Subscription(thread_id, self.subscriber_buffer)
+        self._subscribers[thread_id].add(subscription)
+        try:
+            # Catch what was committed between the replay above and the registration.
+            async for event in self._replay(thread_id, cursor):
+                cursor = event.id or cursor
+                yield event
+            while True:
+                event = await subscription.next(cursor)
+                if event.id is not None:
+                    if event.id <= cursor:
+                        continue  # already replayed
+                    cursor = event.id
+                yield event
+        finally:
+            self._forget(subscription)
+
+    def end_subscriptions(self, reason: EndReason, thread_id: str | None = None) -> None:
+        """End live subscriptions (of one thread, or all) with `reason`."""
+        threads = [thread_id] if thread_id is not None else list(self._subscribers)
+        for tid in threads:
+            for subscription in list(self._subscribers.get(tid, ())):
+                subscription.close(reason)
+
+    def subscriber_count(self, thread_id: str) -> int:
+        return len(self._subscribers.get(thread_id, ()))
+
+    async def _replay(self, thread_id: str, after: int) -> AsyncIterator[Event]:
+        cursor = after
+        while True:
+            async with self.db.session() as session:
+                rows = (
+                    await session.execute(
+                        select(EventRow)
+                        .where(EventRow.thread_id == thread_id, EventRow.id > cursor)
+                        .order_by(EventRow.id)
+                        .limit(REPLAY_PAGE)
+                    )
+                ).scalars()
+                page = [_from_row(row) for row in rows]
+            for event in page:
+                yield event
+            if len(page) < REPLAY_PAGE:
+                return
+            cursor = page[-1].id or cursor
+
+    def _forget(self, subscription: _Subscription) -> None:
+        subscribers = self._subscribers.get(subscription.thread_id)
+        if subscribers is not None:
+            subscribers.discard(subscription)
+            if not subscribers:
+                del self._subscribers[subscription.thread_id]
+
+    def _fan_out(self, event: Event) -> None:
+        for subscription in list(self._subscribers.get(event.thread_id, ())):
+            subscription.offer(event)
+
+    # -- the writer ---------------------------------------------------------------------
+
+    async def _write_loop(self) -> None:
+        stopping = False
+        while not stopping:
+            batch: list[_PendingAppend] = []
+            item = await self._queue.get()
+            while True:
+                if item is _STOP:
+                    stopping = True
+                elif isinstance(item, _PendingAppend):
+                    batch.append(item)
+                if stopping or len(batch) >= MAX_BATCH or self._queue.empty():
+                    break
+                item = self._queue.get_nowait()
+            if batch:
+                await self._commit_batch(batch)
+
+    async def _commit_batch(self, batch: list[_PendingAppend]) -> None:
+        try:
+            committed = await self._persist([p.event for p in batch])
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if len(batch) > 1:
+                # One bad append must not fail its neighbours: retry each on its own.
+                for pending in batch:
+                    await self._commit_batch([pending])
+                return
+            log.error("event append failed", thread_id=batch[0].event.thread_id, exc_info=exc)
+            if not batch[0].done.done():
+                batch[0].done.set_exception(
+                    UnavailableError(f"the event could not be stored: {type(exc).__name__}")
+                )
+            return
+        for pending, event in zip(batch, committed, strict=True):
+            self._fan_out(event)
+            if not pending.done.done():
+                pending.done.set_result(event)
+
+    async def _persist(self, events: list[Event]) -> list[Event]:
+        """Assign ids and insert, all in one transaction. Threads are locked in sorted order so
+        two processes sharing PostgreSQL cannot deadlock."""
+        by_thread: dict[str, list[int]] = defaultdict(list)
+        for index, event in enumerate(events):
+            by_thread[event.thread_id].append(index)
+        assigned: list[Event] = list(events)
+        async with self.db.session() as session, session.begin():
+            for thread_id in sorted(by_thread):
+                indexes = by_thread[thread_id]
+                await ensure_thread(session, thread_id)
+                newest = (
+                    await session.execute(
+                        update(ThreadRow)
+                        .where(ThreadRow.id == thread_id)
+                        .values(last_event_id=ThreadRow.last_event_id + len(indexes))
+                        .returning(ThreadRow.last_event_id)
+                    )
+                ).scalar_one()
+                first = newest - len(indexes) + 1
+                for offset, index in enumerate(indexes):
+                    assigned[index] = replace(events[index], id=first + offset)
+            await session.execute(insert(EventRow), [_to_row(e) for e in assigned])
+        return assigned
+
+
+def _shutting_down(cursor: int) -> InstanceAIError:
+    return UnavailableError(f"the server is shutting down; reconnect with after={cursor}")
+
+
+def _new_event(
+    thread_id: str,
+    type: str,
+    payload: dict[str, Any] | None,
+    *,
+    run_id: str | None,
+    agent_id: str | None,
+) -> Event:
+    payload = payload if payload is not None else {}
+    try:
+        # Fail the caller now, not the writer later: payloads must be plain JSON.
+        json.dumps(payload, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"event payload is not JSON-serialisable: {exc}") from None
+    return Event(
+        thread_id=thread_id,
+        type=type,
+        payload=payload,
+        ts=datetime.now(UTC),
+        run_id=run_id,
+        agent_id=agent_id,
+    )
+
+
+def _to_row(event: Event) -> dict[str, Any]:
+    return {
+        "thread_id": event.thread_id,
+        "id": event.id,
+        "type": event.type,
+        "run_id": event.run_id,
+        "agent_id": event.agent_id,
+        "ts": event.ts,
+        "payload": event.payload,
+    }
+
+
+def _from_row(row: EventRow) -> Event:
+    ts = row.ts if row.ts.tzinfo is not None else row.ts.replace(tzinfo=UTC)
+    return Event(
+        thread_id=row.thread_id,
+        type=row.type,
+        payload=row.payload,
+        ts=ts,
+        id=row.id,
+        run_id=row.run_id,
+        agent_id=row.agent_id,
+    )

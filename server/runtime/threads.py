@@ -1,0 +1,141 @@
+"""Threads and their runs: status, deletion, and the one-active-run rule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from server.errors import FailedPreconditionError, NotFoundError
+from server.runtime.events import EventLog
+from server.runtime.ids import new_id
+from server.runtime.validation import check_thread_id
+from server.store import Database
+from server.store.models import RunRow, ThreadRow
+from server.store.threads import ensure_thread, get_thread
+
+# A run in one of these holds the thread (a partial unique index enforces one per thread).
+OPEN_RUN_STATES = ("active", "suspended")
+FINAL_RUN_STATES = ("completed", "cancelled", "error", "interrupted")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BackgroundTaskInfo:
+    task_id: str
+    role: str
+    agent_id: str
+    status: str
+    started_at: datetime
+    run_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThreadStatus:
+    thread_id: str
+    has_active_run: bool
+    is_suspended: bool
+    active_run_id: str | None
+    last_event_id: int
+    background_tasks: list[BackgroundTaskInfo] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class Threads:
+    db: Database
+    events: EventLog
+
+    async def status(self, thread_id: str) -> ThreadStatus:
+        check_thread_id(thread_id)
+        async with self.db.session() as session:
+            thread = await _existing(session, thread_id)
+            run = (
+                await session.execute(
+                    select(RunRow).where(
+                        RunRow.thread_id == thread_id, RunRow.status.in_(OPEN_RUN_STATES)
+                    )
+                )
+            ).scalar_one_or_none()
+        return ThreadStatus(
+            thread_id=thread_id,
+            has_active_run=run is not None,
+            is_suspended=run is not None and run.status == "suspended",
+            active_run_id=run.id if run is not None else None,
+            last_event_id=thread.last_event_id,
+        )
+
+    async def delete(self, thread_id: str) -> None:
+        """Delete the thread with its runs and events; live subscribers are ended."""
+        check_thread_id(thread_id)
+        async with self.db.session() as session, session.begin():
+            await _existing(session, thread_id)
+            # Explicit deletes as well as ON DELETE CASCADE: the result must not depend on a
+            # connection having foreign keys switched on.
+            await session.execute(delete(RunRow).where(RunRow.thread_id == thread_id))
+            await session.execute(delete(ThreadRow).where(ThreadRow.id == thread_id))
+        self.events.end_subscriptions(
+            lambda _cursor: NotFoundError(f"thread {thread_id!r} was deleted"),
+            thread_id=thread_id,
+        )
+
+    async def start_run(self, thread_id: str, *, message_id: str | None = None) -> str:
+        """Open a run (creating the thread if new) and announce it with `run-start`."""
+        check_thread_id(thread_id)
+        run_id = new_id("run")
+        try:
+            async with self.db.session() as session, session.begin():
+                await ensure_thread(session, thread_id)
+                session.add(
+                    RunRow(
+                        id=run_id,
+                        thread_id=thread_id,
+                        status="active",
+                        started_at=datetime.now(UTC),
+                    )
+                )
+        except IntegrityError:
+            raise FailedPreconditionError(
+                f"thread {thread_id!r} already has an active run; wait for it to finish or "
+                "cancel it with CancelRun"
+            ) from None
+        await self.events.append(
+            thread_id, "run-start", {"messageId": message_id or ""}, run_id=run_id
+        )
+        return run_id
+
+    async def finish_run(
+        self, thread_id: str, run_id: str, *, status: str, reason: str | None = None
+    ) -> bool:
+        """Close an open run with a final status and `run-finish`. False if already closed."""
+        if status not in FINAL_RUN_STATES:
+            raise ValueError(f"run status must be one of {FINAL_RUN_STATES}, not {status!r}")
+        async with self.db.session() as session, session.begin():
+            closed = await session.execute(
+                update(RunRow)
+                .where(RunRow.id == run_id, RunRow.status.in_(OPEN_RUN_STATES))
+                .values(status=status, reason=reason, finished_at=datetime.now(UTC))
+            )
+        if closed.rowcount == 0:  # type: ignore[attr-defined]
+            return False
+        payload = {"status": status} | ({"reason": reason} if reason else {})
+        await self.events.append(thread_id, "run-finish", payload, run_id=run_id)
+        return True
+
+    async def cancel_run(self, thread_id: str) -> str | None:
+        """Cancel the thread's open run, if any. Idempotent: returns None when nothing ran."""
+        status = await self.status(thread_id)
+        if status.active_run_id is None:
+            return None
+        cancelled = await self.finish_run(
+            thread_id, status.active_run_id, status="cancelled", reason="user_cancelled"
+        )
+        return status.active_run_id if cancelled else None
+
+
+async def _existing(session: AsyncSession, thread_id: str) -> ThreadRow:
+    thread = await get_thread(session, thread_id)
+    if thread is None:
+        raise NotFoundError(f"thread {thread_id!r} does not exist")
+    return thread

@@ -1,0 +1,170 @@
+"""Service settings: defaults < config file (TOML) < `INSTANCE_AI_*` environment < CLI flags.
+
+Every setting is validated at start-up; a bad value stops the process with exit code 2 and a
+message naming the setting (see `SettingsError`).
+"""
+
+from __future__ import annotations
+
+import os
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+ENV_PREFIX = "INSTANCE_AI_"
+CONFIG_FILE_ENV = ENV_PREFIX + "CONFIG_FILE"
+DATABASE_FILE_NAME = "instance-ai.db"
+
+# The --config flag, read while settings are built (the environment variable is the fallback).
+_config_file: ContextVar[Path | None] = ContextVar("config_file", default=None)
+
+
+def default_data_dir() -> Path:
+    """`$XDG_DATA_HOME/instance-ai`, or `~/.local/share/instance-ai`."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "instance-ai"
+
+
+class Settings(BaseSettings):
+    """Everything the server reads from its environment."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="forbid", validate_default=True, frozen=True
+    )
+
+    host: str = Field("127.0.0.1", min_length=1, description="address to listen on")
+    port: int = Field(50051, ge=0, le=65535, description="port to listen on; 0 picks a free one")
+    data_dir: Path = Field(default_factory=default_data_dir, description="state directory")
+    database_url: str | None = Field(
+        None,
+        description="SQLAlchemy URL; default: SQLite in the data directory. PostgreSQL: "
+        "postgresql+asyncpg://user:pass@host/db",
+    )
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list, description="comma-separated API keys accepted as Bearer tokens"
+    )
+    api_keys_file: Path | None = Field(None, description="file with one API key per line")
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    log_format: Literal["console", "json"] = "console"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    shutdown_grace_seconds: float = Field(10.0, ge=0, le=600)
+    max_message_bytes: int = Field(
+        4 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024, description="largest request accepted"
+    )
+    max_chat_message_chars: int = Field(
+        200_000, ge=1, le=10_000_000, description="longest chat message accepted"
+    )
+    subscriber_buffer: int = Field(
+        1024, ge=16, le=1_000_000, description="live events held per slow subscriber"
+    )
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [key.strip() for key in value.split(",") if key.strip()]
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_database(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("sqlite+aiosqlite://", "postgresql+")):
+            raise ValueError(
+                "use sqlite+aiosqlite:///PATH or postgresql+asyncpg://USER:PASS@HOST/DB"
+            )
+        return value
+
+    @field_validator("api_keys_file", "tls_cert_file", "tls_key_file")
+    @classmethod
+    def _file_exists(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"no such file: {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("set both tls_cert_file and tls_key_file, or neither")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = config_file_path()
+        if config_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=config_file))
+        return tuple(sources)
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite+aiosqlite:///{self.data_dir / DATABASE_FILE_NAME}"
+
+    def accepted_api_keys(self) -> list[str]:
+        """Keys from the setting and the key file (blank lines and `#` comments skipped)."""
+        keys = [key.get_secret_value() for key in self.api_keys]
+        if self.api_keys_file is not None:
+            for line in self.api_keys_file.read_text().splitlines():
+                line = line.strip()
+                if line and not line.startswith("#"):
+                    keys.append(line)
+        return keys
+
+
+def config_file_path() -> Path | None:
+    explicit = _config_file.get()
+    if explicit is not None:
+        return explicit
+    from_env = os.environ.get(CONFIG_FILE_ENV)
+    return Path(from_env) if from_env else None
+
+
+class SettingsError(Exception):
+    """A setting is invalid; the message names it and says what is wrong."""
+
+
+def load_settings(*, config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Build settings, with `overrides` (CLI flags) winning over everything else."""
+    token = _config_file.set(config_file)
+    try:
+        path = config_file_path()
+        if path is not None and not path.is_file():
+            raise SettingsError(f"config file {path}: no such file ({CONFIG_FILE_ENV} or --config)")
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        raise SettingsError(_describe(exc)) from None
+    except (OSError, ValueError) as exc:  # unreadable or malformed TOML
+        raise SettingsError(f"config file {config_file_path()}: {exc}") from None
+    finally:
+        _config_file.reset(token)
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors(include_url=False, include_input=False):
+        field = ".".join(str(part) for part in error["loc"])
+        if error["type"] == "extra_forbidden":
+            known = ", ".join(sorted(Settings.model_fields))
+            lines.append(f"unknown setting {field}: check the spelling (known: {known})")
+            continue
+        env_name = ENV_PREFIX + field.split(".")[0].upper()
+        lines.append(f"invalid setting {field} ({env_name}): {error['msg']}")
+    return "\n".join(lines)

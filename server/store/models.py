@@ -1,0 +1,67 @@
+"""Tables. Every schema change lands as an Alembic migration in `migrations/versions/`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Index, String, Text, text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class ThreadRow(Base):
+    """A conversation thread. `last_event_id` is the event id counter: an append bumps it in
+    the same transaction that inserts the event, so a failed append leaves no gap and no id is
+    ever handed out twice."""
+
+    __tablename__ = "threads"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    last_event_id: Mapped[int] = mapped_column(BigInteger, default=0)
+    title: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class RunRow(Base):
+    __tablename__ = "runs"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    thread_id: Mapped[str] = mapped_column(
+        ForeignKey("threads.id", ondelete="CASCADE"), index=True
+    )
+    # active | suspended | completed | cancelled | error | interrupted
+    status: Mapped[str] = mapped_column(String(16))
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+    __table_args__ = (
+        # One open (active or suspended) run per thread, enforced by the database itself.
+        Index(
+            "ux_runs_one_open_per_thread",
+            "thread_id",
+            unique=True,
+            sqlite_where=text("status IN ('active', 'suspended')"),
+            postgresql_where=text("status IN ('active', 'suspended')"),
+        ),
+    )
+
+
+class EventRow(Base):
+    __tablename__ = "events"
+
+    thread_id: Mapped[str] = mapped_column(
+        ForeignKey("threads.id", ondelete="CASCADE"), primary_key=True
+    )
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    type: Mapped[str] = mapped_column(String(64))
+    run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    agent_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    ts: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+    __table_args__ = (Index("ix_events_run", "run_id"),)
