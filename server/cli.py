@@ -114,14 +114,14 @@ def health(
         raise typer.Exit(EXIT_FAILURE)
 
 
-async def _health(client: ClientConfig, timeout: float) -> dict[str, Any]:
+async def _health(client: ClientConfig, deadline_s: float) -> dict[str, Any]:
     async with client.channel() as channel:
         stub = health_pb2_grpc.HealthStub(channel)
 
         async def check(service: str) -> str:
             response = await stub.Check(
                 health_pb2.HealthCheckRequest(service=service),
-                timeout=timeout,
+                timeout=deadline_s,
                 metadata=client.metadata(),
             )
             return str(health_pb2.HealthCheckResponse.ServingStatus.Name(response.status))
@@ -174,9 +174,7 @@ def events(
         out.print_json(data={"threadId": thread, "events": collected})
 
 
-async def _events(
-    client: ClientConfig, thread: str, after: int, follow: bool, emit: Any
-) -> None:
+async def _events(client: ClientConfig, thread: str, after: int, follow: bool, emit: Any) -> None:
     cursor = after
     async with client.channel() as channel:
         stub = agent_pb2_grpc.AgentStub(channel)

@@ -65,7 +65,7 @@ class Settings(BaseSettings):
         200_000, ge=1, le=10_000_000, description="longest chat message accepted"
     )
     subscriber_buffer: int = Field(
-        1024, ge=16, le=1_000_000, description="live events held per slow subscriber"
+        4096, ge=512, le=1_000_000, description="live events held per slow subscriber"
     )
 
     @field_validator("api_keys", mode="before")

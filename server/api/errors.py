@@ -24,7 +24,7 @@ RESUME_AFTER_KEY = "x-resume-after"
 def status_for(error: errors.InstanceAIError) -> grpc.StatusCode:
     for cls in type(error).__mro__:
         if cls in STATUS_BY_ERROR:
-            return STATUS_BY_ERROR[cls]  # type: ignore[index]
+            return STATUS_BY_ERROR[cls]
     return grpc.StatusCode.UNKNOWN
 
 

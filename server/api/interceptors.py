@@ -80,7 +80,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return reject
 
         def streaming(_behavior: Behavior) -> Behavior:
-            async def reject(_request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            async def reject(
+                _request: Any, context: grpc.aio.ServicerContext
+            ) -> AsyncIterator[Any]:
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
                 yield  # pragma: no cover - abort raises
 
@@ -107,7 +109,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 try:
                     return await behavior(request, context)
-                except Exception as exc:  # noqa: BLE001 - mapped, never swallowed
+                except Exception as exc:
                     await _abort_with(exc, context, method)
 
             return call
@@ -117,7 +119,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 try:
                     async for response in behavior(request, context):
                         yield response
-                except Exception as exc:  # noqa: BLE001 - mapped, never swallowed
+                except Exception as exc:
                     await _abort_with(exc, context, method)
 
             return call

@@ -101,4 +101,6 @@ async def start_grpc_server(runtime: Runtime) -> GrpcServer:
         auth="api-key" if keys else "disabled (no API keys): loopback only",
         services=services,
     )
-    return GrpcServer(server=server, health=health_servicer, port=port, host=host, services=services)
+    return GrpcServer(
+        server=server, health=health_servicer, port=port, host=host, services=services
+    )

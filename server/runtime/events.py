@@ -27,7 +27,7 @@ import asyncio
 import enum
 import json
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -43,9 +43,9 @@ from server.errors import (
     SubscriberLaggedError,
     UnavailableError,
 )
+from server.runtime.validation import check_thread_id
 from server.store import Database
 from server.store.models import EventRow, ThreadRow
-from server.runtime.validation import check_thread_id
 from server.store.threads import ensure_thread, get_thread
 
 __all__ = ["Event", "EventLog"]
@@ -85,10 +85,16 @@ class _PendingAppend:
 
 
 class _Subscription:
-    """One live subscriber's bounded buffer. Offering never blocks and never raises."""
+    """One follower's bounded buffer. Offering never blocks and never raises.
+
+    While the follower is still replaying from the store (`live` false), an overflow only
+    drops the buffer and sets `dropped`: the follower replays again and loses nothing durable.
+    Once live, an overflow means the follower is too slow: it is ended as lagged."""
 
     def __init__(self, thread_id: str, capacity: int) -> None:
         self.thread_id = thread_id
+        self.live = False
+        self.dropped = False
         self._capacity = capacity
         self._items: deque[Event] = deque()
         self._ready = asyncio.Event()
@@ -99,10 +105,13 @@ class _Subscription:
         if self._lagged or self._closed is not None:
             return
         if len(self._items) >= self._capacity:
-            # Drop the buffer: the subscriber will resume from the store, which has every
-            # durable event; holding more would let one slow client grow memory without bound.
-            self._lagged = True
+            # Holding more would let one slow client grow memory without bound; the store
+            # has every durable event, so the follower can always catch up from there.
             self._items.clear()
+            if self.live:
+                self._lagged = True
+            else:
+                self.dropped = True
         else:
             self._items.append(event)
         self._ready.set()
@@ -143,7 +152,10 @@ class EventLog:
     manager, or call `start()` and `close()`."""
 
     db: Database
-    subscriber_buffer: int = 1024
+    subscriber_buffer: int = 4096
+    # Events committed in one transaction at the most. A subscriber receives a whole batch
+    # at once, so its buffer must hold at least one batch.
+    max_batch: int = MAX_BATCH
     _queue: asyncio.Queue[_PendingAppend | object] = field(default_factory=asyncio.Queue)
     _subscribers: defaultdict[str, set[_Subscription]] = field(
         default_factory=lambda: defaultdict(set)
@@ -162,6 +174,11 @@ class EventLog:
     def start(self) -> None:
         if self._state is not _State.NEW:
             raise RuntimeError("an EventLog cannot be restarted once closed")
+        if self.subscriber_buffer < self.max_batch:
+            raise ValueError(
+                f"subscriber_buffer ({self.subscriber_buffer}) must hold at least one batch "
+                f"({self.max_batch} events)"
+            )
         self._writer = asyncio.create_task(self._write_loop(), name="event-log-writer")
         self._state = _State.OPEN
 
@@ -229,7 +246,7 @@ class EventLog:
 
     async def subscribe(
         self, thread_id: str, *, after: int = 0, follow: bool = False
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """Every durable event with id > `after`, then (with `follow`) live events until the
         subscription ends. Close the iterator (`contextlib.aclosing`) when done with it."""
         check_thread_id(thread_id)
@@ -241,21 +258,27 @@ class EventLog:
                 f"cursor {after} is past the newest event of thread {thread_id!r} ({last_id}); "
                 f"resume with after={last_id} or less"
             )
-        cursor = after
-        async for event in self._replay(thread_id, cursor):
-            cursor = event.id or cursor
-            yield event
         if not follow:
+            async for event in self._replay(thread_id, after):
+                yield event
             return
         if self._live_ended:
-            raise _shutting_down(cursor)
+            raise _shutting_down(after)
+        # Register before replaying, so live-only events published meanwhile are kept.
         subscription = _Subscription(thread_id, self.subscriber_buffer)
         self._subscribers[thread_id].add(subscription)
+        cursor = after
         try:
-            # Catch what was committed between the replay above and the registration.
-            async for event in self._replay(thread_id, cursor):
-                cursor = event.id or cursor
-                yield event
+            while True:
+                subscription.dropped = False
+                async for event in self._replay(thread_id, cursor):
+                    cursor = event.id or cursor
+                    yield event
+                # Every event committed after this pass's query was offered after the reset
+                # above; if none was dropped, the buffer holds them all and live can begin.
+                if not subscription.dropped:
+                    subscription.live = True
+                    break
             while True:
                 event = await subscription.next(cursor)
                 if event.id is not None:
@@ -318,7 +341,7 @@ class EventLog:
                     stopping = True
                 elif isinstance(item, _PendingAppend):
                     batch.append(item)
-                if stopping or len(batch) >= MAX_BATCH or self._queue.empty():
+                if stopping or len(batch) >= self.max_batch or self._queue.empty():
                     break
                 item = self._queue.get_nowait()
             if batch:

@@ -14,7 +14,7 @@ from server.store.models import ThreadRow
 async def ensure_thread(session: AsyncSession, thread_id: str) -> None:
     """Create the thread row unless it exists (safe under concurrent callers)."""
     values = {"id": thread_id, "created_at": datetime.now(UTC), "last_event_id": 0}
-    dialect = session.bind.dialect.name
+    dialect = session.get_bind().dialect.name
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     await session.execute(insert(ThreadRow).values(**values).on_conflict_do_nothing())
 

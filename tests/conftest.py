@@ -1,0 +1,72 @@
+"""Shared fixtures: real servers on free loopback ports, real stubs, real databases."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import grpc
+import pytest
+from sqlalchemy.engine import make_url
+
+from instance_ai.v1 import agent_pb2_grpc
+from server.app import Application
+from server.settings import Settings, load_settings
+from tests.postgres import postgres_cluster
+
+_database_numbers = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    with postgres_cluster() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty database of each supported kind."""
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'state.db'}"
+    server_url = make_url(request.getfixturevalue("postgres_url"))
+    name = f"test_{os.getpid()}_{next(_database_numbers)}"
+    conn = await asyncpg.connect(
+        host=server_url.host, port=server_url.port, user=server_url.username,
+        database=server_url.database,
+    )
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return server_url.set(database=name).render_as_string(hide_password=False)
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path) -> Callable[..., Settings]:
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {"port": 0, "data_dir": tmp_path / "data"}
+        values.update(overrides)
+        return load_settings(**values)
+
+    return make
+
+
+@pytest.fixture
+async def app(make_settings: Callable[..., Settings]) -> AsyncIterator[Application]:
+    async with Application(make_settings()) as application:
+        yield application
+
+
+@pytest.fixture
+async def channel(app: Application) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{app.port}") as chan:
+        yield chan
+
+
+@pytest.fixture
+def agent(channel: grpc.aio.Channel) -> agent_pb2_grpc.AgentStub:
+    return agent_pb2_grpc.AgentStub(channel)
