@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -35,7 +36,9 @@ async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     server_url = make_url(request.getfixturevalue("postgres_url"))
     name = f"test_{os.getpid()}_{next(_database_numbers)}"
     conn = await asyncpg.connect(
-        host=server_url.host, port=server_url.port, user=server_url.username,
+        host=server_url.host,
+        port=server_url.port,
+        user=server_url.username,
         database=server_url.database,
     )
     try:
@@ -53,6 +56,16 @@ def make_settings(tmp_path: Path) -> Callable[..., Settings]:
         return load_settings(**values)
 
     return make
+
+
+@contextlib.asynccontextmanager
+async def serving(settings: Settings) -> AsyncIterator[tuple[Application, grpc.aio.Channel]]:
+    """A running server and a plain channel to it over loopback."""
+    async with (
+        Application(settings) as application,
+        grpc.aio.insecure_channel(f"127.0.0.1:{application.port}") as chan,
+    ):
+        yield application, chan
 
 
 @pytest.fixture

@@ -53,14 +53,33 @@ def postgres_cluster() -> Iterator[str]:
     )
     options = f"-c listen_addresses=127.0.0.1 -p {port} -k {workdir} -c fsync=off"
     subprocess.run(
-        [*prefix, _bin("pg_ctl"), "-D", str(data), "-o", options, "-w", "-l",
-         str(workdir / "log"), "start"],
+        [
+            *prefix,
+            _bin("pg_ctl"),
+            "-D",
+            str(data),
+            "-o",
+            options,
+            "-w",
+            "-l",
+            str(workdir / "log"),
+            "start",
+        ],
         **run,  # type: ignore[call-overload]
     )
     try:
         subprocess.run(
-            [*prefix, _bin("createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "test",
-             "instance_ai"],
+            [
+                *prefix,
+                _bin("createdb"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-U",
+                "test",
+                "instance_ai",
+            ],
             **run,  # type: ignore[call-overload]
         )
         yield f"postgresql+asyncpg://test@127.0.0.1:{port}/instance_ai"

@@ -73,7 +73,11 @@ async def test_two_processes_sharing_a_database_never_share_an_id(
     try:
         async with EventLog(db=db) as first, EventLog(db=second_db) as second:
             results = await asyncio.gather(
-                *(log.append("shared", "tick", {"n": n}) for n in range(150) for log in (first, second))
+                *(
+                    log.append("shared", "tick", {"n": n})
+                    for n in range(150)
+                    for log in (first, second)
+                )
             )
     finally:
         await second_db.close()

@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import structlog
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, select
 
 from server.errors import (
     InstanceAIError,
@@ -45,8 +45,8 @@ from server.errors import (
 )
 from server.runtime.validation import check_thread_id
 from server.store import Database
-from server.store.models import EventRow, ThreadRow
-from server.store.threads import ensure_thread, get_thread
+from server.store.models import EventRow
+from server.store.threads import bump_event_counters, ensure_threads, get_thread
 
 __all__ = ["Event", "EventLog"]
 
@@ -57,6 +57,7 @@ EndReason = Callable[[int], InstanceAIError]
 
 # Events committed in one transaction at the most; bounds a transaction's size and latency.
 MAX_BATCH = 512
+EVENTS = EventRow.metadata.tables["events"]
 # Events read from the store per replay query.
 REPLAY_PAGE = 500
 
@@ -370,28 +371,20 @@ class EventLog:
                 pending.done.set_result(event)
 
     async def _persist(self, events: list[Event]) -> list[Event]:
-        """Assign ids and insert, all in one transaction. Threads are locked in sorted order so
-        two processes sharing PostgreSQL cannot deadlock."""
-        by_thread: dict[str, list[int]] = defaultdict(list)
-        for index, event in enumerate(events):
-            by_thread[event.thread_id].append(index)
-        assigned: list[Event] = list(events)
-        async with self.db.session() as session, session.begin():
-            for thread_id in sorted(by_thread):
-                indexes = by_thread[thread_id]
-                await ensure_thread(session, thread_id)
-                newest = (
-                    await session.execute(
-                        update(ThreadRow)
-                        .where(ThreadRow.id == thread_id)
-                        .values(last_event_id=ThreadRow.last_event_id + len(indexes))
-                        .returning(ThreadRow.last_event_id)
-                    )
-                ).scalar_one()
-                first = newest - len(indexes) + 1
-                for offset, index in enumerate(indexes):
-                    assigned[index] = replace(events[index], id=first + offset)
-            await session.execute(insert(EventRow), [_to_row(e) for e in assigned])
+        """Assign ids and insert, all in one transaction of a fixed number of statements
+        however many threads the batch touches."""
+        counts: dict[str, int] = defaultdict(int)
+        for event in events:
+            counts[event.thread_id] += 1
+        async with self.db.engine.begin() as conn:
+            await ensure_threads(conn, list(counts))
+            newest = await bump_event_counters(conn, counts)
+            next_id = {tid: newest[tid] - counts[tid] + 1 for tid in counts}
+            assigned = []
+            for event in events:
+                assigned.append(replace(event, id=next_id[event.thread_id]))
+                next_id[event.thread_id] += 1
+            await conn.execute(insert(EVENTS), [_to_row(e) for e in assigned])
         return assigned
 
 

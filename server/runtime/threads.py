@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -15,7 +15,7 @@ from server.runtime.ids import new_id
 from server.runtime.validation import check_thread_id
 from server.store import Database
 from server.store.models import RunRow, ThreadRow
-from server.store.threads import ensure_thread, get_thread
+from server.store.threads import ensure_threads, get_thread
 
 # A run in one of these holds the thread (a partial unique index enforces one per thread).
 OPEN_RUN_STATES = ("active", "suspended")
@@ -85,10 +85,10 @@ class Threads:
         check_thread_id(thread_id)
         run_id = new_id("run")
         try:
-            async with self.db.session() as session, session.begin():
-                await ensure_thread(session, thread_id)
-                session.add(
-                    RunRow(
+            async with self.db.engine.begin() as conn:
+                await ensure_threads(conn, [thread_id])
+                await conn.execute(
+                    insert(RunRow).values(
                         id=run_id,
                         thread_id=thread_id,
                         status="active",

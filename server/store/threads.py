@@ -1,22 +1,50 @@
-"""Thread rows: the statements every writer of thread-scoped rows shares."""
+"""Thread rows: the statements every writer of thread-scoped rows shares.
+
+Hot-path statements run on a Core connection: the ORM session costs ~1 ms a statement."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import select
+from sqlalchemy import case, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from server.store.models import ThreadRow
 
+THREADS = ThreadRow.metadata.tables["threads"]
 
-async def ensure_thread(session: AsyncSession, thread_id: str) -> None:
-    """Create the thread row unless it exists (safe under concurrent callers)."""
-    values = {"id": thread_id, "created_at": datetime.now(UTC), "last_event_id": 0}
-    dialect = session.get_bind().dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    await session.execute(insert(ThreadRow).values(**values).on_conflict_do_nothing())
+
+async def ensure_threads(conn: AsyncConnection, thread_ids: list[str]) -> None:
+    """Create the thread rows that do not exist, in one statement (safe under concurrency)."""
+    now = datetime.now(UTC)
+    rows = [{"id": tid, "created_at": now, "last_event_id": 0} for tid in thread_ids]
+    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    await conn.execute(insert(THREADS).values(rows).on_conflict_do_nothing())
+
+
+async def bump_event_counters(conn: AsyncConnection, counts: dict[str, int]) -> dict[str, int]:
+    """Add `counts[thread]` to each thread's event counter and return the new values, in one
+    statement. The rows stay locked until the transaction ends, which is what makes ids
+    unique across processes. On PostgreSQL the rows are first locked in id order, so two
+    writers cannot deadlock."""
+    ids = sorted(counts)
+    column = THREADS.c
+    if conn.dialect.name == "postgresql":
+        await conn.execute(
+            select(column.id).where(column.id.in_(ids)).order_by(column.id).with_for_update()
+        )
+    result = await conn.execute(
+        update(THREADS)
+        .where(column.id.in_(ids))
+        .values(last_event_id=column.last_event_id + case(counts, value=column.id))
+        .returning(column.id, column.last_event_id)
+    )
+    newest: dict[str, int] = {row.id: row.last_event_id for row in result}
+    missing = set(ids) - set(newest)
+    if missing:
+        raise LookupError(f"threads vanished while appending: {sorted(missing)}")
+    return newest
 
 
 async def get_thread(session: AsyncSession, thread_id: str) -> ThreadRow | None:

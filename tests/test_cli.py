@@ -1,0 +1,207 @@
+"""The `instance-ai` command, run as a user runs it: a real process, real signals."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from instance_ai.v1 import agent_pb2, agent_pb2_grpc
+from server.runtime.events import EventLog
+from server.settings import DATABASE_FILE_NAME
+from server.store import Database
+
+CLI = str(Path(sys.executable).parent / "instance-ai")
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [CLI, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@dataclass
+class ServerProcess:
+    process: subprocess.Popen[str]
+    address: str
+    stderr_lines: list[str]
+
+
+def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None) -> ServerProcess:
+    process = subprocess.Popen(
+        [CLI, "serve", "--port", "0", "--data-dir", str(data_dir), "--log-format", "json", *args],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    assert process.stderr is not None
+    lines: list[str] = []
+    for line in process.stderr:
+        lines.append(line)
+        record = json.loads(line)
+        if record.get("event") == "serving":
+            return ServerProcess(process, record["address"], lines)
+    process.wait()
+    raise AssertionError("server did not start:\n" + "".join(lines))
+
+
+def stop_server(server: ServerProcess) -> None:
+    if server.process.poll() is None:
+        server.process.send_signal(signal.SIGKILL)
+    server.process.wait()
+    if server.process.stderr is not None:
+        server.process.stderr.close()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    running = start_server(tmp_path / "data")
+    yield running
+    stop_server(running)
+
+
+async def populate(data_dir: Path, thread_id: str, count: int) -> None:
+    db = await Database.open(f"sqlite+aiosqlite:///{data_dir / DATABASE_FILE_NAME}")
+    async with EventLog(db=db) as log:
+        await asyncio.gather(
+            *(log.append(thread_id, "tick", {"n": n, "pad": "p" * 200}) for n in range(count))
+        )
+    await db.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "names"),
+    [
+        (["--port", "70000"], {}, "port (INSTANCE_AI_PORT)"),
+        ([], {"INSTANCE_AI_PORT": "not-a-port"}, "port (INSTANCE_AI_PORT)"),
+        ([], {"INSTANCE_AI_LOG_FORMAT": "xml"}, "log_format (INSTANCE_AI_LOG_FORMAT)"),
+        ([], {"INSTANCE_AI_DATABASE_URL": "mysql://x"}, "database_url"),
+        ([], {"INSTANCE_AI_API_KEYS_FILE": "/no/such/file"}, "api_keys_file"),
+        ([], {"INSTANCE_AI_TLS_CERT_FILE": "/etc/hostname"}, "tls_key_file"),
+        (["--config", "/no/such/config.toml"], {}, "config file /no/such/config.toml"),
+    ],
+)
+def test_a_bad_setting_exits_2_naming_the_setting(
+    tmp_path: Path, args: list[str], env: dict[str, str], names: str
+) -> None:
+    result = run_cli("serve", "--data-dir", str(tmp_path), *args, env=env)
+    assert result.returncode == 2, result.stderr
+    assert names in result.stderr
+
+
+def test_a_config_file_is_read_and_checked(tmp_path: Path) -> None:
+    config = tmp_path / "instance-ai.toml"
+    config.write_text('log_format = "json"\nshutdown_grace_seconds = -1\n')
+    result = run_cli("serve", "--config", str(config), "--data-dir", str(tmp_path))
+    assert result.returncode == 2
+    assert "shutdown_grace_seconds" in result.stderr
+    config.write_text('log_formt = "json"\n')
+    result = run_cli("serve", "--config", str(config), "--data-dir", str(tmp_path))
+    assert result.returncode == 2
+    assert "unknown setting log_formt" in result.stderr
+
+
+def test_health_json_reports_serving(server: ServerProcess) -> None:
+    result = run_cli("health", "--server", server.address, "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["status"] == "SERVING"
+    assert set(report["services"]) == {
+        "instance_ai.v1.Agent",
+        "instance_ai.v1.Tools",
+        "instance_ai.v1.Workspace",
+        "instance_ai.v1.Pipeline",
+        "instance_ai.v1.Browser",
+    }
+    assert set(report["services"].values()) == {"SERVING"}
+
+
+def test_health_says_clearly_when_nothing_listens() -> None:
+    result = run_cli("health", "--server", "127.0.0.1:1", "--timeout", "2")
+    assert result.returncode == 1
+    assert "cannot reach 127.0.0.1:1" in result.stderr
+
+
+def test_events_prints_json_and_people_text(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    asyncio.run(populate(data_dir, "thread-1", 5))
+    running = start_server(data_dir)
+    try:
+        as_json = run_cli(
+            "events", "thread-1", "--after", "2", "--json", "--server", running.address
+        )
+        assert as_json.returncode == 0, as_json.stderr
+        document = json.loads(as_json.stdout)
+        assert [e["id"] for e in document["events"]] == [3, 4, 5]
+        assert document["events"][0]["type"] == "tick"
+        assert document["events"][0]["threadId"] == "thread-1"
+
+        for_people = run_cli("events", "thread-1", "--server", running.address)
+        assert for_people.returncode == 0
+        assert for_people.stdout.count("tick") == 5 and "#5" in for_people.stdout
+
+        missing = run_cli("events", "nope", "--server", running.address)
+        assert missing.returncode == 1
+        assert "NOT_FOUND" in missing.stderr and "does not exist" in missing.stderr
+    finally:
+        stop_server(running)
+
+
+async def _first_then_rest(call: grpc.aio.UnaryStreamCall) -> AsyncIterator[int]:
+    async for response in call:
+        yield response.event.id
+
+
+async def test_sigterm_drains_in_flight_calls_then_exits(tmp_path: Path) -> None:
+    """An in-flight replay of 20,000 events completes after SIGTERM; new calls are refused;
+    a live follower is ended with where to resume; the process exits 0."""
+    data_dir = tmp_path / "data"
+    total = 20_000
+    await populate(data_dir, "big", total)
+    running = start_server(data_dir, env={"INSTANCE_AI_SHUTDOWN_GRACE_SECONDS": "60"})
+    try:
+        async with grpc.aio.insecure_channel(running.address) as channel:
+            agent = agent_pb2_grpc.AgentStub(channel)
+            follower = agent.StreamEvents(
+                agent_pb2.StreamEventsRequest(thread_id="big", after=str(total - 1), follow=True)
+            )
+            assert (await anext(aiter(follower))).event.id == total  # now it is live
+            replay = agent.StreamEvents(agent_pb2.StreamEventsRequest(thread_id="big"))
+            ids = _first_then_rest(replay)
+            received = [await anext(ids)]
+
+            running.process.send_signal(signal.SIGTERM)
+            with pytest.raises(grpc.aio.AioRpcError) as ended:
+                async for _ in follower:
+                    pass
+            assert ended.value.code() is grpc.StatusCode.UNAVAILABLE
+            assert f"after={total}" in (ended.value.details() or "")
+
+            async with grpc.aio.insecure_channel(running.address) as fresh:
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await agent_pb2_grpc.AgentStub(fresh).GetThreadStatus(
+                        agent_pb2.GetThreadStatusRequest(thread_id="big"), timeout=5
+                    )
+                assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+
+            received += [event_id async for event_id in ids]
+        assert received == list(range(1, total + 1))
+        exit_code = await asyncio.to_thread(running.process.wait, 30)
+        assert exit_code == 0
+        assert any('"stopped"' in line for line in running.process.stderr or [])
+    finally:
+        stop_server(running)

@@ -1,0 +1,179 @@
+"""The gRPC contract: every service declared, discoverable, healthy, and honest about what is
+not built yet; the committed generated code matches the .proto files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf import descriptor_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from instance_ai.v1 import (
+    agent_pb2,
+    agent_pb2_grpc,
+    browser_pb2,
+    browser_pb2_grpc,
+    pipeline_pb2,
+    pipeline_pb2_grpc,
+    tools_pb2,
+    tools_pb2_grpc,
+    workspace_pb2,
+    workspace_pb2_grpc,
+)
+from server.app import Application
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVICES = [
+    "instance_ai.v1.Agent",
+    "instance_ai.v1.Tools",
+    "instance_ai.v1.Workspace",
+    "instance_ai.v1.Pipeline",
+    "instance_ai.v1.Browser",
+]
+
+
+def test_generated_code_matches_the_proto_files() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "proto" / "generate.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+async def _reflect(
+    channel: grpc.aio.Channel, request: reflection_pb2.ServerReflectionRequest
+) -> reflection_pb2.ServerReflectionResponse:
+    async def requests() -> AsyncIterator[reflection_pb2.ServerReflectionRequest]:
+        yield request
+
+    stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+    async for response in stub.ServerReflectionInfo(requests()):
+        return response
+    raise AssertionError("reflection returned nothing")
+
+
+async def test_reflection_lists_every_service_and_describes_them(
+    channel: grpc.aio.Channel,
+) -> None:
+    listed = await _reflect(channel, reflection_pb2.ServerReflectionRequest(list_services=""))
+    names = {service.name for service in listed.list_services_response.service}
+    assert set(SERVICES) | {"grpc.health.v1.Health"} <= names
+
+    described = await _reflect(
+        channel,
+        reflection_pb2.ServerReflectionRequest(file_containing_symbol="instance_ai.v1.Agent"),
+    )
+    files = [
+        descriptor_pb2.FileDescriptorProto.FromString(raw)
+        for raw in described.file_descriptor_response.file_descriptor_proto
+    ]
+    agent_file = next(f for f in files if f.name == "instance_ai/v1/agent.proto")
+    methods = {m.name for m in agent_file.service[0].method}
+    assert methods == {
+        "SendMessage",
+        "StreamEvents",
+        "Confirm",
+        "CancelRun",
+        "CancelTask",
+        "CorrectTask",
+        "GetThreadStatus",
+        "DeleteThread",
+    }
+
+
+async def test_health_reports_serving_for_the_server_and_each_service(
+    channel: grpc.aio.Channel,
+) -> None:
+    stub = health_pb2_grpc.HealthStub(channel)
+    for service in ["", *SERVICES]:
+        response = await stub.Check(health_pb2.HealthCheckRequest(service=service))
+        assert response.status == health_pb2.HealthCheckResponse.SERVING, service
+    with pytest.raises(grpc.aio.AioRpcError) as unknown:
+        await stub.Check(health_pb2.HealthCheckRequest(service="no.such.Service"))
+    assert unknown.value.code() is grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.parametrize(
+    ("make_call", "needs"),
+    [
+        (
+            lambda ch: agent_pb2_grpc.AgentStub(ch).SendMessage(
+                agent_pb2.SendMessageRequest(thread_id="t1", message="build me a workflow")
+            ),
+            "orchestrator",
+        ),
+        (
+            lambda ch: agent_pb2_grpc.AgentStub(ch).Confirm(agent_pb2.ConfirmRequest()),
+            "orchestrator",
+        ),
+        (
+            lambda ch: tools_pb2_grpc.ToolsStub(ch).ListTools(tools_pb2.ListToolsRequest()),
+            "tool registry",
+        ),
+        (
+            lambda ch: workspace_pb2_grpc.WorkspaceStub(ch).ReadFile(
+                workspace_pb2.ReadFileRequest()
+            ),
+            "sandboxes",
+        ),
+        (
+            lambda ch: pipeline_pb2_grpc.PipelineStub(ch).BuildWorkflow(
+                pipeline_pb2.BuildWorkflowRequest()
+            ),
+            "workflow compilation",
+        ),
+        (
+            lambda ch: pipeline_pb2_grpc.PipelineStub(ch).VerifyWorkflow(
+                pipeline_pb2.VerifyWorkflowRequest()
+            ),
+            "simulated verification",
+        ),
+        (
+            lambda ch: browser_pb2_grpc.BrowserStub(ch).CreateConnectLink(
+                browser_pb2.CreateConnectLinkRequest()
+            ),
+            "browser relay",
+        ),
+    ],
+)
+async def test_rpcs_not_built_yet_say_what_they_need(
+    channel: grpc.aio.Channel, make_call: object, needs: str
+) -> None:
+    assert callable(make_call)
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await make_call(channel)
+    assert error.value.code() is grpc.StatusCode.UNIMPLEMENTED
+    assert needs in (error.value.details() or "")
+
+
+async def test_a_streaming_rpc_not_built_yet_says_so(channel: grpc.aio.Channel) -> None:
+    call = workspace_pb2_grpc.WorkspaceStub(channel).Exec(
+        workspace_pb2.ExecRequest(thread_id="t1", command="true")
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        async for _ in call:
+            pass
+    assert error.value.code() is grpc.StatusCode.UNIMPLEMENTED
+    assert "Workspace.Exec" in (error.value.details() or "")
+
+
+async def test_an_unexpected_error_is_internal_with_a_reference_and_no_details(
+    app: Application, agent: agent_pb2_grpc.AgentStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(thread_id: str) -> None:
+        raise RuntimeError("secret-internal-detail")
+
+    monkeypatch.setattr(app.runtime.threads, "status", broken)
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await agent.GetThreadStatus(agent_pb2.GetThreadStatusRequest(thread_id="t1"))
+    assert error.value.code() is grpc.StatusCode.INTERNAL
+    details = error.value.details() or ""
+    assert "reference err_" in details
+    assert "secret-internal-detail" not in details
