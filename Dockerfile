@@ -1,0 +1,23 @@
+# The service image, for places with an image registry. (This repository's own machines have
+# none: there the service runs from the virtual environment, see README.)
+FROM python:3.11-slim
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY proto ./proto
+COPY server ./server
+COPY sandbox ./sandbox
+COPY browser_relay ./browser_relay
+RUN pip install --no-cache-dir . && useradd --uid 1000 --create-home instance-ai \
+    && mkdir /data && chown instance-ai /data
+
+USER instance-ai
+# Without API keys the server binds loopback only, which a container cannot be reached on:
+# set INSTANCE_AI_API_KEYS (or mount a key file and set INSTANCE_AI_API_KEYS_FILE).
+ENV INSTANCE_AI_HOST=0.0.0.0 \
+    INSTANCE_AI_DATA_DIR=/data \
+    INSTANCE_AI_LOG_FORMAT=json
+VOLUME /data
+EXPOSE 50051
+HEALTHCHECK --interval=30s --timeout=5s CMD ["instance-ai", "health"]
+ENTRYPOINT ["instance-ai", "serve"]

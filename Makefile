@@ -1,0 +1,48 @@
+# Everything goes through the project's own virtual environment in .venv.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+
+.PHONY: run test setup system lint typecheck proto proto-check bench clean
+
+## run: set up, then serve on the embedded defaults (127.0.0.1:50051, SQLite)
+run: $(INSTALLED)
+	$(BIN)/instance-ai serve
+
+## test: set up everything the tests need, then lint, type-check and run the suite
+test: system $(INSTALLED) lint typecheck
+	$(BIN)/pytest
+
+setup: system $(INSTALLED)
+
+system:
+	./scripts/setup-system
+
+$(INSTALLED): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11 or newer is needed")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+lint: $(INSTALLED)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(INSTALLED)
+	$(BIN)/mypy
+
+## proto: regenerate the Python code of the gRPC contract (commit the result)
+proto: $(INSTALLED)
+	$(BIN)/python proto/generate.py
+
+proto-check: $(INSTALLED)
+	$(BIN)/python proto/generate.py --check
+
+## bench: benchmarks, each printed beside a baseline measured in the same run
+bench: $(INSTALLED)
+	$(BIN)/python -m bench.events
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
