@@ -44,8 +44,8 @@ def generate(out_dir: Path) -> list[Path]:
         f"--plugin=protoc-gen-mypy_grpc={_plugin('protoc-gen-mypy_grpc')}",
         f"--python_out={out_dir}",
         f"--grpc_python_out={out_dir}",
-        f"--mypy_out={out_dir}",
-        f"--mypy_grpc_out={out_dir}",
+        f"--mypy_out=quiet:{out_dir}",
+        f"--mypy_grpc_out=quiet:{out_dir}",
         *sources,
     ]
     if protoc.main(args) != 0:

@@ -15,7 +15,7 @@ import typer
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from rich.console import Console
 
-from instance_ai.v1 import agent_pb2, agent_pb2_grpc
+from instance_ai.v1 import SERVICES, agent_pb2, agent_pb2_grpc
 from server.api.convert import from_struct
 from server.api.errors import RESUME_AFTER_KEY
 from server.app import Application
@@ -127,21 +127,8 @@ async def _health(client: ClientConfig, deadline_s: float) -> dict[str, Any]:
             return str(health_pb2.HealthCheckResponse.ServingStatus.Name(response.status))
 
         overall = await check("")
-        services = {name: await check(name) for name in _contract_services()}
+        services = {name: await check(name) for name in SERVICES}
     return {"server": client.server, "status": overall, "services": services}
-
-
-def _contract_services() -> list[str]:
-    from instance_ai.v1 import (
-        agent_pb2,
-        browser_pb2,
-        pipeline_pb2,
-        tools_pb2,
-        workspace_pb2,
-    )
-
-    modules = [agent_pb2, tools_pb2, workspace_pb2, pipeline_pb2, browser_pb2]
-    return [s.full_name for m in modules for s in m.DESCRIPTOR.services_by_name.values()]
 
 
 @app.command()
@@ -199,7 +186,7 @@ async def _events(client: ClientConfig, thread: str, after: int, follow: bool, e
 
 
 def _event_dict(event: Any) -> dict[str, Any]:
-    data: dict[str, Any] = {
+    return {
         "id": event.id if event.HasField("id") else None,
         "type": event.type,
         "threadId": event.thread_id,
@@ -208,7 +195,6 @@ def _event_dict(event: Any) -> dict[str, Any]:
         "ts": event.ts.ToDatetime().isoformat() + "Z",
         "payload": from_struct(event.payload),
     }
-    return data
 
 
 def _print_event(event: dict[str, Any]) -> None:

@@ -317,3 +317,17 @@ async def test_closing_ends_followers_with_their_resume_point(db: Database) -> N
         await anext(follower)
     with pytest.raises(UnavailableError):
         await log.append("t1", "late")
+
+
+async def test_appends_are_refused_rather_than_left_waiting_if_the_writer_died(
+    db: Database,
+) -> None:
+    log = EventLog(db=db)
+    log.start()
+    assert log._writer is not None
+    log._writer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await log._writer
+    with pytest.raises(UnavailableError):
+        await asyncio.wait_for(log.append("t1", "x"), timeout=5)
+    await log.close()

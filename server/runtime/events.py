@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import structlog
-from sqlalchemy import insert, select
+from sqlalchemy import Row, insert, select
 
 from server.errors import (
     InstanceAIError,
@@ -213,7 +213,8 @@ class EventLog:
     ) -> Event:
         """Persist a durable event (creating the thread on its first event) and deliver it
         live. Returns the event with its id once it is committed."""
-        if self._state is not _State.OPEN:
+        if self._state is not _State.OPEN or self._writer is None or self._writer.done():
+            # A dead writer would leave the caller waiting forever: refuse instead.
             raise UnavailableError("the event log is closed; the server is shutting down")
         check_thread_id(thread_id)
         event = _new_event(thread_id, type, payload, run_id=run_id, agent_id=agent_id)
@@ -302,16 +303,15 @@ class EventLog:
 
     async def _replay(self, thread_id: str, after: int) -> AsyncIterator[Event]:
         cursor = after
+        column = EVENTS.c
         while True:
-            async with self.db.session() as session:
-                rows = (
-                    await session.execute(
-                        select(EventRow)
-                        .where(EventRow.thread_id == thread_id, EventRow.id > cursor)
-                        .order_by(EventRow.id)
-                        .limit(REPLAY_PAGE)
-                    )
-                ).scalars()
+            async with self.db.engine.connect() as conn:
+                rows = await conn.execute(
+                    select(EVENTS)
+                    .where(column.thread_id == thread_id, column.id > cursor)
+                    .order_by(column.id)
+                    .limit(REPLAY_PAGE)
+                )
                 page = [_from_row(row) for row in rows]
             for event in page:
                 yield event
@@ -428,7 +428,7 @@ def _to_row(event: Event) -> dict[str, Any]:
     }
 
 
-def _from_row(row: EventRow) -> Event:
+def _from_row(row: Row[Any]) -> Event:
     ts = row.ts if row.ts.tzinfo is not None else row.ts.replace(tzinfo=UTC)
     return Event(
         thread_id=row.thread_id,
