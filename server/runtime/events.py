@@ -197,8 +197,13 @@ class EventLog:
         self.end_live()
         self._state = _State.CLOSED
         self._queue.put_nowait(_STOP)
-        if self._writer is not None:
-            await self._writer
+        writer = self._writer
+        if writer is None:
+            return
+        if not writer.done():
+            await writer
+        elif not writer.cancelled() and writer.exception() is not None:
+            log.error("the event log writer had died", exc_info=writer.exception())
 
     # -- publishing ---------------------------------------------------------------------
 
