@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import grpc
 import pytest
+from sqlalchemy import text
 
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc
 from server.api.errors import RESUME_AFTER_KEY
@@ -184,6 +185,11 @@ async def test_thread_status_cancel_and_delete(
     with pytest.raises(grpc.aio.AioRpcError) as gone:
         await read_all(agent, "t1")
     assert gone.value.code() is grpc.StatusCode.NOT_FOUND
+    async with app.runtime.db.engine.connect() as conn:
+        for table in ("threads", "runs", "events"):
+            column = "id" if table == "threads" else "thread_id"
+            left = await conn.execute(text(f"SELECT count(*) FROM {table} WHERE {column} = 't1'"))
+            assert left.scalar_one() == 0, table
     with pytest.raises(grpc.aio.AioRpcError) as gone_again:
         await agent.DeleteThread(agent_pb2.DeleteThreadRequest(thread_id="t1"))
     assert gone_again.value.code() is grpc.StatusCode.NOT_FOUND

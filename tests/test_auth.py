@@ -29,12 +29,13 @@ async def status_call(channel: grpc.aio.Channel, metadata: tuple[tuple[str, str]
     ("metadata", "accepted"),
     [
         ((("authorization", f"Bearer {KEY}"),), True),
+        ((("authorization", f"bearer {KEY}"),), True),
         ((("authorization", "Bearer other-key"),), False),
         ((("authorization", KEY),), False),  # no Bearer scheme
         ((("authorization", f"Bearer {KEY}x"),), False),
         ((), False),
     ],
-    ids=["right-key", "wrong-key", "no-scheme", "longer-key", "no-key"],
+    ids=["right-key", "lower-case-scheme", "wrong-key", "no-scheme", "longer-key", "no-key"],
 )
 async def test_api_keys_are_required(
     make_settings: Callable[..., Settings],

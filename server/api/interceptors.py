@@ -50,9 +50,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     def _accepts(self, metadata: tuple[tuple[str, str | bytes], ...]) -> bool:
         header = next((v for k, v in metadata if k == "authorization"), None)
-        if not isinstance(header, str) or not header.startswith("Bearer "):
+        # The scheme name is case-insensitive (RFC 9110); the key is not.
+        if not isinstance(header, str) or header[:7].lower() != "bearer ":
             return False
-        presented = hashlib.sha256(header[len("Bearer ") :].strip().encode()).digest()
+        presented = hashlib.sha256(header[7:].strip().encode()).digest()
         matched = False
         for digest in self._digests:
             matched |= hmac.compare_digest(presented, digest)

@@ -14,7 +14,7 @@ from server.runtime.events import EventLog
 from server.runtime.ids import new_id
 from server.runtime.validation import check_thread_id
 from server.store import Database
-from server.store.models import RunRow, ThreadRow
+from server.store.models import EventRow, RunRow, ThreadRow
 from server.store.threads import ensure_threads, get_thread
 
 # A run in one of these holds the thread (a partial unique index enforces one per thread).
@@ -73,6 +73,7 @@ class Threads:
             await _existing(session, thread_id)
             # Explicit deletes as well as ON DELETE CASCADE: the result must not depend on a
             # connection having foreign keys switched on.
+            await session.execute(delete(EventRow).where(EventRow.thread_id == thread_id))
             await session.execute(delete(RunRow).where(RunRow.thread_id == thread_id))
             await session.execute(delete(ThreadRow).where(ThreadRow.id == thread_id))
         self.events.end_subscriptions(
