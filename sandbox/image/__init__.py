@@ -1,0 +1,1 @@
+"""What goes inside a sandbox, and how its image is built without an image registry."""

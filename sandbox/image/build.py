@@ -1,0 +1,214 @@
+"""Build the sandbox image offline, in three layers, each tagged by a hash of its inputs.
+
+1. **base** (`instance-ai-sandbox-base:<hash>`): `docker import` of a root filesystem assembled
+   from this host's binaries (`rootfs.py`).
+2. **deps** (`instance-ai-sandbox-deps:<hash>`): the lockfile-pinned npm tree, installed on the
+   host with `npm ci --ignore-scripts` and copied into a container of the base, committed.
+3. **final** (`instance-ai-sandbox:<hash>`): the code in `bin/` plus the run-time config
+   (user, HOME, TMPDIR, n8n's folder), committed the same way. A code change rebuilds only this.
+
+A layer whose tag exists is reused, so a second build does nothing. Copy-and-commit is used
+instead of `docker build`: the legacy builder re-sends and re-hashes the whole 600 MB context
+even when every step is cached, and BuildKit would need a registry for its frontend.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from sandbox.errors import ImageBuildError, SandboxUnavailableError
+from sandbox.image import rootfs
+
+IMAGE_DIR = Path(__file__).resolve().parent
+DEPS_DIR = IMAGE_DIR / "deps"
+BIN_DIR = IMAGE_DIR / "bin"
+REPOSITORY = "instance-ai-sandbox"
+# The node and credential type catalogs the server reads, extracted next to the image.
+CATALOG_FILES = {
+    "nodes.json": "n8n-nodes-base/dist/types/nodes.json",
+    "credentials.json": "n8n-nodes-base/dist/types/credentials.json",
+}
+RUN_CONFIG = [
+    f"USER {rootfs.USER_UID}:{rootfs.USER_UID}",
+    f"WORKDIR {rootfs.WORKSPACE}",
+    "ENV HOME=/home/user",
+    # tsx caches under $TMPDIR and n8n writes <folder>/.n8n/config: both must be on the tmpfs,
+    # never the read-only root or (silently) the user's workspace.
+    "ENV TMPDIR=/tmp",
+    "ENV N8N_USER_FOLDER=/tmp/n8n",
+    "ENV N8N_LOG_LEVEL=silent",
+    "ENV NODE_OPTIONS=--max-old-space-size=768",
+    'CMD ["sleep", "infinity"]',
+]
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuiltImage:
+    tag: str
+    catalog_dir: Path
+    built_layers: list[str]
+
+
+def _digest(*parts: bytes) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(hashlib.sha256(part).digest())
+    return digest.hexdigest()[:16]
+
+
+def _tree_bytes(directory: Path) -> bytes:
+    return b"".join(
+        p.relative_to(directory).as_posix().encode() + b"\0" + p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    )
+
+
+class ImageBuilder:
+    """`ImageBuilder(client, cache_dir).build()` returns the final tag, building what is missing."""
+
+    def __init__(
+        self, client: docker.DockerClient, *, cache_dir: Path, log: Log | None = None
+    ) -> None:
+        self._client = client
+        self._cache_dir = cache_dir
+        self._log = log or (lambda _message: None)
+
+    def tags(self) -> tuple[str, str, str]:
+        """The three tags, from the inputs alone (no engine calls)."""
+        files = rootfs.collect_files()
+        base = _digest(rootfs.inputs_digest(files).encode())
+        lock = (DEPS_DIR / "package-lock.json").read_bytes()
+        deps = _digest(base.encode(), (DEPS_DIR / "package.json").read_bytes(), lock)
+        final = _digest(deps.encode(), _tree_bytes(BIN_DIR), "\n".join(RUN_CONFIG).encode())
+        return (f"{REPOSITORY}-base:{base}", f"{REPOSITORY}-deps:{deps}", f"{REPOSITORY}:{final}")
+
+    def build(self) -> BuiltImage:
+        base_tag, deps_tag, final_tag = self.tags()
+        built: list[str] = []
+        node_modules = self._node_modules()
+        if not self._exists(base_tag):
+            self._import_base(base_tag)
+            built.append(base_tag)
+        if not self._exists(deps_tag):
+            self._commit_layer(
+                base_tag,
+                deps_tag,
+                rootfs.APP_DIR,
+                node_modules.parent,
+                ["node_modules", "package.json", "package-lock.json"],
+                [],
+            )
+            built.append(deps_tag)
+        if not self._exists(final_tag):
+            self._commit_layer(deps_tag, final_tag, rootfs.APP_DIR, IMAGE_DIR, ["bin"], RUN_CONFIG)
+            built.append(final_tag)
+        catalog_dir = self._extract_catalog(node_modules, final_tag)
+        self._log(f"sandbox image {final_tag} ready" + (f" (built {built})" if built else ""))
+        return BuiltImage(tag=final_tag, catalog_dir=catalog_dir, built_layers=built)
+
+    def _exists(self, tag: str) -> bool:
+        try:
+            self._client.images.get(tag)
+        except docker.errors.ImageNotFound:
+            return False
+        except docker.errors.DockerException as exc:
+            raise SandboxUnavailableError(f"the Docker engine did not answer: {exc}") from exc
+        return True
+
+    def _node_modules(self) -> Path:
+        """The npm tree for the lockfile, installed once per lockfile into the cache."""
+        lock_hash = _digest((DEPS_DIR / "package-lock.json").read_bytes())
+        target = self._cache_dir / f"deps-{lock_hash}"
+        if (target / "node_modules" / ".package-lock.json").exists():
+            return target / "node_modules"
+        staging = self._cache_dir / f"deps-{lock_hash}.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        for name in ("package.json", "package-lock.json"):
+            shutil.copy2(DEPS_DIR / name, staging / name)
+        self._log("installing the sandbox's npm dependencies (npm ci --ignore-scripts)")
+        npm = shutil.which("npm")
+        if npm is None:
+            raise ImageBuildError("npm is not installed: install Debian's nodejs and npm")
+        result = subprocess.run(
+            [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=staging,
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            raise ImageBuildError(f"npm ci failed:\n{result.stderr[-4000:]}")
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)  # all or nothing: a half-installed tree is never reused
+        return target / "node_modules"
+
+    def _import_base(self, tag: str) -> None:
+        self._log(f"importing the base root filesystem as {tag}")
+        repository, version = tag.split(":")
+        with tempfile.TemporaryDirectory() as tmp:
+            tar_path = Path(tmp) / "rootfs.tar"
+            rootfs.write_rootfs_tar(rootfs.collect_files(), tar_path)
+            with tar_path.open("rb") as data:
+                self._client.api.import_image_from_data(
+                    data.read(), repository=repository, tag=version
+                )
+        if not self._exists(tag):
+            raise ImageBuildError(f"docker import did not produce {tag}")
+
+    def _commit_layer(
+        self,
+        parent: str,
+        tag: str,
+        destination: str,
+        source_dir: Path,
+        names: list[str],
+        changes: list[str],
+    ) -> None:
+        """Copy `names` from `source_dir` into `destination` of a container of `parent`, then
+        commit it as `tag` with Dockerfile `changes`."""
+        self._log(f"building layer {tag}")
+        container = self._client.containers.create(
+            parent, command=["true"], network_mode="none", user="0:0"
+        )
+        try:
+            # Spooled to disk: the dependency tree is ~900 MB.
+            with tempfile.TemporaryFile() as payload:
+                with tarfile.open(fileobj=payload, mode="w") as tar:
+                    for name in names:
+                        tar.add(source_dir / name, arcname=name, filter=_root_owned)
+                payload.seek(0)
+                if not container.put_archive(destination, payload):
+                    raise ImageBuildError(f"copying into {destination} for {tag} failed")
+            repository, version = tag.split(":")
+            container.commit(repository=repository, tag=version, changes=changes)
+        finally:
+            container.remove(force=True)
+
+    def _extract_catalog(self, node_modules: Path, tag: str) -> Path:
+        catalog_dir = self._cache_dir / "catalog" / tag.split(":")[1]
+        if all((catalog_dir / name).exists() for name in CATALOG_FILES):
+            return catalog_dir
+        catalog_dir.mkdir(parents=True, exist_ok=True)
+        for name, relative in CATALOG_FILES.items():
+            shutil.copy2(node_modules / relative, catalog_dir / name)
+        return catalog_dir
+
+
+def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    info.mode &= 0o755  # readable by the sandbox user, writable by nobody but root
+    return info
