@@ -1,13 +1,27 @@
 """Errors of the sandbox package (usable without the server).
 
-SandboxError
-├── SandboxUnavailableError  the container engine cannot be reached or refused the call
-└── ImageBuildError          the sandbox image could not be built
+    SandboxError
+    ├── SandboxUnavailableError  the container engine cannot be reached or refused the call
+    ├── SandboxNotFoundError     no sandbox for that thread (and none may be created)
+    ├── ImageBuildError          the sandbox image could not be built
+    ├── PathEscapeError          a path resolves outside the workspace
+    ├── WorkspaceFileNotFoundError
+    ├── FileTooLargeError        a write or read is over the configured cap
+    └── EditMismatchError        str-replace found the old text zero or several times
 """
 
 from __future__ import annotations
 
-__all__ = ["ImageBuildError", "SandboxError", "SandboxUnavailableError"]
+__all__ = [
+    "EditMismatchError",
+    "FileTooLargeError",
+    "ImageBuildError",
+    "PathEscapeError",
+    "SandboxError",
+    "SandboxNotFoundError",
+    "SandboxUnavailableError",
+    "WorkspaceFileNotFoundError",
+]
 
 
 class SandboxError(Exception):
@@ -18,5 +32,25 @@ class SandboxUnavailableError(SandboxError):
     pass
 
 
+class SandboxNotFoundError(SandboxError):
+    pass
+
+
 class ImageBuildError(SandboxError):
+    pass
+
+
+class PathEscapeError(SandboxError):
+    pass
+
+
+class WorkspaceFileNotFoundError(SandboxError):
+    pass
+
+
+class FileTooLargeError(SandboxError):
+    pass
+
+
+class EditMismatchError(SandboxError):
     pass

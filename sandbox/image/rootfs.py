@@ -75,8 +75,9 @@ def collect_files() -> dict[str, Path]:
 
 
 def inputs_digest(files: dict[str, Path]) -> str:
-    """A digest of everything that goes into the tar (names and contents)."""
-    digest = hashlib.sha256(_etc_files()["etc/passwd"])
+    """A digest of everything that goes into the tar: this module's code (the layout), and
+    every host file's name and contents."""
+    digest = hashlib.sha256(Path(__file__).read_bytes())
     for archive_path in sorted(files):
         digest.update(archive_path.encode())
         digest.update(files[archive_path].read_bytes())
@@ -98,6 +99,7 @@ def write_rootfs_tar(files: dict[str, Path], out: Path) -> None:
     with tarfile.open(out, "w") as tar:
 
         def add_dir(path: str, mode: int = 0o755, uid: int = 0) -> None:
+            # uid doubles as gid: the sandbox user's group is 1000 too.
             info = tarfile.TarInfo(path)
             info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, mode, uid, uid
             tar.addfile(info)
@@ -133,7 +135,9 @@ def write_rootfs_tar(files: dict[str, Path], out: Path) -> None:
         add_dir("home/user", uid=USER_UID)
         # The workspace exists in the image owned by uid 1000, so a fresh named volume mounted
         # there is copied up with that owner (a path absent from the image would be root's).
-        add_dir(WORKSPACE.lstrip("/"), uid=USER_UID)
+        # Group-writable and setgid: commands run as per-job uids in group 1000 (see
+        # commands.py), and what they create must stay editable by the sandbox user.
+        add_dir(WORKSPACE.lstrip("/"), mode=0o2775, uid=USER_UID)
         for link, target in (
             ("bin", "usr/bin"),
             ("lib", "usr/lib"),

@@ -1,0 +1,248 @@
+"""Commands in a sandbox: a deadline, a whole-tree kill, capped output, nothing left behind.
+
+Each command is `docker exec`ed under its own *job uid* (group 1000, umask 002 so the files it
+makes stay editable by the sandbox user). At the deadline, or when the caller cancels,
+`kill -KILL -1` runs *as that uid*: Linux delivers it to every process of the uid except the
+caller, so the whole tree dies, including children that called `setsid` (which a process-group
+kill misses), while PID 1 and everything of other uids (the sandbox user, other jobs) are out
+of its reach without CAP_KILL. Only the engine can start a process under another uid in a
+container without capabilities, which is why commands go through `docker exec`.
+
+Output is read on the host. Each stream keeps its first `max_output_bytes` for the result;
+the whole combined output (up to `max_saved_bytes`) is written into the workspace when it was
+cut, and its path returned so it can be paged.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from queue import Empty, Queue
+
+import docker
+from docker.models.containers import Container
+
+from sandbox.errors import SandboxUnavailableError
+from sandbox.image.rootfs import USER_UID, WORKSPACE
+
+# Job uids: disjoint from the sandbox user (1000) and from each other while in use.
+JOB_UID_FIRST = 20_000
+JOB_UID_COUNT = 10_000
+RESULTS_DIR = ".instance-ai/results"
+
+OutputCallback = Callable[[str, bytes], None]
+
+# Run as the job uid. Linux's kill(-1) reaches every process of the caller's uid but the
+# caller itself. What is left is counted as the uid's processes outside this script's own
+# session (`docker exec` makes the script a session leader); `kill -0 -1` cannot tell, as the
+# kernel counts processes it may not signal. The pause lets PID 1 reap the dead.
+_KILL_ALL = (
+    'me=$(id -u); for round in $(seq 20); do kill -9 -1 2>/dev/null; sleep 0.05; '
+    'left=$(ps -o sess= -u "$me" | grep -cvE "^ *$$$"); '
+    '[ "$left" -eq 0 ] && exit 0; done; exit 1'
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommandResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+    cancelled: bool
+    duration_ms: int
+    truncated: bool
+    # Workspace-relative path of the full output when it was cut, else None.
+    full_output_path: str | None
+
+    @property
+    def success(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out and not self.cancelled
+
+
+class JobUidPool:
+    """Hands out job uids; thread-safe. A uid is reused only after its command ended."""
+
+    def __init__(self, first: int = JOB_UID_FIRST, count: int = JOB_UID_COUNT) -> None:
+        self._lock = threading.Lock()
+        self._free = list(range(first + count - 1, first - 1, -1))
+
+    def acquire(self) -> int:
+        with self._lock:
+            if not self._free:
+                raise SandboxUnavailableError("too many commands running at once; retry later")
+            return self._free.pop()
+
+    def release(self, uid: int) -> None:
+        with self._lock:
+            self._free.append(uid)
+
+
+class _Capture:
+    def __init__(self, limit: int, saved_limit: int) -> None:
+        self.limit = limit
+        self.saved_limit = saved_limit
+        self.kept = {"stdout": bytearray(), "stderr": bytearray()}
+        self.combined = bytearray()
+        self.truncated = False
+
+    def add(self, stream: str, data: bytes) -> None:
+        kept = self.kept[stream]
+        room = self.limit - len(kept)
+        if room > 0:
+            kept.extend(data[:room])
+        if len(data) > max(room, 0):
+            self.truncated = True
+        if len(self.combined) < self.saved_limit:
+            self.combined.extend(data[: self.saved_limit - len(self.combined)])
+
+
+class CommandRunner:
+    """Runs commands in containers. One per provider; shares the job uid pool."""
+
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        *,
+        max_output_bytes: int = 64 * 1024,
+        max_saved_bytes: int = 32 * 1024 * 1024,
+        uids: JobUidPool | None = None,
+    ) -> None:
+        self.client = client
+        self.max_output_bytes = max_output_bytes
+        self.max_saved_bytes = max_saved_bytes
+        self.uids = uids or JobUidPool()
+
+    def run(
+        self,
+        container: Container,
+        command: str,
+        *,
+        timeout_s: float,
+        cwd: str = WORKSPACE,
+        env: dict[str, str] | None = None,
+        cancel: threading.Event | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> CommandResult:
+        """Run `command` with `sh -c`; block until it ends, times out or is cancelled."""
+        uid = self.uids.acquire()
+        started = time.monotonic()
+        capture = _Capture(self.max_output_bytes, self.max_saved_bytes)
+        chunks: Queue[tuple[str, bytes] | None] = Queue()
+        try:
+            exec_id = self.client.api.exec_create(
+                container.id,
+                ["sh", "-c", "umask 002\n" + command],
+                user=f"{uid}:{USER_UID}",
+                workdir=cwd,
+                environment={"HOME": "/home/user", **(env or {})},
+            )["Id"]
+            stream = self.client.api.exec_start(exec_id, stream=True, demux=True)
+            reader = threading.Thread(
+                target=_pump, args=(stream, chunks), name="sandbox-exec-reader", daemon=True
+            )
+            reader.start()
+            timed_out = cancelled = False
+            deadline = started + timeout_s
+            while True:
+                if cancel is not None and cancel.is_set():
+                    cancelled = True
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    timed_out = True
+                    break
+                try:
+                    item = chunks.get(timeout=min(remaining, 0.1))
+                except Empty:
+                    continue
+                if item is None:
+                    break
+                capture.add(*item)
+                if on_output is not None:
+                    on_output(*item)
+            if timed_out or cancelled:
+                self._kill_job(container, uid)
+                _drain(chunks, capture, on_output, reader)
+            reader.join(timeout=5)
+            exit_code = self.client.api.exec_inspect(exec_id).get("ExitCode")
+        except docker.errors.DockerException as exc:
+            self._kill_job(container, uid)
+            raise SandboxUnavailableError(f"running the command failed: {exc}") from exc
+        finally:
+            self.uids.release(uid)
+        full_path = None
+        if capture.truncated:
+            full_path = self._save_output(container, exec_id, capture.combined)
+        return CommandResult(
+            exit_code=exit_code if isinstance(exit_code, int) else (124 if timed_out else -1),
+            stdout=capture.kept["stdout"].decode(errors="replace"),
+            stderr=capture.kept["stderr"].decode(errors="replace"),
+            timed_out=timed_out,
+            cancelled=cancelled,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            truncated=capture.truncated,
+            full_output_path=full_path,
+        )
+
+    def _kill_job(self, container: Container, uid: int) -> None:
+        """Kill every process of the job uid, `setsid` escapees included. `kill -0 -1` then
+        tells whether anything of the uid is left (a forking tree can slip one round)."""
+        try:
+            result = container.exec_run(["sh", "-c", _KILL_ALL], user=f"{uid}:{USER_UID}")
+            if result.exit_code == 0:
+                return
+        except docker.errors.DockerException:
+            pass
+        # Still alive after every round, or the engine cannot reach in: stop the container
+        # whole; the next use starts it again with the workspace intact.
+        container.kill()
+
+    def _save_output(self, container: Container, exec_id: str, data: bytearray) -> str:
+        relative = f"{RESULTS_DIR}/{exec_id[:16]}.log"
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            for directory in (".instance-ai", RESULTS_DIR):
+                info = tarfile.TarInfo(directory)
+                info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, 0o2775, USER_UID, USER_UID
+                tar.addfile(info)
+            info = tarfile.TarInfo(relative)
+            info.size, info.mode, info.uid, info.gid = len(data), 0o664, USER_UID, USER_UID
+            tar.addfile(info, io.BytesIO(bytes(data)))
+        container.put_archive(WORKSPACE, archive.getvalue())
+        return relative
+
+
+def _pump(stream: object, chunks: Queue[tuple[str, bytes] | None]) -> None:
+    try:
+        for stdout, stderr in stream:  # type: ignore[attr-defined]
+            if stdout:
+                chunks.put(("stdout", stdout))
+            if stderr:
+                chunks.put(("stderr", stderr))
+    finally:
+        chunks.put(None)
+
+
+def _drain(
+    chunks: Queue[tuple[str, bytes] | None],
+    capture: _Capture,
+    on_output: OutputCallback | None,
+    reader: threading.Thread,
+) -> None:
+    """After a kill: keep what the dead tree had already written, until the stream ends."""
+    reader.join(timeout=5)
+    while True:
+        try:
+            item = chunks.get_nowait()
+        except Empty:
+            return
+        if item is None:
+            return
+        capture.add(*item)
+        if on_output is not None:
+            on_output(*item)

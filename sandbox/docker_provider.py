@@ -1,0 +1,228 @@
+"""The Docker provider: one hardened container and one workspace volume per thread.
+
+Blocking (the docker SDK is synchronous); async callers run it in a worker thread.
+
+Hardening (each configurable through `SandboxLimits`): no network, read-only root filesystem,
+the workspace on a named volume (never a tmpfs: archive uploads into a tmpfs are silently
+lost), /tmp a small tmpfs, every capability dropped, no-new-privileges, an init process as
+PID 1 (without it orphans become zombies that exhaust the pids limit), uid 1000, pids 256,
+1 GiB memory with swap equal, 1 CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+
+from sandbox import identity
+from sandbox.errors import SandboxNotFoundError, SandboxUnavailableError
+from sandbox.image.rootfs import WORKSPACE
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandboxLimits:
+    network_mode: str = "none"
+    read_only: bool = True
+    cap_drop: tuple[str, ...] = ("ALL",)
+    no_new_privileges: bool = True
+    init: bool = True
+    user: str = "1000:1000"
+    pids_limit: int = 256
+    memory_bytes: int = GIB
+    cpus: float = 1.0
+    tmp_size: str = "256m"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandboxInfo:
+    sandbox_id: str
+    thread_id: str
+    container_id: str
+    container_name: str
+    volume_name: str
+    image: str
+    status: str
+    created_at: datetime | None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@contextmanager
+def engine_errors(action: str) -> Iterator[None]:
+    """Translate the docker SDK's errors at this one boundary."""
+    try:
+        yield
+    except docker.errors.NotFound:
+        raise
+    except docker.errors.DockerException as exc:
+        raise SandboxUnavailableError(
+            f"the Docker engine failed to {action}: {exc}. Is dockerd running and is "
+            "DOCKER_HOST (or /var/run/docker.sock) reachable?"
+        ) from exc
+
+
+def connect() -> docker.DockerClient:
+    """A client for the local engine, or SandboxUnavailableError saying what to do."""
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise SandboxUnavailableError(
+            f"cannot reach the Docker engine ({exc}): start dockerd (see README) or set "
+            "DOCKER_HOST"
+        ) from exc
+    return client
+
+
+class DockerProvider:
+    """Creates, finds and destroys per-thread sandboxes, all labelled with `owner` so that
+    several services (or test runs) sharing one engine never touch each other's."""
+
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        *,
+        image: str,
+        owner: str = "instance-ai",
+        limits: SandboxLimits | None = None,
+    ) -> None:
+        self.client = client
+        self.image = image
+        self.owner = owner
+        self.limits = limits or SandboxLimits()
+
+    def ensure(self, thread_id: str) -> SandboxInfo:
+        """The thread's running sandbox: found, restarted, or created (volume kept)."""
+        sid = identity.sandbox_id(thread_id)
+        container = self._find(sid)
+        if container is None:
+            container = self._create(thread_id, sid)
+        if container.status != "running":
+            with engine_errors("start the sandbox"):
+                container.start()
+                container.reload()
+        return self._info(container)
+
+    def get(self, thread_id: str) -> SandboxInfo | None:
+        container = self._find(identity.sandbox_id(thread_id))
+        return self._info(container) if container is not None else None
+
+    def container(self, thread_id: str) -> Container:
+        found = self._find(identity.sandbox_id(thread_id))
+        if found is None:
+            raise SandboxNotFoundError(f"thread {thread_id!r} has no sandbox")
+        return found
+
+    def destroy(self, thread_id: str) -> bool:
+        """Remove the container and its workspace volume. False if there was nothing."""
+        sid = identity.sandbox_id(thread_id)
+        removed = False
+        container = self._find(sid)
+        with engine_errors("remove the sandbox"):
+            if container is not None:
+                container.remove(force=True)
+                removed = True
+            try:
+                self.client.volumes.get(identity.volume_name(self.owner, sid)).remove(force=True)
+                removed = True
+            except docker.errors.NotFound:
+                pass
+        return removed
+
+    def list(self) -> list[SandboxInfo]:
+        with engine_errors("list sandboxes"):
+            containers = self.client.containers.list(
+                all=True, filters={"label": f"{identity.LABEL_OWNER}={self.owner}"}
+            )
+        return [self._info(c) for c in containers]
+
+    def orphan_volumes(self) -> list[str]:
+        """Workspace volumes of this owner with no container."""
+        with engine_errors("list volumes"):
+            volumes = self.client.volumes.list(
+                filters={"label": f"{identity.LABEL_OWNER}={self.owner}"}
+            )
+        live = {info.volume_name for info in self.list()}
+        return [v.name for v in volumes if v.name not in live]
+
+    def remove_volume(self, name: str) -> None:
+        with engine_errors("remove a volume"):
+            self.client.volumes.get(name).remove(force=True)
+
+    def _find(self, sid: str) -> Container | None:
+        try:
+            with engine_errors("look up the sandbox"):
+                container: Container = self.client.containers.get(identity.container_name(self.owner, sid))
+        except docker.errors.NotFound:
+            return None
+        if container.labels.get(identity.LABEL_OWNER) != self.owner:
+            raise SandboxUnavailableError(
+                f"container {container.name} belongs to owner "
+                f"{container.labels.get(identity.LABEL_OWNER)!r}, not {self.owner!r}"
+            )
+        return container
+
+    def _labels(self, thread_id: str, sid: str) -> dict[str, str]:
+        return {
+            identity.LABEL_OWNER: self.owner,
+            identity.LABEL_THREAD: thread_id,
+            identity.LABEL_SANDBOX: sid,
+            identity.LABEL_CREATED: datetime.now(UTC).isoformat(),
+            identity.LABEL_IMAGE: self.image,
+        }
+
+    def _create(self, thread_id: str, sid: str) -> Container:
+        labels = self._labels(thread_id, sid)
+        volume = identity.volume_name(self.owner, sid)
+        limits = self.limits
+        with engine_errors("create the sandbox"):
+            try:
+                self.client.volumes.get(volume)  # kept from an earlier container: reattach
+            except docker.errors.NotFound:
+                self.client.volumes.create(volume, labels=labels)
+            try:
+                container: Container = self.client.containers.create(
+                    self.image,
+                    name=identity.container_name(self.owner, sid),
+                    labels=labels,
+                    network_mode=limits.network_mode,
+                    read_only=limits.read_only,
+                    volumes={volume: {"bind": WORKSPACE, "mode": "rw"}},
+                    tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.tmp_size},mode=1777"},
+                    cap_drop=list(limits.cap_drop),
+                    security_opt=["no-new-privileges"] if limits.no_new_privileges else [],
+                    init=limits.init,
+                    user=limits.user,
+                    pids_limit=limits.pids_limit,
+                    mem_limit=limits.memory_bytes,
+                    memswap_limit=limits.memory_bytes,
+                    nano_cpus=int(limits.cpus * 1e9),
+                    working_dir=WORKSPACE,
+                )
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:  # 409: another caller created it first
+                    raise
+                container = self.client.containers.get(identity.container_name(self.owner, sid))
+        return container
+
+    def _info(self, container: Container) -> SandboxInfo:
+        labels = container.labels
+        created = labels.get(identity.LABEL_CREATED)
+        return SandboxInfo(
+            sandbox_id=labels.get(identity.LABEL_SANDBOX, ""),
+            thread_id=labels.get(identity.LABEL_THREAD, ""),
+            container_id=container.id or "",
+            container_name=container.name or "",
+            volume_name=identity.volume_name(self.owner, labels.get(identity.LABEL_SANDBOX, "")),
+            image=labels.get(identity.LABEL_IMAGE, ""),
+            status=container.status,
+            created_at=datetime.fromisoformat(created) if created else None,
+            labels=dict(labels),
+        )

@@ -1,0 +1,34 @@
+"""Deterministic sandbox identity: a restarted process or another replica finds the same
+sandbox for a thread. Names derive from the id (never from the caller's text directly)."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+
+# Fixed forever: changing it orphans every existing sandbox.
+NAMESPACE = uuid.UUID("5c2b6f4e-8a51-4d1c-9c1e-3f0d7a3b9e21")
+LABEL_PREFIX = "ai.instance-ai."
+LABEL_OWNER = LABEL_PREFIX + "owner"
+LABEL_THREAD = LABEL_PREFIX + "thread"
+LABEL_SANDBOX = LABEL_PREFIX + "sandbox"
+LABEL_CREATED = LABEL_PREFIX + "created"
+LABEL_IMAGE = LABEL_PREFIX + "image"
+LABEL_POOL = LABEL_PREFIX + "pool"
+
+
+def sandbox_id(thread_id: str) -> str:
+    return str(uuid.uuid5(NAMESPACE, "instance-ai-thread-" + thread_id))
+
+
+def _owner_tag(owner: str) -> str:
+    # Several owners (services, test runs) may share one engine: names must not collide.
+    return hashlib.sha256(owner.encode()).hexdigest()[:8]
+
+
+def container_name(owner: str, sid: str) -> str:
+    return f"instance-ai-{_owner_tag(owner)}-sbx-{sid}"
+
+
+def volume_name(owner: str, sid: str) -> str:
+    return f"instance-ai-{_owner_tag(owner)}-ws-{sid}"
