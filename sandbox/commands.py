@@ -22,9 +22,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from queue import Empty, Queue
+from typing import Any
 
 import docker
 from docker.models.containers import Container
+from docker.utils.socket import STDERR, STDOUT, frames_iter
 
 from sandbox.errors import SandboxUnavailableError
 from sandbox.image.rootfs import USER_UID, WORKSPACE
@@ -36,14 +38,14 @@ RESULTS_DIR = ".instance-ai/results"
 
 OutputCallback = Callable[[str, bytes], None]
 
-# Run as the job uid. Linux's kill(-1) reaches every process of the caller's uid but the
-# caller itself. What is left is counted as the uid's processes outside this script's own
-# session (`docker exec` makes the script a session leader); `kill -0 -1` cannot tell, as the
-# kernel counts processes it may not signal. The pause lets PID 1 reap the dead.
+# Run as the job uid. Counts the uid's processes outside this script's own session (`docker
+# exec` makes the script a session leader), and while any is left sends `kill -9 -1`, which
+# Linux delivers to every process of the caller's uid but the caller itself. (`kill -0 -1`
+# cannot tell: the kernel counts processes it may not signal.) The pause lets PID 1 reap.
 _KILL_ALL = (
-    'me=$(id -u); for round in $(seq 20); do kill -9 -1 2>/dev/null; sleep 0.05; '
-    'left=$(ps -o sess= -u "$me" | grep -cvE "^ *$$$"); '
-    '[ "$left" -eq 0 ] && exit 0; done; exit 1'
+    "me=$(id -u); for round in $(seq 20); do "
+    'left=$(ps -o sess= -u "$me" | grep -cvE "^ *$$$"); [ "$left" -eq 0 ] && exit 0; '
+    "kill -9 -1 2>/dev/null; sleep 0.05; done; exit 1"
 )
 
 
@@ -132,66 +134,56 @@ class CommandRunner:
         uid = self.uids.acquire()
         started = time.monotonic()
         capture = _Capture(self.max_output_bytes, self.max_saved_bytes)
-        chunks: Queue[tuple[str, bytes] | None] = Queue()
         try:
-            exec_id = self.client.api.exec_create(
-                container.id,
-                ["sh", "-c", "umask 002\n" + command],
-                user=f"{uid}:{USER_UID}",
-                workdir=cwd,
-                environment={"HOME": "/home/user", **(env or {})},
-            )["Id"]
-            stream = self.client.api.exec_start(exec_id, stream=True, demux=True)
+            exec_id, sock = self._start(container, command, uid=uid, cwd=cwd, env=env)
+            chunks: Queue[tuple[str, bytes] | None] = Queue()
             reader = threading.Thread(
-                target=_pump, args=(stream, chunks), name="sandbox-exec-reader", daemon=True
+                target=_pump, args=(sock, chunks), name="sandbox-exec-reader", daemon=True
             )
             reader.start()
-            timed_out = cancelled = False
-            deadline = started + timeout_s
-            while True:
-                if cancel is not None and cancel.is_set():
-                    cancelled = True
-                    break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    timed_out = True
-                    break
-                try:
-                    item = chunks.get(timeout=min(remaining, 0.1))
-                except Empty:
-                    continue
-                if item is None:
-                    break
-                capture.add(*item)
-                if on_output is not None:
-                    on_output(*item)
-            if timed_out or cancelled:
+            stopped = _collect(chunks, capture, on_output, started + timeout_s, cancel)
+            if stopped is not None:
                 self._kill_job(container, uid)
                 _drain(chunks, capture, on_output, reader)
             reader.join(timeout=5)
             exit_code = self.client.api.exec_inspect(exec_id).get("ExitCode")
+            full_path = None
+            if capture.truncated:
+                full_path = self._save_output(container, exec_id, capture.combined)
         except docker.errors.DockerException as exc:
-            self._kill_job(container, uid)
             raise SandboxUnavailableError(f"running the command failed: {exc}") from exc
         finally:
+            # Also after a normal exit: background children must not outlive their command,
+            # nor run on under a uid that goes back to the pool.
+            self._kill_job(container, uid)
             self.uids.release(uid)
-        full_path = None
-        if capture.truncated:
-            full_path = self._save_output(container, exec_id, capture.combined)
+        timed_out = stopped == "timeout"
         return CommandResult(
             exit_code=exit_code if isinstance(exit_code, int) else (124 if timed_out else -1),
             stdout=capture.kept["stdout"].decode(errors="replace"),
             stderr=capture.kept["stderr"].decode(errors="replace"),
             timed_out=timed_out,
-            cancelled=cancelled,
+            cancelled=stopped == "cancelled",
             duration_ms=int((time.monotonic() - started) * 1000),
             truncated=capture.truncated,
             full_output_path=full_path,
         )
 
+    def _start(
+        self, container: Container, command: str, *, uid: int, cwd: str, env: dict[str, str] | None
+    ) -> tuple[str, Any]:
+        exec_id: str = self.client.api.exec_create(
+            container.id,
+            ["sh", "-c", "umask 002\n" + command],
+            user=f"{uid}:{USER_UID}",
+            workdir=cwd,
+            environment={"HOME": "/home/user", **(env or {})},
+        )["Id"]
+        # The raw socket, so that it can be closed: the SDK's stream generator leaks it.
+        return exec_id, self.client.api.exec_start(exec_id, socket=True)
+
     def _kill_job(self, container: Container, uid: int) -> None:
-        """Kill every process of the job uid, `setsid` escapees included. `kill -0 -1` then
-        tells whether anything of the uid is left (a forking tree can slip one round)."""
+        """Kill every process of the job uid, `setsid` escapees included (see _KILL_ALL)."""
         try:
             result = container.exec_run(["sh", "-c", _KILL_ALL], user=f"{uid}:{USER_UID}")
             if result.exit_code == 0:
@@ -208,7 +200,8 @@ class CommandRunner:
         with tarfile.open(fileobj=archive, mode="w") as tar:
             for directory in (".instance-ai", RESULTS_DIR):
                 info = tarfile.TarInfo(directory)
-                info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, 0o2775, USER_UID, USER_UID
+                info.type, info.mode = tarfile.DIRTYPE, 0o2775
+                info.uid = info.gid = USER_UID
                 tar.addfile(info)
             info = tarfile.TarInfo(relative)
             info.size, info.mode, info.uid, info.gid = len(data), 0o664, USER_UID, USER_UID
@@ -217,15 +210,44 @@ class CommandRunner:
         return relative
 
 
-def _pump(stream: object, chunks: Queue[tuple[str, bytes] | None]) -> None:
+def _pump(sock: Any, chunks: Queue[tuple[str, bytes] | None]) -> None:
+    """Read the exec's multiplexed stdout/stderr frames until the stream ends."""
+    names = {STDOUT: "stdout", STDERR: "stderr"}
+    raw = sock._sock  # SocketIO.close() forgets the socket without closing it
     try:
-        for stdout, stderr in stream:  # type: ignore[attr-defined]
-            if stdout:
-                chunks.put(("stdout", stdout))
-            if stderr:
-                chunks.put(("stderr", stderr))
+        for stream_id, data in frames_iter(sock, tty=False):
+            if data and stream_id in names:
+                chunks.put((names[stream_id], data))
     finally:
+        sock._response.close()
+        sock.close()
+        raw.close()
         chunks.put(None)
+
+
+def _collect(
+    chunks: Queue[tuple[str, bytes] | None],
+    capture: _Capture,
+    on_output: OutputCallback | None,
+    deadline: float,
+    cancel: threading.Event | None,
+) -> str | None:
+    """Take output until the stream ends (None), the deadline ("timeout") or a cancel."""
+    while True:
+        if cancel is not None and cancel.is_set():
+            return "cancelled"
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return "timeout"
+        try:
+            item = chunks.get(timeout=min(remaining, 0.1))
+        except Empty:
+            continue
+        if item is None:
+            return None
+        capture.add(*item)
+        if on_output is not None:
+            on_output(*item)
 
 
 def _drain(

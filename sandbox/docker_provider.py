@@ -75,8 +75,7 @@ def connect() -> docker.DockerClient:
         client.ping()
     except docker.errors.DockerException as exc:
         raise SandboxUnavailableError(
-            f"cannot reach the Docker engine ({exc}): start dockerd (see README) or set "
-            "DOCKER_HOST"
+            f"cannot reach the Docker engine ({exc}): start dockerd (see README) or set DOCKER_HOST"
         ) from exc
     return client
 
@@ -136,7 +135,7 @@ class DockerProvider:
                 pass
         return removed
 
-    def list(self) -> list[SandboxInfo]:
+    def list_sandboxes(self) -> list[SandboxInfo]:
         with engine_errors("list sandboxes"):
             containers = self.client.containers.list(
                 all=True, filters={"label": f"{identity.LABEL_OWNER}={self.owner}"}
@@ -149,7 +148,7 @@ class DockerProvider:
             volumes = self.client.volumes.list(
                 filters={"label": f"{identity.LABEL_OWNER}={self.owner}"}
             )
-        live = {info.volume_name for info in self.list()}
+        live = {info.volume_name for info in self.list_sandboxes()}
         return [v.name for v in volumes if v.name not in live]
 
     def remove_volume(self, name: str) -> None:
@@ -159,7 +158,8 @@ class DockerProvider:
     def _find(self, sid: str) -> Container | None:
         try:
             with engine_errors("look up the sandbox"):
-                container: Container = self.client.containers.get(identity.container_name(self.owner, sid))
+                name = identity.container_name(self.owner, sid)
+                container: Container = self.client.containers.get(name)
         except docker.errors.NotFound:
             return None
         if container.labels.get(identity.LABEL_OWNER) != self.owner:
@@ -195,7 +195,8 @@ class DockerProvider:
                     network_mode=limits.network_mode,
                     read_only=limits.read_only,
                     volumes={volume: {"bind": WORKSPACE, "mode": "rw"}},
-                    tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.tmp_size},mode=1777"},
+                    # /tmp inside the container, private to it:
+                    tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.tmp_size},mode=1777"},  # noqa: S108
                     cap_drop=list(limits.cap_drop),
                     security_opt=["no-new-privileges"] if limits.no_new_privileges else [],
                     init=limits.init,

@@ -1,13 +1,13 @@
 """Errors of the sandbox package (usable without the server).
 
-    SandboxError
-    ├── SandboxUnavailableError  the container engine cannot be reached or refused the call
-    ├── SandboxNotFoundError     no sandbox for that thread (and none may be created)
-    ├── ImageBuildError          the sandbox image could not be built
-    ├── PathEscapeError          a path resolves outside the workspace
-    ├── WorkspaceFileNotFoundError
-    ├── FileTooLargeError        a write or read is over the configured cap
-    └── EditMismatchError        str-replace found the old text zero or several times
+SandboxError
+├── SandboxUnavailableError  the container engine cannot be reached or refused the call
+├── SandboxNotFoundError     no sandbox for that thread (and none may be created)
+├── ImageBuildError          the sandbox image could not be built
+├── PathEscapeError          a path resolves outside the workspace
+├── WorkspaceFileNotFoundError
+├── FileTooLargeError        a write or read is over the configured cap
+└── EditMismatchError        str-replace found the old text zero or several times
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
    from this host's binaries (`rootfs.py`).
 2. **deps** (`instance-ai-sandbox-deps:<hash>`): the lockfile-pinned npm tree, installed on the
    host with `npm ci --ignore-scripts` and copied into a container of the base, committed.
-3. **final** (`instance-ai-sandbox:<hash>`): the code in `bin/` plus the run-time config
+3. **final** (`instance-ai-sandbox:<hash>`): the code in `bin/`, the workspace seed in `seed/`
+   (copied into a workspace on first use), plus the run-time config
    (user, HOME, TMPDIR, n8n's folder), committed the same way. A code change rebuilds only this.
 
 A layer whose tag exists is reused, so a second build does nothing. Copy-and-commit is used
@@ -32,6 +33,7 @@ from sandbox.image import rootfs
 IMAGE_DIR = Path(__file__).resolve().parent
 DEPS_DIR = IMAGE_DIR / "deps"
 BIN_DIR = IMAGE_DIR / "bin"
+SEED_DIR = IMAGE_DIR / "seed"
 REPOSITORY = "instance-ai-sandbox"
 # The node and credential type catalogs the server reads, extracted next to the image.
 CATALOG_FILES = {
@@ -92,7 +94,12 @@ class ImageBuilder:
         base = _digest(rootfs.inputs_digest(files).encode())
         lock = (DEPS_DIR / "package-lock.json").read_bytes()
         deps = _digest(base.encode(), (DEPS_DIR / "package.json").read_bytes(), lock)
-        final = _digest(deps.encode(), _tree_bytes(BIN_DIR), "\n".join(RUN_CONFIG).encode())
+        final = _digest(
+            deps.encode(),
+            _tree_bytes(BIN_DIR),
+            _tree_bytes(SEED_DIR),
+            "\n".join(RUN_CONFIG).encode(),
+        )
         return (f"{REPOSITORY}-base:{base}", f"{REPOSITORY}-deps:{deps}", f"{REPOSITORY}:{final}")
 
     def build(self) -> BuiltImage:
@@ -113,7 +120,9 @@ class ImageBuilder:
             )
             built.append(deps_tag)
         if not self._exists(final_tag):
-            self._commit_layer(deps_tag, final_tag, rootfs.APP_DIR, IMAGE_DIR, ["bin"], RUN_CONFIG)
+            self._commit_layer(
+                deps_tag, final_tag, rootfs.APP_DIR, IMAGE_DIR, ["bin", "seed"], RUN_CONFIG
+            )
             built.append(final_tag)
         catalog_dir = self._extract_catalog(node_modules, final_tag)
         self._log(f"sandbox image {final_tag} ready" + (f" (built {built})" if built else ""))

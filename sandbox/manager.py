@@ -1,0 +1,272 @@
+"""The thread-scoped sandbox manager: the one object the rest of the service talks to.
+
+- **Lazy and single-flight**: a thread's sandbox is found or created on first use; concurrent
+  first uses of one thread share one creation.
+- **Initialised once**: the workspace seed is copied in and the marker `.sandbox-initialized`
+  written in one step; a sandbox that has the marker is never seeded again, so a restart or a
+  reattach keeps the user's files.
+- **Self-healing**: a container stopped or removed from outside is started or recreated on
+  next use (the workspace volume survives).
+- **Idle eviction** drops only the in-process cache entry after `idle_ttl` (the container
+  stays), never for a thread the `is_busy` callback says has an active or suspended run or a
+  running background task, nor while a command runs. In ephemeral mode idle sandboxes are
+  destroyed instead.
+- **Janitor**: removes sandboxes of threads that no longer exist, sandboxes older than
+  `max_age`, and workspace volumes left without a container, by owner label.
+
+The docker SDK blocks, so every engine call runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import docker.errors
+import structlog
+from docker.models.containers import Container
+
+from sandbox import files
+from sandbox.commands import CommandResult, CommandRunner, OutputCallback
+from sandbox.docker_provider import DockerProvider, SandboxInfo
+from sandbox.errors import SandboxUnavailableError
+from sandbox.image.rootfs import APP_DIR, USER_UID, WORKSPACE
+
+log = structlog.get_logger(__name__)
+
+MARKER = ".sandbox-initialized"
+_INITIALISE = f"[ -e {MARKER} ] && exit 0; umask 002; cp -R -n {APP_DIR}/seed/. . && touch {MARKER}"
+
+ThreadPredicate = Callable[[str], Awaitable[bool]]
+T = TypeVar("T")
+
+
+async def _never(_thread_id: str) -> bool:
+    return False
+
+
+async def _always(_thread_id: str) -> bool:
+    return True
+
+
+@dataclass(kw_only=True)
+class _Entry:
+    container: Container
+    last_used: float
+    running_commands: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class JanitorReport:
+    removed_sandboxes: list[str] = field(default_factory=list)
+    removed_volumes: list[str] = field(default_factory=list)
+
+
+class SandboxManager:
+    def __init__(
+        self,
+        provider: DockerProvider,
+        *,
+        runner: CommandRunner | None = None,
+        idle_ttl: timedelta = timedelta(minutes=15),
+        ephemeral: bool = False,
+        max_age: timedelta | None = None,
+        is_busy: ThreadPredicate = _never,
+        thread_exists: ThreadPredicate = _always,
+        max_file_bytes: int = files.DEFAULT_MAX_FILE_BYTES,
+        default_timeout_s: float = 300.0,
+    ) -> None:
+        self.provider = provider
+        self.runner = runner or CommandRunner(provider.client)
+        self.idle_ttl = idle_ttl
+        self.ephemeral = ephemeral
+        self.max_age = max_age
+        self.is_busy = is_busy
+        self.thread_exists = thread_exists
+        self.max_file_bytes = max_file_bytes
+        self.default_timeout_s = default_timeout_s
+        self._entries: dict[str, _Entry] = {}
+        self._creating: dict[str, asyncio.Future[Container]] = {}
+
+    # -- acquisition --------------------------------------------------------------------
+
+    async def acquire(self, thread_id: str) -> Container:
+        """The thread's running, initialised sandbox container."""
+        entry = self._entries.get(thread_id)
+        if entry is not None and await _call(self._still_running, entry.container):
+            entry.last_used = time.monotonic()
+            return entry.container
+        pending = self._creating.get(thread_id)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Container] = asyncio.get_running_loop().create_future()
+        self._creating[thread_id] = future
+        try:
+            container = await _call(self._prepare, thread_id)
+            self._entries[thread_id] = _Entry(container=container, last_used=time.monotonic())
+            future.set_result(container)
+            return container
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # mark retrieved: other waiters re-raise it themselves
+            raise
+        finally:
+            del self._creating[thread_id]
+
+    def _prepare(self, thread_id: str) -> Container:
+        info = self.provider.ensure(thread_id)
+        container = self.provider.client.containers.get(info.container_id)
+        result = container.exec_run(
+            ["sh", "-c", _INITIALISE], user=f"{USER_UID}:{USER_UID}", workdir=WORKSPACE
+        )
+        if result.exit_code != 0:
+            raise SandboxUnavailableError(
+                f"initialising the workspace failed: {result.output.decode(errors='replace')}"
+            )
+        return container
+
+    @staticmethod
+    def _still_running(container: Container) -> bool:
+        try:
+            container.reload()
+        except docker.errors.NotFound:
+            return False
+        return bool(container.status == "running")
+
+    # -- operations ---------------------------------------------------------------------
+
+    async def run_command(
+        self,
+        thread_id: str,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        cwd: str = WORKSPACE,
+        env: dict[str, str] | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> CommandResult:
+        """Run a command under a deadline. Cancelling the awaiting task kills its tree."""
+        container = await self.acquire(thread_id)
+        entry = self._entries[thread_id]
+        cancel = threading.Event()
+        entry.running_commands += 1
+        try:
+            task = asyncio.ensure_future(
+                asyncio.to_thread(
+                    self.runner.run,
+                    container,
+                    command,
+                    timeout_s=timeout_s or self.default_timeout_s,
+                    cwd=cwd,
+                    env=env,
+                    cancel=cancel,
+                    on_output=on_output,
+                )
+            )
+            try:
+                return await asyncio.shield(task)
+            except asyncio.CancelledError:
+                cancel.set()
+                with contextlib.suppress(Exception):
+                    await task  # the tree is dead once this returns
+                raise
+        finally:
+            entry.running_commands -= 1
+            entry.last_used = time.monotonic()
+
+    async def read_file(self, thread_id: str, path: str) -> bytes:
+        container = await self.acquire(thread_id)
+        return await _call(files.read_file, container, path, max_bytes=self.max_file_bytes)
+
+    async def write_file(self, thread_id: str, path: str, data: bytes) -> int:
+        files.confine(path)  # refuse before creating a sandbox for a bad request
+        container = await self.acquire(thread_id)
+        return await _call(files.write_file, container, path, data, max_bytes=self.max_file_bytes)
+
+    async def str_replace(
+        self, thread_id: str, path: str, old: str, new: str, *, replace_all: bool = False
+    ) -> int:
+        container = await self.acquire(thread_id)
+        return await _call(
+            files.str_replace,
+            container,
+            path,
+            old,
+            new,
+            replace_all=replace_all,
+            max_bytes=self.max_file_bytes,
+        )
+
+    async def list_files(
+        self, thread_id: str, path: str = ".", *, recursive: bool = False
+    ) -> tuple[list[files.FileEntry], bool]:
+        container = await self.acquire(thread_id)
+        return await _call(files.list_files, container, path, recursive=recursive)
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def destroy(self, thread_id: str) -> bool:
+        """Remove the thread's sandbox and workspace (thread deletion)."""
+        self._entries.pop(thread_id, None)
+        return await _call(self.provider.destroy, thread_id)
+
+    def cached_threads(self) -> list[str]:
+        return list(self._entries)
+
+    async def sweep_idle(self) -> list[str]:
+        """Drop (or, ephemeral, destroy) idle sandboxes that nothing is using."""
+        now = time.monotonic()
+        swept = []
+        for thread_id, entry in list(self._entries.items()):
+            idle = now - entry.last_used >= self.idle_ttl.total_seconds()
+            if not idle or entry.running_commands or await self.is_busy(thread_id):
+                continue
+            if self.ephemeral:
+                await self.destroy(thread_id)
+            else:
+                self._entries.pop(thread_id, None)
+            swept.append(thread_id)
+        return swept
+
+    async def janitor(self) -> JanitorReport:
+        """One pass: remove sandboxes of vanished threads, expired sandboxes and orphaned
+        workspace volumes of this owner."""
+        report = JanitorReport()
+        for info in await _call(self.provider.list_sandboxes):
+            if await self._should_remove(info):
+                await self.destroy(info.thread_id)
+                report.removed_sandboxes.append(info.thread_id)
+        for volume in await _call(self.provider.orphan_volumes):
+            await _call(self.provider.remove_volume, volume)
+            report.removed_volumes.append(volume)
+        if report.removed_sandboxes or report.removed_volumes:
+            log.info("sandbox janitor", **report.__dict__)
+        return report
+
+    async def _should_remove(self, info: SandboxInfo) -> bool:
+        entry = self._entries.get(info.thread_id)
+        if entry is not None and entry.running_commands:
+            return False
+        if not await self.thread_exists(info.thread_id):
+            return True
+        if self.max_age is None or info.created_at is None:
+            return False
+        expired = datetime.now(UTC) - info.created_at > self.max_age
+        return expired and not await self.is_busy(info.thread_id)
+
+    async def close(self) -> None:
+        """Ephemeral sandboxes go with the process; others stay for the next start."""
+        if self.ephemeral:
+            for thread_id in list(self._entries):
+                await self.destroy(thread_id)
+        self._entries.clear()
+
+
+async def _call(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    return await asyncio.to_thread(function, *args, **kwargs)

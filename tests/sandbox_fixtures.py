@@ -1,0 +1,50 @@
+"""Fixtures for tests that need the real Docker engine and the real sandbox image."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from sandbox import identity
+from sandbox.docker_provider import DockerProvider, connect
+from sandbox.image.build import BuiltImage, ImageBuilder
+
+ROOT = Path(__file__).resolve().parents[1]
+# Shared with `make sandbox-image`, so the suite reuses what the set-up step built.
+BUILD_CACHE = Path(os.environ.get("INSTANCE_AI_SANDBOX_CACHE", ROOT / ".cache" / "sandbox"))
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[docker.DockerClient]:
+    client = connect()
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def sandbox_image(docker_client: docker.DockerClient) -> BuiltImage:
+    return ImageBuilder(docker_client, cache_dir=BUILD_CACHE).build()
+
+
+@pytest.fixture
+def owner(docker_client: docker.DockerClient) -> Iterator[str]:
+    """A label unique to this test; everything carrying it is removed afterwards."""
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    yield name
+    selector = {"label": f"{identity.LABEL_OWNER}={name}"}
+    for container in docker_client.containers.list(all=True, filters=selector):
+        container.remove(force=True)
+    for volume in docker_client.volumes.list(filters=selector):
+        volume.remove(force=True)
+
+
+@pytest.fixture
+def provider(
+    docker_client: docker.DockerClient, sandbox_image: BuiltImage, owner: str
+) -> DockerProvider:
+    return DockerProvider(docker_client, image=sandbox_image.tag, owner=owner)

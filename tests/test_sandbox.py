@@ -1,0 +1,283 @@
+"""Per-thread sandboxes on the real Docker engine with the real image."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import timedelta
+
+import docker
+import pytest
+
+from sandbox import files, identity
+from sandbox.commands import CommandRunner
+from sandbox.docker_provider import DockerProvider
+from sandbox.errors import EditMismatchError, FileTooLargeError, PathEscapeError
+from sandbox.image.build import BuiltImage
+from sandbox.manager import MARKER, SandboxManager
+
+
+def sh(container: docker.models.containers.Container, script: str, user: str = "1000:1000") -> str:
+    result = container.exec_run(["sh", "-c", script], user=user)
+    return str(result.output.decode())
+
+
+def test_the_sandbox_is_hardened(provider: DockerProvider) -> None:
+    info = provider.ensure("thread-hardening")
+    container = provider.container("thread-hardening")
+    host = container.attrs["HostConfig"]
+    assert host["NetworkMode"] == "none"
+    assert host["ReadonlyRootfs"] is True
+    assert host["CapDrop"] == ["ALL"]
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["Init"] is True
+    assert host["PidsLimit"] == 256
+    assert host["Memory"] == host["MemorySwap"] == 1024**3
+    assert host["NanoCpus"] == 1_000_000_000
+    assert container.attrs["Config"]["User"] == "1000:1000"
+    mounts = {m["Destination"]: m for m in container.attrs["Mounts"]}
+    assert mounts["/home/user/workspace"]["Type"] == "volume"
+    assert mounts["/home/user/workspace"]["Name"] == info.volume_name
+    # And from the inside.
+    status = sh(container, "grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; id -u")
+    assert "CapEff:\t0000000000000000" in status and "NoNewPrivs:\t1" in status
+    assert status.strip().endswith("1000")
+    interfaces = sh(container, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '").split()
+    assert interfaces == ["lo"]
+    assert "Read-only file system" in sh(container, "touch /etc/x")
+
+
+def test_identity_and_labels_are_deterministic(provider: DockerProvider, owner: str) -> None:
+    info = provider.ensure("thread-id")
+    expected = str(uuid.uuid5(identity.NAMESPACE, "instance-ai-thread-thread-id"))
+    assert info.sandbox_id == expected
+    assert info.container_name == identity.container_name(owner, expected)
+    assert info.labels[identity.LABEL_OWNER] == owner
+    assert info.labels[identity.LABEL_THREAD] == "thread-id"
+    assert info.labels[identity.LABEL_IMAGE] == provider.image
+    assert info.created_at is not None
+    assert provider.ensure("thread-id").container_id == info.container_id
+
+
+def test_threads_cannot_see_each_other(provider: DockerProvider) -> None:
+    a, b = provider.ensure("thread-a"), provider.ensure("thread-b")
+    assert a.volume_name != b.volume_name
+    container_a, container_b = provider.container("thread-a"), provider.container("thread-b")
+    files.write_file(container_a, "secret.txt", b"only for a")
+    sh(container_a, "sleep 300 >/dev/null 2>&1 &")
+    assert "secret.txt" not in sh(container_b, "ls -a /home/user/workspace")
+    assert sh(container_b, "ps -eo comm").split().count("sleep") == 1  # only its keep-alive
+
+
+async def test_a_restart_reattaches_and_keeps_the_workspace(
+    provider: DockerProvider,
+    docker_client: docker.DockerClient,
+    sandbox_image: BuiltImage,
+    owner: str,
+) -> None:
+    first = SandboxManager(provider)
+    await first.write_file("t1", "src/main.workflow.ts", b"export default 1;\n")
+    await first.write_file("t1", "package.json", b'{"edited": true}\n')
+    container_id = (await first.acquire("t1")).id
+    # A new process: new provider and manager, same owner.
+    second = SandboxManager(DockerProvider(docker_client, image=sandbox_image.tag, owner=owner))
+    assert (await second.acquire("t1")).id == container_id
+    assert await second.read_file("t1", "src/main.workflow.ts") == b"export default 1;\n"
+    # Initialised once: the seed did not overwrite the user's edit.
+    assert await second.read_file("t1", "package.json") == b'{"edited": true}\n'
+    names = {e.path for e in (await second.list_files("t1"))[0]}
+    assert {MARKER, "src", "chunks", "knowledge-base", "tsconfig.json"} <= names
+
+
+async def test_concurrent_first_uses_create_one_sandbox(provider: DockerProvider) -> None:
+    manager = SandboxManager(provider)
+    containers = await asyncio.gather(*(manager.acquire("t1") for _ in range(5)))
+    assert len({c.id for c in containers}) == 1
+    assert len(provider.list_sandboxes()) == 1
+
+
+async def test_a_container_stopped_or_removed_from_outside_comes_back_with_its_files(
+    provider: DockerProvider,
+) -> None:
+    manager = SandboxManager(provider)
+    await manager.write_file("t1", "keep.txt", b"still here")
+    (await manager.acquire("t1")).kill()
+    assert await manager.read_file("t1", "keep.txt") == b"still here"
+    (await manager.acquire("t1")).remove(force=True)
+    assert await manager.read_file("t1", "keep.txt") == b"still here"
+
+
+async def test_idle_eviction_keeps_the_container_and_spares_busy_threads(
+    provider: DockerProvider,
+) -> None:
+    busy = {"t-busy"}
+
+    async def is_busy(thread_id: str) -> bool:
+        return thread_id in busy
+
+    manager = SandboxManager(provider, idle_ttl=timedelta(0), is_busy=is_busy)
+    await manager.acquire("t-idle")
+    await manager.acquire("t-busy")
+    assert await manager.sweep_idle() == ["t-idle"]
+    assert manager.cached_threads() == ["t-busy"]
+    assert provider.get("t-idle") is not None  # only the cache entry went
+
+
+async def test_ephemeral_mode_destroys_idle_sandboxes(provider: DockerProvider) -> None:
+    manager = SandboxManager(provider, idle_ttl=timedelta(0), ephemeral=True)
+    await manager.acquire("t1")
+    assert await manager.sweep_idle() == ["t1"]
+    assert provider.get("t1") is None
+
+
+async def test_destroy_removes_container_and_volume(
+    provider: DockerProvider, docker_client: docker.DockerClient
+) -> None:
+    manager = SandboxManager(provider)
+    await manager.acquire("t1")
+    info = provider.get("t1")
+    assert info is not None
+    assert await manager.destroy("t1")
+    assert provider.get("t1") is None
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.volumes.get(info.volume_name)
+
+
+async def test_the_janitor_removes_orphans_and_keeps_live_threads(
+    provider: DockerProvider, docker_client: docker.DockerClient
+) -> None:
+    async def thread_exists(thread_id: str) -> bool:
+        return thread_id == "alive"
+
+    manager = SandboxManager(provider, thread_exists=thread_exists)
+    await manager.acquire("alive")
+    await manager.acquire("deleted-while-down")
+    orphan = provider.get("alive")
+    assert orphan is not None
+    # A workspace volume whose container is gone.
+    docker_client.volumes.create(
+        "instance-ai-orphan-" + uuid.uuid4().hex[:6],
+        labels={identity.LABEL_OWNER: provider.owner},
+    )
+    report = await manager.janitor()
+    assert report.removed_sandboxes == ["deleted-while-down"]
+    assert len(report.removed_volumes) == 1
+    assert [i.thread_id for i in provider.list_sandboxes()] == ["alive"]
+
+
+async def test_the_deadline_kills_the_whole_tree_including_setsid_escapees(
+    provider: DockerProvider,
+) -> None:
+    manager = SandboxManager(provider)
+    started = time.monotonic()
+    result = await manager.run_command(
+        "t1",
+        "setsid sh -c 'sleep 300' & nohup sleep 301 >/dev/null 2>&1 & echo started; wait",
+        timeout_s=1.5,
+    )
+    assert result.timed_out and not result.success
+    assert result.stdout == "started\n"
+    assert time.monotonic() - started < 30
+    container = await manager.acquire("t1")
+    assert container.status == "running"  # the sandbox survives its command
+    processes = sh(container, "ps -eo uid=,args=")
+    assert "sleep 300" not in processes and "sleep 301" not in processes
+
+
+async def test_cancelling_the_caller_kills_the_tree(provider: DockerProvider) -> None:
+    manager = SandboxManager(provider)
+    task = asyncio.create_task(
+        manager.run_command("t1", "setsid sleep 302 & sleep 303", timeout_s=120)
+    )
+    container = await manager.acquire("t1")
+    for _ in range(100):
+        if "sleep 303" in sh(container, "ps -eo args="):
+            break
+        await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    processes = sh(container, "ps -eo args=")
+    assert "sleep 302" not in processes and "sleep 303" not in processes
+
+
+async def test_results_report_exit_codes_and_output(provider: DockerProvider) -> None:
+    manager = SandboxManager(provider)
+    result = await manager.run_command("t1", "echo out; echo err >&2; exit 3", timeout_s=30)
+    assert (result.exit_code, result.stdout, result.stderr) == (3, "out\n", "err\n")
+    assert not result.timed_out and not result.truncated and result.full_output_path is None
+    made = await manager.run_command("t1", "echo from-a-job > job.txt", timeout_s=30)
+    assert made.success
+    # What a job makes stays editable by the sandbox user.
+    assert await manager.str_replace("t1", "job.txt", "a-job", "the-user") == 1
+
+
+async def test_zombies_do_not_accumulate(provider: DockerProvider) -> None:
+    manager = SandboxManager(provider)
+    for _ in range(5):
+        await manager.run_command(
+            "t1", "for i in $(seq 40); do sleep 0.01 & done; exit 0", timeout_s=30
+        )
+    await asyncio.sleep(0.5)
+    container = await manager.acquire("t1")
+    states = sh(container, "ps -eo stat=").split()
+    assert not [s for s in states if s.startswith("Z")]
+
+
+async def test_cut_output_is_kept_whole_in_the_workspace(provider: DockerProvider) -> None:
+    runner = CommandRunner(provider.client, max_output_bytes=1000)
+    manager = SandboxManager(provider, runner=runner)
+    result = await manager.run_command("t1", "seq 1 50000", timeout_s=60)
+    assert result.truncated and len(result.stdout) == 1000
+    assert result.full_output_path is not None
+    saved = await manager.read_file("t1", result.full_output_path)
+    assert saved.decode().splitlines() == [str(n) for n in range(1, 50001)]
+
+
+@pytest.mark.parametrize("path", ["../x", "/etc/passwd", "src/../../x", "link-out/x", "link-file"])
+async def test_paths_leading_out_of_the_workspace_are_refused(
+    provider: DockerProvider, path: str
+) -> None:
+    manager = SandboxManager(provider)
+    container = await manager.acquire("t1")
+    sh(container, "ln -s /tmp link-out; ln -s /etc/passwd link-file")
+    with pytest.raises(PathEscapeError):
+        await manager.read_file("t1", path)
+    with pytest.raises(PathEscapeError):
+        await manager.write_file("t1", path, b"x")
+    assert "x" not in sh(container, "ls /tmp")
+
+
+async def test_edits_need_a_unique_exact_match_and_writes_have_a_cap(
+    provider: DockerProvider,
+) -> None:
+    manager = SandboxManager(provider, max_file_bytes=1000)
+    await manager.write_file("t1", "a.txt", b"one two two")
+    with pytest.raises(EditMismatchError, match="matches 2 places"):
+        await manager.str_replace("t1", "a.txt", "two", "three")
+    with pytest.raises(EditMismatchError, match="not found"):
+        await manager.str_replace("t1", "a.txt", "four", "five")
+    assert await manager.str_replace("t1", "a.txt", "two", "2", replace_all=True) == 2
+    assert await manager.read_file("t1", "a.txt") == b"one 2 2"
+    with pytest.raises(FileTooLargeError):
+        await manager.write_file("t1", "big.txt", b"x" * 1001)
+    assert "big.txt" not in {e.path for e in (await manager.list_files("t1"))[0]}
+
+
+async def test_a_fork_bomb_and_a_memory_hog_are_contained(provider: DockerProvider) -> None:
+    manager = SandboxManager(provider)
+    await manager.run_command("bomb", "b() { b | b & }; b; sleep 2", timeout_s=5)
+    bomb_box = await manager.acquire("bomb")
+    # Swept: nothing of any job uid is left, only the sandbox user's processes.
+    assert set(sh(bomb_box, "ps -eo uid=").split()) == {"1000"}
+    hog = await manager.run_command(
+        "hog",
+        'node -e "const a=[]; for(;;) a.push(Buffer.alloc(64*1024*1024, 1))"',
+        timeout_s=60,
+    )
+    assert hog.exit_code != 0 and not hog.timed_out  # killed for memory, not by the deadline
+    # Both sandboxes, and a neighbour, still work.
+    for thread_id in ("bomb", "hog", "neighbour"):
+        ok = await manager.run_command(thread_id, "echo alive", timeout_s=30)
+        assert ok.stdout == "alive\n", thread_id
