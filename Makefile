@@ -4,17 +4,24 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: run test setup system lint typecheck proto proto-check bench clean
+# The sandbox image's build cache (npm tree, catalogs), shared by the tests.
+SANDBOX_CACHE := .cache/sandbox
 
-## run: set up, then serve on the embedded defaults (127.0.0.1:50051, SQLite)
-run: $(INSTALLED)
+.PHONY: run test setup system sandbox-image lint typecheck proto proto-check bench clean
+
+## run: set up, then serve on the embedded defaults (127.0.0.1:50051, SQLite, Docker sandboxes)
+run: setup
 	$(BIN)/instance-ai serve
 
 ## test: set up everything the tests need, then lint, type-check and run the suite
-test: system $(INSTALLED) lint typecheck
+test: setup lint typecheck
 	$(BIN)/pytest
 
-setup: system $(INSTALLED)
+setup: system $(INSTALLED) sandbox-image
+
+## sandbox-image: build the sandbox image offline (a no-op when its content hash exists)
+sandbox-image: system $(INSTALLED)
+	$(BIN)/instance-ai sandbox build-image --cache-dir $(SANDBOX_CACHE)
 
 system:
 	./scripts/setup-system
@@ -41,8 +48,9 @@ proto-check: $(INSTALLED)
 	$(BIN)/python proto/generate.py --check
 
 ## bench: benchmarks, each printed beside a baseline measured in the same run
-bench: $(INSTALLED)
+bench: setup
 	$(BIN)/python -m bench.events
+	$(BIN)/python -m bench.sandbox
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

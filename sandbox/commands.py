@@ -8,9 +8,9 @@ kill misses), while PID 1 and everything of other uids (the sandbox user, other 
 of its reach without CAP_KILL. Only the engine can start a process under another uid in a
 container without capabilities, which is why commands go through `docker exec`.
 
-Output is read on the host. Each stream keeps its first `max_output_bytes` for the result;
-the whole combined output (up to `max_saved_bytes`) is written into the workspace when it was
-cut, and its path returned so it can be paged.
+Output is read on the host. Each stream keeps its first `max_output_bytes` for the result
+(and only that reaches a live listener); the whole combined output (up to `max_saved_bytes`)
+is written into the workspace when it was cut, and its path returned so it can be paged.
 """
 
 from __future__ import annotations
@@ -92,15 +92,17 @@ class _Capture:
         self.combined = bytearray()
         self.truncated = False
 
-    def add(self, stream: str, data: bytes) -> None:
+    def add(self, stream: str, data: bytes) -> bytes:
+        """Record a chunk; returns the part kept inline (what a live listener may see)."""
         kept = self.kept[stream]
-        room = self.limit - len(kept)
-        if room > 0:
-            kept.extend(data[:room])
-        if len(data) > max(room, 0):
+        room = max(self.limit - len(kept), 0)
+        inline = data[:room]
+        kept.extend(inline)
+        if len(data) > room:
             self.truncated = True
         if len(self.combined) < self.saved_limit:
             self.combined.extend(data[: self.saved_limit - len(self.combined)])
+        return inline
 
 
 class CommandRunner:
@@ -245,9 +247,14 @@ def _collect(
             continue
         if item is None:
             return None
-        capture.add(*item)
-        if on_output is not None:
-            on_output(*item)
+        _record(item, capture, on_output)
+
+
+def _record(item: tuple[str, bytes], capture: _Capture, on_output: OutputCallback | None) -> None:
+    stream, data = item
+    inline = capture.add(stream, data)
+    if inline and on_output is not None:
+        on_output(stream, inline)
 
 
 def _drain(
@@ -265,6 +272,4 @@ def _drain(
             return
         if item is None:
             return
-        capture.add(*item)
-        if on_output is not None:
-            on_output(*item)
+        _record(item, capture, on_output)

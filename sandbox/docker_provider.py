@@ -11,6 +11,8 @@ PID 1 (without it orphans become zombies that exhaust the pids limit), uid 1000,
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -68,12 +70,34 @@ def engine_errors(action: str) -> Iterator[None]:
         ) from exc
 
 
+def _probe_unix_socket() -> None:
+    """Fail early, and without leaking a socket (docker-py does on a refused connect), when
+    the engine's unix socket cannot be reached."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if not host.startswith("unix://"):
+        return
+    path = host[len("unix://") :]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(5)
+        try:
+            probe.connect(path)
+        except OSError as exc:
+            raise SandboxUnavailableError(
+                f"cannot reach the Docker engine at {path} ({exc.strerror or exc}): start "
+                "dockerd (see README) or set DOCKER_HOST"
+            ) from None
+
+
 def connect() -> docker.DockerClient:
     """A client for the local engine, or SandboxUnavailableError saying what to do."""
+    _probe_unix_socket()
+    client = None
     try:
         client = docker.from_env()
         client.ping()
     except docker.errors.DockerException as exc:
+        if client is not None:
+            client.close()
         raise SandboxUnavailableError(
             f"cannot reach the Docker engine ({exc}): start dockerd (see README) or set DOCKER_HOST"
         ) from exc

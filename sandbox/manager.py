@@ -184,6 +184,12 @@ class SandboxManager:
         container = await self.acquire(thread_id)
         return await _call(files.read_file, container, path, max_bytes=self.max_file_bytes)
 
+    async def read_result(self, thread_id: str, path: str) -> bytes:
+        """A stored result: bounded by what a command may save, not by the edit cap."""
+        container = await self.acquire(thread_id)
+        limit = max(self.max_file_bytes, self.runner.max_saved_bytes)
+        return await _call(files.read_file, container, path, max_bytes=limit)
+
     async def write_file(self, thread_id: str, path: str, data: bytes) -> int:
         files.confine(path)  # refuse before creating a sandbox for a bad request
         container = await self.acquire(thread_id)

@@ -64,6 +64,25 @@ class Settings(BaseSettings):
     max_chat_message_chars: int = Field(
         200_000, ge=1, le=10_000_000, description="longest chat message accepted"
     )
+    sandbox_provider: Literal["docker", "none"] = Field(
+        "docker", description="docker: per-thread hardened containers; none: no workspace"
+    )
+    sandbox_owner: str = Field(
+        "instance-ai",
+        min_length=1,
+        max_length=64,
+        description="label on this service's sandboxes; services sharing an engine differ",
+    )
+    sandbox_idle_ttl_seconds: float = Field(900, gt=0, description="idle time before eviction")
+    sandbox_ephemeral: bool = Field(False, description="destroy sandboxes when idle")
+    sandbox_max_age_hours: float = Field(720, gt=0, description="janitor removes older ones")
+    sandbox_janitor_interval_seconds: float = Field(600, gt=0)
+    sandbox_memory_mb: int = Field(1024, ge=64)
+    sandbox_pids_limit: int = Field(256, ge=16)
+    sandbox_cpus: float = Field(1.0, gt=0)
+    sandbox_command_timeout_seconds: float = Field(300, gt=0, le=3600)
+    sandbox_max_output_bytes: int = Field(64 * 1024, ge=1024, description="per stream, inline")
+    sandbox_max_file_bytes: int = Field(10 * 1024 * 1024, ge=1024)
     subscriber_buffer: int = Field(
         4096, ge=512, le=1_000_000, description="live events held per slow subscriber"
     )

@@ -54,7 +54,12 @@ async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 @pytest.fixture
 def make_settings(tmp_path: Path) -> Callable[..., Settings]:
     def make(**overrides: Any) -> Settings:
-        values: dict[str, Any] = {"port": 0, "data_dir": tmp_path / "data"}
+        # Sandboxes only where a test asks for them (tests/test_workspace_api.py).
+        values: dict[str, Any] = {
+            "port": 0,
+            "data_dir": tmp_path / "data",
+            "sandbox_provider": "none",
+        }
         values.update(overrides)
         return load_settings(**values)
 

@@ -23,8 +23,6 @@ from instance_ai.v1 import (
     pipeline_pb2_grpc,
     tools_pb2,
     tools_pb2_grpc,
-    workspace_pb2,
-    workspace_pb2_grpc,
 )
 from server.app import Application
 
@@ -118,12 +116,6 @@ async def test_health_reports_serving_for_the_server_and_each_service(
             "tool registry",
         ),
         (
-            lambda ch: workspace_pb2_grpc.WorkspaceStub(ch).ReadFile(
-                workspace_pb2.ReadFileRequest()
-            ),
-            "sandboxes",
-        ),
-        (
             lambda ch: pipeline_pb2_grpc.PipelineStub(ch).BuildWorkflow(
                 pipeline_pb2.BuildWorkflowRequest()
             ),
@@ -151,17 +143,6 @@ async def test_rpcs_not_built_yet_say_what_they_need(
         await make_call(channel)
     assert error.value.code() is grpc.StatusCode.UNIMPLEMENTED
     assert needs in (error.value.details() or "")
-
-
-async def test_a_streaming_rpc_not_built_yet_says_so(channel: grpc.aio.Channel) -> None:
-    call = workspace_pb2_grpc.WorkspaceStub(channel).Exec(
-        workspace_pb2.ExecRequest(thread_id="t1", command="true")
-    )
-    with pytest.raises(grpc.aio.AioRpcError) as error:
-        async for _ in call:
-            pass
-    assert error.value.code() is grpc.StatusCode.UNIMPLEMENTED
-    assert "Workspace.Exec" in (error.value.details() or "")
 
 
 async def test_an_unexpected_error_is_internal_with_a_reference_and_no_details(

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import grpc
 
+from sandbox import errors as sandbox_errors
+from sandbox.results import ResultViewError
 from server import errors
 
-STATUS_BY_ERROR: dict[type[errors.InstanceAIError], grpc.StatusCode] = {
+# Most specific first is not needed: lookup walks each error's class hierarchy.
+STATUS_BY_ERROR: dict[type[Exception], grpc.StatusCode] = {
     errors.InvalidArgumentError: grpc.StatusCode.INVALID_ARGUMENT,
     errors.NotFoundError: grpc.StatusCode.NOT_FOUND,
     errors.OutOfRangeError: grpc.StatusCode.OUT_OF_RANGE,
@@ -15,20 +18,31 @@ STATUS_BY_ERROR: dict[type[errors.InstanceAIError], grpc.StatusCode] = {
     errors.SubscriberLaggedError: grpc.StatusCode.ABORTED,
     errors.UnavailableError: grpc.StatusCode.UNAVAILABLE,
     errors.NotImplementedCapabilityError: grpc.StatusCode.UNIMPLEMENTED,
+    sandbox_errors.PathEscapeError: grpc.StatusCode.PERMISSION_DENIED,
+    sandbox_errors.FileTooLargeError: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    sandbox_errors.WorkspaceFileNotFoundError: grpc.StatusCode.NOT_FOUND,
+    sandbox_errors.SandboxNotFoundError: grpc.StatusCode.NOT_FOUND,
+    sandbox_errors.EditMismatchError: grpc.StatusCode.FAILED_PRECONDITION,
+    sandbox_errors.SandboxUnavailableError: grpc.StatusCode.UNAVAILABLE,
+    sandbox_errors.ImageBuildError: grpc.StatusCode.FAILED_PRECONDITION,
+    ResultViewError: grpc.StatusCode.INVALID_ARGUMENT,
 }
+
+# The errors whose message is written for the caller (anything else is INTERNAL).
+EXPECTED_ERRORS = (errors.InstanceAIError, sandbox_errors.SandboxError)
 
 # Trailing metadata key carrying the event id to resume after, on ABORTED (lagged) streams.
 RESUME_AFTER_KEY = "x-resume-after"
 
 
-def status_for(error: errors.InstanceAIError) -> grpc.StatusCode:
+def status_for(error: Exception) -> grpc.StatusCode:
     for cls in type(error).__mro__:
         if cls in STATUS_BY_ERROR:
             return STATUS_BY_ERROR[cls]
     return grpc.StatusCode.UNKNOWN
 
 
-def trailing_metadata_for(error: errors.InstanceAIError) -> tuple[tuple[str, str], ...]:
+def trailing_metadata_for(error: Exception) -> tuple[tuple[str, str], ...]:
     if isinstance(error, errors.SubscriberLaggedError):
         return ((RESUME_AFTER_KEY, str(error.last_event_id)),)
     return ()

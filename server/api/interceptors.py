@@ -11,8 +11,7 @@ from typing import Any
 import grpc
 import structlog
 
-from server.api.errors import status_for, trailing_metadata_for
-from server.errors import InstanceAIError
+from server.api.errors import EXPECTED_ERRORS, status_for, trailing_metadata_for
 from server.runtime.ids import new_id
 
 log = structlog.get_logger(__name__)
@@ -93,7 +92,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
 
 class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Turns `InstanceAIError`s into their status (see `server/api/errors.py`), and anything
+    """Turns expected errors into their status (see `server/api/errors.py`), and anything
     unexpected into INTERNAL with a reference the server log carries next to the traceback."""
 
     async def intercept_service(
@@ -131,7 +130,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 async def _abort_with(exc: Exception, context: grpc.aio.ServicerContext, method: str) -> None:
     if isinstance(exc, grpc.aio.AbortError | asyncio.CancelledError):
         raise exc
-    if isinstance(exc, InstanceAIError):
+    if isinstance(exc, EXPECTED_ERRORS):
         context.set_trailing_metadata(trailing_metadata_for(exc))
         await context.abort(status_for(exc), str(exc))
     reference = new_id("err")

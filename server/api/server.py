@@ -10,10 +10,11 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from instance_ai.v1 import agent_pb2, agent_pb2_grpc
+from instance_ai.v1 import agent_pb2, agent_pb2_grpc, workspace_pb2, workspace_pb2_grpc
 from server.api.agent import AgentServicer
 from server.api.interceptors import AuthInterceptor, ErrorInterceptor
 from server.api.unimplemented import add_pending_services
+from server.api.workspace import WorkspaceServicer
 from server.runtime import Runtime
 from server.settings import Settings
 
@@ -73,7 +74,11 @@ async def start_grpc_server(runtime: Runtime) -> GrpcServer:
         ],
     )
     agent_pb2_grpc.add_AgentServicer_to_server(AgentServicer(runtime), server)
-    services = [agent_pb2.DESCRIPTOR.services_by_name["Agent"].full_name]
+    workspace_pb2_grpc.add_WorkspaceServicer_to_server(WorkspaceServicer(runtime), server)
+    services = [
+        agent_pb2.DESCRIPTOR.services_by_name["Agent"].full_name,
+        workspace_pb2.DESCRIPTOR.services_by_name["Workspace"].full_name,
+    ]
     services += add_pending_services(server)
 
     health_servicer = health.aio.HealthServicer()

@@ -15,8 +15,6 @@ from instance_ai.v1 import (
     pipeline_pb2_grpc,
     tools_pb2,
     tools_pb2_grpc,
-    workspace_pb2,
-    workspace_pb2_grpc,
 )
 
 # (servicer base, add-to-server function, descriptor, capability per RPC)
@@ -26,12 +24,6 @@ PENDING: list[tuple[type, Callable[[Any, grpc.aio.Server], None], Any, dict[str,
         tools_pb2_grpc.add_ToolsServicer_to_server,
         tools_pb2.DESCRIPTOR.services_by_name["Tools"],
         {"*": "the tool registry (orchestrator issue)"},
-    ),
-    (
-        workspace_pb2_grpc.WorkspaceServicer,
-        workspace_pb2_grpc.add_WorkspaceServicer_to_server,
-        workspace_pb2.DESCRIPTOR.services_by_name["Workspace"],
-        {"*": "per-thread sandboxes (sandbox issue)"},
     ),
     (
         pipeline_pb2_grpc.PipelineServicer,
@@ -51,16 +43,8 @@ PENDING: list[tuple[type, Callable[[Any, grpc.aio.Server], None], Any, dict[str,
 ]
 
 
-def _unimplemented(full_name: str, capability: str, streaming: bool) -> Callable[..., Any]:
+def _unimplemented(full_name: str, capability: str) -> Callable[..., Any]:
     message = f"{full_name} is not implemented yet: it needs {capability}"
-
-    if streaming:
-
-        async def stream(_self: Any, _request: Any, context: grpc.aio.ServicerContext) -> Any:
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED, message)
-            yield  # pragma: no cover - abort raises
-
-        return stream
 
     async def unary(_self: Any, _request: Any, context: grpc.aio.ServicerContext) -> Any:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, message)
@@ -72,11 +56,13 @@ def add_pending_services(server: grpc.aio.Server) -> list[str]:
     """Register every pending service; returns their full names."""
     names = []
     for base, add_to_server, service, capabilities in PENDING:
+        if any(m.server_streaming for m in service.methods):
+            # A pending streaming RPC would need a streaming stub; there is none now.
+            raise TypeError(f"{service.full_name} has a streaming RPC: give it a stub")
         methods = {
             method.name: _unimplemented(
                 f"{service.name}.{method.name}",
                 capabilities.get(method.name, capabilities["*"]),
-                method.server_streaming,
             )
             for method in service.methods
         }

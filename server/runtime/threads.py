@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -42,10 +43,16 @@ class ThreadStatus:
     background_tasks: list[BackgroundTaskInfo] = field(default_factory=list)
 
 
+async def _nothing(_thread_id: str) -> None:
+    return None
+
+
 @dataclass(kw_only=True)
 class Threads:
     db: Database
     events: EventLog
+    # Called after a thread is deleted, e.g. to destroy its sandbox.
+    on_deleted: Callable[[str], Awaitable[None]] = _nothing
 
     async def status(self, thread_id: str) -> ThreadStatus:
         check_thread_id(thread_id)
@@ -80,6 +87,7 @@ class Threads:
             lambda _cursor: NotFoundError(f"thread {thread_id!r} was deleted"),
             thread_id=thread_id,
         )
+        await self.on_deleted(thread_id)
 
     async def start_run(self, thread_id: str, *, message_id: str | None = None) -> str:
         """Open a run (creating the thread if new) and announce it with `run-start`."""

@@ -377,24 +377,41 @@ class ReadToolResultRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     THREAD_ID_FIELD_NUMBER: _builtins.int
-    RESULT_ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    VIEW_FIELD_NUMBER: _builtins.int
+    POINTER_FIELD_NUMBER: _builtins.int
     OFFSET_FIELD_NUMBER: _builtins.int
+    MAX_CHARS_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
     thread_id: _builtins.str
-    result_id: _builtins.str
+    path: _builtins.str
+    """The workspace path of the stored result (ExitStatus.result_id)."""
+    view: _builtins.str
+    """"text" (default): characters [offset, offset + max_chars).
+    "describe": the result's size and shape (JSON: type, keys, lengths), never its content.
+    "json": the JSON value at `pointer`; an array is paged by offset/limit.
+    """
+    pointer: _builtins.str
+    """RFC 6901 JSON pointer for the json view ("" = the whole document)."""
     offset: _builtins.int
+    max_chars: _builtins.int
+    """text view: characters to return, 1-20000 (0: 20000)."""
     limit: _builtins.int
+    """json view on an array: items to return, 1-100 (0: 100)."""
     def __init__(
         self,
         *,
         thread_id: _builtins.str = ...,
-        result_id: _builtins.str = ...,
+        path: _builtins.str = ...,
+        view: _builtins.str = ...,
+        pointer: _builtins.str = ...,
         offset: _builtins.int = ...,
+        max_chars: _builtins.int = ...,
         limit: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "offset", b"offset", "result_id", b"result_id", "thread_id", b"thread_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "max_chars", b"max_chars", "offset", b"offset", "path", b"path", "pointer", b"pointer", "thread_id", b"thread_id", "view", b"view"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -405,22 +422,24 @@ class ReadToolResultResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CONTENT_FIELD_NUMBER: _builtins.int
-    TOTAL_CHARS_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
     NEXT_OFFSET_FIELD_NUMBER: _builtins.int
     content: _builtins.str
-    total_chars: _builtins.int
+    """The window (text), or a JSON document (describe and json views)."""
+    total: _builtins.int
+    """text view: the result's length in characters; json view: the array's length."""
     next_offset: _builtins.int
-    """Absent at the end."""
+    """Where the next window starts; absent at the end."""
     def __init__(
         self,
         *,
         content: _builtins.str = ...,
-        total_chars: _builtins.int = ...,
+        total: _builtins.int = ...,
         next_offset: _builtins.int | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_next_offset", b"_next_offset", "next_offset", b"next_offset"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_next_offset", b"_next_offset", "content", b"content", "next_offset", b"next_offset", "total_chars", b"total_chars"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_next_offset", b"_next_offset", "content", b"content", "next_offset", b"next_offset", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__next_offset: _TypeAlias = _typing.Literal["next_offset"]  # noqa: Y015
     _WhichOneofArgType__next_offset: _TypeAlias = _typing.Literal["_next_offset", b"_next_offset"]  # noqa: Y015

@@ -105,7 +105,8 @@ class WorkspaceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReadToolResult(self, request, context):
-        """Pages through output that a tool or command cut.
+        """Pages through a stored result (output that a command or tool cut): as text, as a
+        description of its structure, or as JSON at an RFC 6901 pointer.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

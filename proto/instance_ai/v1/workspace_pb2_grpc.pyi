@@ -42,7 +42,9 @@ class WorkspaceStub:
     Exec: _grpc.UnaryStreamMultiCallable[_workspace_pb2.ExecRequest, _workspace_pb2.ExecResponse]
     """Runs a command under a deadline: stdout/stderr chunks, then one exit record."""
     ReadToolResult: _grpc.UnaryUnaryMultiCallable[_workspace_pb2.ReadToolResultRequest, _workspace_pb2.ReadToolResultResponse]
-    """Pages through output that a tool or command cut."""
+    """Pages through a stored result (output that a command or tool cut): as text, as a
+    description of its structure, or as JSON at an RFC 6901 pointer.
+    """
 
 @_typing.type_check_only
 class WorkspaceAsyncStub(WorkspaceStub):
@@ -58,7 +60,9 @@ class WorkspaceAsyncStub(WorkspaceStub):
     Exec: _aio.UnaryStreamMultiCallable[_workspace_pb2.ExecRequest, _workspace_pb2.ExecResponse]  # type: ignore[assignment]
     """Runs a command under a deadline: stdout/stderr chunks, then one exit record."""
     ReadToolResult: _aio.UnaryUnaryMultiCallable[_workspace_pb2.ReadToolResultRequest, _workspace_pb2.ReadToolResultResponse]  # type: ignore[assignment]
-    """Pages through output that a tool or command cut."""
+    """Pages through a stored result (output that a command or tool cut): as text, as a
+    description of its structure, or as JSON at an RFC 6901 pointer.
+    """
 
 class WorkspaceServicer(metaclass=_abc_1.ABCMeta):
     """File and command access to a thread's sandbox workspace. Paths are relative to the
@@ -107,6 +111,8 @@ class WorkspaceServicer(metaclass=_abc_1.ABCMeta):
         request: _workspace_pb2.ReadToolResultRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_workspace_pb2.ReadToolResultResponse, _abc.Awaitable[_workspace_pb2.ReadToolResultResponse]]:
-        """Pages through output that a tool or command cut."""
+        """Pages through a stored result (output that a command or tool cut): as text, as a
+        description of its structure, or as JSON at an RFC 6901 pointer.
+        """
 
 def add_WorkspaceServicer_to_server(servicer: WorkspaceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

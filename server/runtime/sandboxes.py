@@ -1,0 +1,137 @@
+"""The service's view of sandboxes: availability, thread checks, and housekeeping.
+
+Docker is the provider. When it is configured but the engine or the image is missing, the
+service still starts (events and threads keep working) and every workspace call answers
+UNAVAILABLE saying what to do: a sandbox is never silently replaced by something that does
+not isolate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import timedelta
+
+import docker.errors
+import structlog
+from sqlalchemy import select
+
+from sandbox.commands import CommandRunner
+from sandbox.docker_provider import DockerProvider, SandboxLimits, connect
+from sandbox.errors import SandboxError, SandboxUnavailableError
+from sandbox.image.build import ImageBuilder
+from sandbox.manager import SandboxManager
+from server.errors import NotFoundError, UnavailableError
+from server.runtime.threads import OPEN_RUN_STATES
+from server.settings import Settings
+from server.store import Database
+from server.store.models import RunRow
+from server.store.threads import get_thread
+
+log = structlog.get_logger(__name__)
+
+# How often idle sandboxes are looked for.
+SWEEP_INTERVAL_S = 30.0
+
+
+class SandboxService:
+    def __init__(self, settings: Settings, db: Database) -> None:
+        self.settings = settings
+        self.db = db
+        self._manager: SandboxManager | None = None
+        self._unavailable = "sandboxes are disabled (INSTANCE_AI_SANDBOX_PROVIDER=none)"
+        self._housekeeping: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        if self.settings.sandbox_provider == "none":
+            return
+        try:
+            self._manager = await asyncio.to_thread(self._connect)
+        except SandboxError as exc:
+            self._unavailable = str(exc)
+            log.error("sandboxes unavailable", reason=self._unavailable)
+            return
+        self._housekeeping = asyncio.create_task(self._housekeep(), name="sandbox-housekeeping")
+
+    def _connect(self) -> SandboxManager:
+        client = connect()
+        tag = ImageBuilder(client, cache_dir=self.settings.data_dir / "sandbox").tags()[2]
+        try:
+            client.images.get(tag)
+        except docker.errors.ImageNotFound:
+            raise SandboxUnavailableError(
+                f"the sandbox image {tag} is not built: run `instance-ai sandbox build-image` "
+                "(or `make sandbox-image`)"
+            ) from None
+        s = self.settings
+        limits = SandboxLimits(
+            pids_limit=s.sandbox_pids_limit,
+            memory_bytes=s.sandbox_memory_mb * 1024 * 1024,
+            cpus=s.sandbox_cpus,
+        )
+        provider = DockerProvider(client, image=tag, owner=s.sandbox_owner, limits=limits)
+        log.info("sandboxes ready", image=tag, owner=s.sandbox_owner)
+        return SandboxManager(
+            provider,
+            runner=CommandRunner(client, max_output_bytes=s.sandbox_max_output_bytes),
+            idle_ttl=timedelta(seconds=s.sandbox_idle_ttl_seconds),
+            ephemeral=s.sandbox_ephemeral,
+            max_age=timedelta(hours=s.sandbox_max_age_hours),
+            is_busy=self._is_busy,
+            thread_exists=self._thread_exists,
+            max_file_bytes=s.sandbox_max_file_bytes,
+            default_timeout_s=s.sandbox_command_timeout_seconds,
+        )
+
+    @property
+    def manager(self) -> SandboxManager:
+        if self._manager is None:
+            raise UnavailableError(self._unavailable)
+        return self._manager
+
+    async def for_thread(self, thread_id: str) -> SandboxManager:
+        """The manager, once the thread is known to exist (no sandbox for unknown threads)."""
+        manager = self.manager
+        if not await self._thread_exists(thread_id):
+            raise NotFoundError(f"thread {thread_id!r} does not exist")
+        return manager
+
+    async def destroy(self, thread_id: str) -> None:
+        if self._manager is not None:
+            await self._manager.destroy(thread_id)
+
+    async def close(self) -> None:
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._housekeeping
+        if self._manager is not None:
+            await self._manager.close()
+
+    async def _housekeep(self) -> None:
+        manager = self.manager
+        janitor_every = self.settings.sandbox_janitor_interval_seconds
+        next_janitor = 0.0
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                if loop.time() >= next_janitor:
+                    await manager.janitor()
+                    next_janitor = loop.time() + janitor_every
+                await manager.sweep_idle()
+            except SandboxError as exc:
+                log.warning("sandbox housekeeping failed", error=str(exc))
+            await asyncio.sleep(min(SWEEP_INTERVAL_S, janitor_every))
+
+    async def _thread_exists(self, thread_id: str) -> bool:
+        async with self.db.session() as session:
+            return await get_thread(session, thread_id) is not None
+
+    async def _is_busy(self, thread_id: str) -> bool:
+        async with self.db.session() as session:
+            open_run = await session.execute(
+                select(RunRow.id)
+                .where(RunRow.thread_id == thread_id, RunRow.status.in_(OPEN_RUN_STATES))
+                .limit(1)
+            )
+            return open_run.first() is not None
