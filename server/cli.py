@@ -22,6 +22,7 @@ from server.app import Application
 from server.client import DEFAULT_SERVER, ClientConfig
 from server.errors import InstanceAIError
 from server.logs import configure_logging
+from server.sandbox_cli import app as sandbox_app
 from server.settings import SettingsError, load_settings
 
 app = typer.Typer(
@@ -30,6 +31,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+app.add_typer(sandbox_app, name="sandbox")
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 

@@ -19,6 +19,7 @@ from instance_ai.v1 import agent_pb2, agent_pb2_grpc
 from server.runtime.events import EventLog
 from server.settings import DATABASE_FILE_NAME
 from server.store import Database
+from tests.sandbox_fixtures import BUILD_CACHE
 
 CLI = str(Path(sys.executable).parent / "instance-ai")
 
@@ -205,3 +206,43 @@ async def test_sigterm_drains_in_flight_calls_then_exits(tmp_path: Path) -> None
         assert any('"stopped"' in line for line in running.process.stderr or [])
     finally:
         stop_server(running)
+
+
+@pytest.fixture
+def sandbox_env(tmp_path: Path, owner: str, sandbox_image: object) -> dict[str, str]:
+    return {"INSTANCE_AI_SANDBOX_OWNER": owner, "INSTANCE_AI_DATA_DIR": str(tmp_path / "data")}
+
+
+def test_sandbox_exec_prints_output_and_exits_with_the_command_code(
+    sandbox_env: dict[str, str],
+) -> None:
+    result = run_cli(
+        "sandbox", "exec", "cli-thread", "--", "echo hi; echo oops >&2; exit 3", env=sandbox_env
+    )
+    assert (result.returncode, result.stdout, result.stderr.strip()) == (3, "hi\n", "oops")
+    timed = run_cli(
+        "sandbox", "exec", "cli-thread", "--timeout", "1", "--", "sleep 30", env=sandbox_env
+    )
+    assert timed.returncode == 124
+    assert "timed out" in timed.stderr
+
+
+def test_sandbox_ls_and_gc(sandbox_env: dict[str, str]) -> None:
+    assert run_cli("sandbox", "exec", "gone-thread", "--", "true", env=sandbox_env).returncode == 0
+    listed = json.loads(run_cli("sandbox", "ls", "--json", env=sandbox_env).stdout)
+    assert [s["thread"] for s in listed["sandboxes"]] == ["gone-thread"]
+    # The thread does not exist in this data directory's store: gc removes its sandbox.
+    collected = json.loads(run_cli("sandbox", "gc", "--json", env=sandbox_env).stdout)
+    assert collected["removedSandboxes"] == ["gone-thread"]
+    listed = json.loads(run_cli("sandbox", "ls", "--json", env=sandbox_env).stdout)
+    assert listed["sandboxes"] == []
+
+
+def test_sandbox_build_image_is_a_no_op_when_built(sandbox_env: dict[str, str]) -> None:
+    result = run_cli(
+        "sandbox", "build-image", "--cache-dir", str(BUILD_CACHE), "--json", env=sandbox_env
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["built"] == [] and report["image"].startswith("instance-ai-sandbox:")
+    assert Path(report["catalog"], "nodes.json").stat().st_size > 100_000

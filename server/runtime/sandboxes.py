@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import timedelta
+from pathlib import Path
 
 import docker.errors
 import structlog
@@ -20,7 +21,7 @@ from sandbox.commands import CommandRunner
 from sandbox.docker_provider import DockerProvider, SandboxLimits, connect
 from sandbox.errors import SandboxError, SandboxUnavailableError
 from sandbox.image.build import ImageBuilder
-from sandbox.manager import SandboxManager
+from sandbox.manager import SandboxManager, ThreadPredicate
 from server.errors import NotFoundError, UnavailableError
 from server.runtime.threads import OPEN_RUN_STATES
 from server.settings import Settings
@@ -54,33 +55,8 @@ class SandboxService:
         self._housekeeping = asyncio.create_task(self._housekeep(), name="sandbox-housekeeping")
 
     def _connect(self) -> SandboxManager:
-        client = connect()
-        tag = ImageBuilder(client, cache_dir=self.settings.data_dir / "sandbox").tags()[2]
-        try:
-            client.images.get(tag)
-        except docker.errors.ImageNotFound:
-            raise SandboxUnavailableError(
-                f"the sandbox image {tag} is not built: run `instance-ai sandbox build-image` "
-                "(or `make sandbox-image`)"
-            ) from None
-        s = self.settings
-        limits = SandboxLimits(
-            pids_limit=s.sandbox_pids_limit,
-            memory_bytes=s.sandbox_memory_mb * 1024 * 1024,
-            cpus=s.sandbox_cpus,
-        )
-        provider = DockerProvider(client, image=tag, owner=s.sandbox_owner, limits=limits)
-        log.info("sandboxes ready", image=tag, owner=s.sandbox_owner)
-        return SandboxManager(
-            provider,
-            runner=CommandRunner(client, max_output_bytes=s.sandbox_max_output_bytes),
-            idle_ttl=timedelta(seconds=s.sandbox_idle_ttl_seconds),
-            ephemeral=s.sandbox_ephemeral,
-            max_age=timedelta(hours=s.sandbox_max_age_hours),
-            is_busy=self._is_busy,
-            thread_exists=self._thread_exists,
-            max_file_bytes=s.sandbox_max_file_bytes,
-            default_timeout_s=s.sandbox_command_timeout_seconds,
+        return build_manager(
+            self.settings, is_busy=self._is_busy, thread_exists=self._thread_exists
         )
 
     @property
@@ -135,3 +111,51 @@ class SandboxService:
                 .limit(1)
             )
             return open_run.first() is not None
+
+
+def image_tag(client: docker.DockerClient) -> str:
+    """The tag the current sources build; computed from the inputs, no engine call."""
+    return ImageBuilder(client, cache_dir=Path("/nonexistent")).tags()[2]
+
+
+def build_manager(
+    settings: Settings,
+    *,
+    is_busy: ThreadPredicate | None = None,
+    thread_exists: ThreadPredicate | None = None,
+) -> SandboxManager:
+    """Connect to the engine and set up the manager (blocking). Raises SandboxError with
+    what to do when the engine or the image is missing."""
+    client = connect()
+    tag = image_tag(client)
+    try:
+        client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        client.close()
+        raise SandboxUnavailableError(
+            f"the sandbox image {tag} is not built: run `instance-ai sandbox build-image` "
+            "(or `make sandbox-image`)"
+        ) from None
+    s = settings
+    limits = SandboxLimits(
+        pids_limit=s.sandbox_pids_limit,
+        memory_bytes=s.sandbox_memory_mb * 1024 * 1024,
+        cpus=s.sandbox_cpus,
+    )
+    provider = DockerProvider(client, image=tag, owner=s.sandbox_owner, limits=limits)
+    log.info("sandboxes ready", image=tag, owner=s.sandbox_owner)
+    predicates = {
+        key: value
+        for key, value in (("is_busy", is_busy), ("thread_exists", thread_exists))
+        if value is not None
+    }
+    return SandboxManager(
+        provider,
+        runner=CommandRunner(client, max_output_bytes=s.sandbox_max_output_bytes),
+        idle_ttl=timedelta(seconds=s.sandbox_idle_ttl_seconds),
+        ephemeral=s.sandbox_ephemeral,
+        max_age=timedelta(hours=s.sandbox_max_age_hours),
+        max_file_bytes=s.sandbox_max_file_bytes,
+        default_timeout_s=s.sandbox_command_timeout_seconds,
+        **predicates,
+    )

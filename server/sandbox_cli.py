@@ -1,0 +1,167 @@
+"""`instance-ai sandbox ...`: operator commands that talk to the Docker engine directly."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sandbox.docker_provider import connect
+from sandbox.errors import SandboxError
+from sandbox.image.build import ImageBuilder
+from server.logs import configure_logging
+from server.runtime.sandboxes import build_manager
+from server.settings import Settings, SettingsError, load_settings
+from server.store import Database
+from server.store.threads import get_thread
+
+app = typer.Typer(help="Per-thread sandboxes: build the image, list, clean up, run commands.")
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+
+
+def _settings() -> Settings:
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        err.print(f"instance-ai: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    # Only problems are worth a log line here (on stderr); stdout carries the result.
+    configure_logging(log_format=settings.log_format, level="warning")
+    return settings
+
+
+def _fail(exc: SandboxError) -> typer.Exit:
+    err.print(f"instance-ai: {exc}", markup=False)
+    return typer.Exit(1)
+
+
+@app.command("build-image")
+def build_image(
+    cache_dir: Annotated[
+        Path | None, typer.Option(help="npm tree and catalogs [DATA_DIR/sandbox]")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Build the sandbox image offline; a no-op when its content hash already exists."""
+    settings = _settings()
+    try:
+        client = connect()
+        builder = ImageBuilder(
+            client,
+            cache_dir=cache_dir or settings.data_dir / "sandbox",
+            log=lambda message: err.print(message, markup=False),
+        )
+        built = builder.build()
+    except SandboxError as exc:
+        raise _fail(exc) from None
+    report = {"image": built.tag, "catalog": str(built.catalog_dir), "built": built.built_layers}
+    if as_json:
+        out.print_json(data=report)
+    else:
+        built_now = ", ".join(built.built_layers)
+        out.print(f"{built.tag} ({'built ' + built_now if built_now else 'up to date'})")
+
+
+@app.command("ls")
+def list_sandboxes(as_json: JsonOption = False) -> None:
+    """List this service's sandboxes (by its owner label)."""
+    settings = _settings()
+    try:
+        manager = build_manager(settings)
+        sandboxes = manager.provider.list_sandboxes()
+    except SandboxError as exc:
+        raise _fail(exc) from None
+    rows = [
+        {
+            "thread": s.thread_id,
+            "sandbox": s.sandbox_id,
+            "status": s.status,
+            "created": s.created_at.isoformat() if s.created_at else None,
+            "image": s.image,
+        }
+        for s in sandboxes
+    ]
+    if as_json:
+        out.print_json(data={"owner": settings.sandbox_owner, "sandboxes": rows})
+        return
+    table = Table("thread", "sandbox", "status", "created", "image")
+    for row in rows:
+        table.add_row(
+            *(str(row[k] or "") for k in ("thread", "sandbox", "status", "created", "image"))
+        )
+    out.print(table)
+
+
+@app.command("gc")
+def garbage_collect(as_json: JsonOption = False) -> None:
+    """Remove sandboxes of deleted threads, expired ones and orphaned workspaces, once."""
+    settings = _settings()
+
+    async def run() -> dict[str, Any]:
+        db = await Database.open(settings.resolved_database_url)
+        try:
+
+            async def thread_exists(thread_id: str) -> bool:
+                async with db.session() as session:
+                    return await get_thread(session, thread_id) is not None
+
+            manager = await asyncio.to_thread(build_manager, settings, thread_exists=thread_exists)
+            report = await manager.janitor()
+        finally:
+            await db.close()
+        return {
+            "removedSandboxes": report.removed_sandboxes,
+            "removedVolumes": report.removed_volumes,
+        }
+
+    try:
+        report = asyncio.run(run())
+    except SandboxError as exc:
+        raise _fail(exc) from None
+    if as_json:
+        out.print_json(data=report)
+    else:
+        out.print(
+            f"removed {len(report['removedSandboxes'])} sandboxes, "
+            f"{len(report['removedVolumes'])} orphaned workspaces"
+        )
+
+
+@app.command("exec")
+def exec_command(
+    thread: Annotated[str, typer.Argument(help="thread id")],
+    command: Annotated[list[str], typer.Argument(help="the command, after --")],
+    timeout: Annotated[float | None, typer.Option(help="seconds [the setting, 300]")] = None,
+) -> None:
+    """Run a command in a thread's sandbox; print its output; exit with its exit code."""
+    settings = _settings()
+
+    def show(stream: str, data: bytes) -> None:
+        target = sys.stdout if stream == "stdout" else sys.stderr
+        target.buffer.write(data)
+        target.flush()
+
+    async def run() -> int:
+        manager = await asyncio.to_thread(build_manager, settings)
+        result = await manager.run_command(
+            thread, " ".join(command), timeout_s=timeout, on_output=show
+        )
+        if result.truncated:
+            err.print(f"(output cut; the whole of it is in {result.full_output_path})")
+        if result.timed_out:
+            err.print(f"(timed out after {result.duration_ms} ms; the command's tree was killed)")
+            return 124
+        return result.exit_code
+
+    try:
+        code = asyncio.run(run())
+    except SandboxError as exc:
+        raise _fail(exc) from None
+    raise typer.Exit(code)
