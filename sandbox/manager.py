@@ -37,6 +37,7 @@ from sandbox.commands import CommandResult, CommandRunner, OutputCallback
 from sandbox.docker_provider import DockerProvider, SandboxInfo
 from sandbox.errors import SandboxUnavailableError
 from sandbox.image.rootfs import APP_DIR, USER_UID, WORKSPACE
+from sandbox.worker import WorkerClient, WorkerGoneError
 
 log = structlog.get_logger(__name__)
 
@@ -60,6 +61,12 @@ class _Entry:
     container: Container
     last_used: float
     running_commands: int = 0
+    worker: WorkerClient | None = None
+
+    def drop_worker(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,20 +84,22 @@ class SandboxManager:
         idle_ttl: timedelta = timedelta(minutes=15),
         ephemeral: bool = False,
         max_age: timedelta | None = None,
-        is_busy: ThreadPredicate = _never,
-        thread_exists: ThreadPredicate = _always,
+        is_busy: ThreadPredicate | None = None,
+        thread_exists: ThreadPredicate | None = None,
         max_file_bytes: int = files.DEFAULT_MAX_FILE_BYTES,
         default_timeout_s: float = 300.0,
+        use_worker: bool = True,
     ) -> None:
         self.provider = provider
         self.runner = runner or CommandRunner(provider.client)
         self.idle_ttl = idle_ttl
         self.ephemeral = ephemeral
         self.max_age = max_age
-        self.is_busy = is_busy
-        self.thread_exists = thread_exists
+        self.is_busy = is_busy or _never
+        self.thread_exists = thread_exists or _always
         self.max_file_bytes = max_file_bytes
         self.default_timeout_s = default_timeout_s
+        self.use_worker = use_worker
         self._entries: dict[str, _Entry] = {}
         self._creating: dict[str, asyncio.Future[Container]] = {}
 
@@ -99,9 +108,15 @@ class SandboxManager:
     async def acquire(self, thread_id: str) -> Container:
         """The thread's running, initialised sandbox container."""
         entry = self._entries.get(thread_id)
-        if entry is not None and await _call(self._still_running, entry.container):
+        # A live worker proves the container runs (its stream dies with it): no engine call.
+        if entry is not None and (
+            (entry.worker is not None and entry.worker.alive)
+            or await _call(self._still_running, entry.container)
+        ):
             entry.last_used = time.monotonic()
             return entry.container
+        if entry is not None:  # stopped or removed from outside: its worker went with it
+            entry.drop_worker()
         pending = self._creating.get(thread_id)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -181,45 +196,87 @@ class SandboxManager:
             entry.last_used = time.monotonic()
 
     async def read_file(self, thread_id: str, path: str) -> bytes:
-        container = await self.acquire(thread_id)
-        return await _call(files.read_file, container, path, max_bytes=self.max_file_bytes)
+        limit = self.max_file_bytes
+        return await self._file_op(
+            thread_id,
+            lambda w: w.read_file(path, max_bytes=limit),
+            lambda c: files.read_file(c, path, max_bytes=limit),
+        )
 
     async def read_result(self, thread_id: str, path: str) -> bytes:
         """A stored result: bounded by what a command may save, not by the edit cap."""
-        container = await self.acquire(thread_id)
         limit = max(self.max_file_bytes, self.runner.max_saved_bytes)
-        return await _call(files.read_file, container, path, max_bytes=limit)
+        return await self._file_op(
+            thread_id,
+            lambda w: w.read_file(path, max_bytes=limit),
+            lambda c: files.read_file(c, path, max_bytes=limit),
+        )
 
     async def write_file(self, thread_id: str, path: str, data: bytes) -> int:
         files.confine(path)  # refuse before creating a sandbox for a bad request
-        container = await self.acquire(thread_id)
-        return await _call(files.write_file, container, path, data, max_bytes=self.max_file_bytes)
+        limit = self.max_file_bytes
+        return await self._file_op(
+            thread_id,
+            lambda w: w.write_file(path, data, max_bytes=limit),
+            lambda c: files.write_file(c, path, data, max_bytes=limit),
+        )
 
     async def str_replace(
         self, thread_id: str, path: str, old: str, new: str, *, replace_all: bool = False
     ) -> int:
-        container = await self.acquire(thread_id)
-        return await _call(
-            files.str_replace,
-            container,
-            path,
-            old,
-            new,
-            replace_all=replace_all,
-            max_bytes=self.max_file_bytes,
+        limit = self.max_file_bytes
+        return await self._file_op(
+            thread_id,
+            lambda w: w.str_replace(path, old, new, replace_all=replace_all, max_bytes=limit),
+            lambda c: files.str_replace(
+                c, path, old, new, replace_all=replace_all, max_bytes=limit
+            ),
         )
 
     async def list_files(
         self, thread_id: str, path: str = ".", *, recursive: bool = False
     ) -> tuple[list[files.FileEntry], bool]:
-        container = await self.acquire(thread_id)
-        return await _call(files.list_files, container, path, recursive=recursive)
+        limit = files.DEFAULT_MAX_ENTRIES
+        return await self._file_op(
+            thread_id,
+            lambda w: w.list_files(path, recursive=recursive, max_entries=limit),
+            lambda c: files.list_files(c, path, recursive=recursive, max_entries=limit),
+        )
+
+    async def _file_op(
+        self,
+        thread_id: str,
+        through_worker: Callable[[WorkerClient], T],
+        through_exec: Callable[[Container], T],
+    ) -> T:
+        """Run a file operation on the worker, restarting a dead one once; when no worker
+        can run, the exec path serves the call (slower, same rules). Each attempt acquires
+        the sandbox again: a worker that died may have died with its container."""
+        for _attempt in range(2):
+            container = await self.acquire(thread_id)
+            entry = self._entries[thread_id]
+            if not self.use_worker:
+                break
+            if entry.worker is None or not entry.worker.alive:
+                entry.drop_worker()
+                try:
+                    entry.worker = await _call(WorkerClient.start, self.provider.client, container)
+                except WorkerGoneError as exc:
+                    log.warning("sandbox worker unavailable; using exec", reason=str(exc))
+                    break
+            try:
+                return await _call(through_worker, entry.worker)
+            except WorkerGoneError:
+                entry.drop_worker()
+        return await _call(through_exec, await self.acquire(thread_id))
 
     # -- lifecycle ----------------------------------------------------------------------
 
     async def destroy(self, thread_id: str) -> bool:
         """Remove the thread's sandbox and workspace (thread deletion)."""
-        self._entries.pop(thread_id, None)
+        entry = self._entries.pop(thread_id, None)
+        if entry is not None:
+            entry.drop_worker()
         return await _call(self.provider.destroy, thread_id)
 
     def cached_threads(self) -> list[str]:
@@ -236,7 +293,7 @@ class SandboxManager:
             if self.ephemeral:
                 await self.destroy(thread_id)
             else:
-                self._entries.pop(thread_id, None)
+                self._entries.pop(thread_id).drop_worker()
             swept.append(thread_id)
         return swept
 
@@ -271,6 +328,8 @@ class SandboxManager:
         if self.ephemeral:
             for thread_id in list(self._entries):
                 await self.destroy(thread_id)
+        for entry in self._entries.values():
+            entry.drop_worker()
         self._entries.clear()
 
 

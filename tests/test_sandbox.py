@@ -281,3 +281,40 @@ async def test_a_fork_bomb_and_a_memory_hog_are_contained(provider: DockerProvid
     for thread_id in ("bomb", "hog", "neighbour"):
         ok = await manager.run_command(thread_id, "echo alive", timeout_s=30)
         assert ok.stdout == "alive\n", thread_id
+
+
+async def test_a_dead_worker_is_replaced_transparently(provider: DockerProvider) -> None:
+    manager = SandboxManager(provider)
+    await manager.write_file("t1", "a.txt", b"first")
+    container = await manager.acquire("t1")
+    worker_pids = sh(container, "pgrep -f 'bin/worker[.]mjs'").split()
+    assert len(worker_pids) == 1
+    sh(container, "pkill -KILL -f 'bin/worker[.]mjs'")
+    assert await manager.read_file("t1", "a.txt") == b"first"
+    new_pids = sh(container, "pgrep -f 'bin/worker[.]mjs'").split()
+    assert len(new_pids) == 1 and new_pids != worker_pids
+
+
+@pytest.mark.parametrize("use_worker", [True, False], ids=["worker", "exec-fallback"])
+async def test_both_file_paths_follow_the_same_rules(
+    provider: DockerProvider, use_worker: bool
+) -> None:
+    manager = SandboxManager(provider, use_worker=use_worker, max_file_bytes=100)
+    assert await manager.write_file("t1", "d/e/f.txt", b"\x00\xffbinary-safe") == 13
+    assert await manager.read_file("t1", "d/e/f.txt") == b"\x00\xffbinary-safe"
+    await manager.write_file("t1", "g.txt", b"x y y")
+    with pytest.raises(EditMismatchError, match="matches 2 places"):
+        await manager.str_replace("t1", "g.txt", "y", "z")
+    assert await manager.str_replace("t1", "g.txt", "x", "w") == 1
+    entries, truncated = await manager.list_files("t1", "d", recursive=True)
+    assert [(e.path, e.type) for e in entries] == [
+        ("e", "directory"),
+        ("e/f.txt", "file"),
+    ] and not truncated
+    container = await manager.acquire("t1")
+    sh(container, "ln -s /etc link")
+    for escape in ("link/passwd", "../x", "/etc/hostname"):
+        with pytest.raises(PathEscapeError):
+            await manager.read_file("t1", escape)
+    with pytest.raises(FileTooLargeError):
+        await manager.write_file("t1", "big", b"x" * 101)

@@ -144,11 +144,6 @@ def build_manager(
     )
     provider = DockerProvider(client, image=tag, owner=s.sandbox_owner, limits=limits)
     log.info("sandboxes ready", image=tag, owner=s.sandbox_owner)
-    predicates = {
-        key: value
-        for key, value in (("is_busy", is_busy), ("thread_exists", thread_exists))
-        if value is not None
-    }
     return SandboxManager(
         provider,
         runner=CommandRunner(client, max_output_bytes=s.sandbox_max_output_bytes),
@@ -157,5 +152,6 @@ def build_manager(
         max_age=timedelta(hours=s.sandbox_max_age_hours),
         max_file_bytes=s.sandbox_max_file_bytes,
         default_timeout_s=s.sandbox_command_timeout_seconds,
-        **predicates,
+        is_busy=is_busy,
+        thread_exists=thread_exists,
     )
