@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import socket
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -146,25 +147,87 @@ class DockerProvider:
     def destroy(self, thread_id: str) -> bool:
         """Remove the container and its workspace volume. False if there was nothing."""
         sid = identity.sandbox_id(thread_id)
-        removed = False
         container = self._find(sid)
+        volume = identity.volume_name(self.owner, sid)
+        if container is not None:
+            volume = _workspace_volume(container) or volume
+        return self._remove(container, volume)
+
+    def _remove(self, container: Container | None, volume: str) -> bool:
+        removed = False
         with engine_errors("remove the sandbox"):
             if container is not None:
                 container.remove(force=True)
                 removed = True
             try:
-                self.client.volumes.get(identity.volume_name(self.owner, sid)).remove(force=True)
+                self.client.volumes.get(volume).remove(force=True)
                 removed = True
             except docker.errors.NotFound:
                 pass
         return removed
 
+    # -- the warm pool ------------------------------------------------------------------
+
+    def create_pooled(self) -> Container:
+        """A started sandbox under a pool name, for any thread to claim."""
+        pool_id = uuid.uuid4().hex
+        labels = self._labels("", pool_id) | {identity.LABEL_POOL: "1"}
+        name = identity.pool_name(self.owner, pool_id)
+        container = self._create_container(name, identity.volume_name(self.owner, pool_id), labels)
+        with engine_errors("start a pooled sandbox"):
+            container.start()
+            container.reload()
+        return container
+
+    def pooled(self) -> list[Container]:
+        """Unclaimed pool sandboxes (claimed ones were renamed away from the pool name)."""
+        pool_prefix = identity.pool_name(self.owner, "")
+        with engine_errors("list pooled sandboxes"):
+            containers = self.client.containers.list(
+                all=True,
+                filters={"label": [f"{identity.LABEL_OWNER}={self.owner}", identity.LABEL_POOL]},
+            )
+        return [c for c in containers if (c.name or "").startswith(pool_prefix)]
+
+    def claim(self, thread_id: str, container: Container) -> bool:
+        """Give a pooled sandbox to a thread by renaming it to the thread's name. False if
+        another claimer (or the thread's own sandbox) got there first."""
+        try:
+            with engine_errors("claim a pooled sandbox"):
+                container.rename(
+                    identity.container_name(self.owner, identity.sandbox_id(thread_id))
+                )
+                container.reload()
+        except docker.errors.NotFound:
+            return False
+        except SandboxUnavailableError as exc:
+            if (
+                isinstance(exc.__cause__, docker.errors.APIError)
+                and exc.__cause__.status_code == 409
+            ):
+                return False
+            raise
+        return True
+
+    def discard(self, container: Container) -> None:
+        self._remove(container, _workspace_volume(container) or "")
+
     def list_sandboxes(self) -> list[SandboxInfo]:
+        """This owner's sandboxes that belong to a thread (not the unclaimed pool)."""
+        pool_prefix = identity.pool_name(self.owner, "")
         with engine_errors("list sandboxes"):
             containers = self.client.containers.list(
                 all=True, filters={"label": f"{identity.LABEL_OWNER}={self.owner}"}
             )
-        return [self._info(c) for c in containers]
+        return [self._info(c) for c in containers if not (c.name or "").startswith(pool_prefix)]
+
+    def remove(self, info: SandboxInfo) -> None:
+        """Remove a listed sandbox and its workspace (whether or not it has a thread label)."""
+        try:
+            container: Container | None = self.client.containers.get(info.container_id)
+        except docker.errors.NotFound:
+            container = None
+        self._remove(container, info.volume_name)
 
     def orphan_volumes(self) -> list[str]:
         """Workspace volumes of this owner with no container."""
@@ -172,8 +235,12 @@ class DockerProvider:
             volumes = self.client.volumes.list(
                 filters={"label": f"{identity.LABEL_OWNER}={self.owner}"}
             )
-        live = {info.volume_name for info in self.list_sandboxes()}
-        return [v.name for v in volumes if v.name not in live]
+        with engine_errors("list containers"):
+            containers = self.client.containers.list(
+                all=True, filters={"label": f"{identity.LABEL_OWNER}={self.owner}"}
+            )
+        mounted = {_workspace_volume(c) for c in containers}
+        return [v.name for v in volumes if v.name not in mounted]
 
     def remove_volume(self, name: str) -> None:
         with engine_errors("remove a volume"):
@@ -203,8 +270,13 @@ class DockerProvider:
         }
 
     def _create(self, thread_id: str, sid: str) -> Container:
-        labels = self._labels(thread_id, sid)
-        volume = identity.volume_name(self.owner, sid)
+        return self._create_container(
+            identity.container_name(self.owner, sid),
+            identity.volume_name(self.owner, sid),
+            self._labels(thread_id, sid),
+        )
+
+    def _create_container(self, name: str, volume: str, labels: dict[str, str]) -> Container:
         limits = self.limits
         with engine_errors("create the sandbox"):
             try:
@@ -214,7 +286,7 @@ class DockerProvider:
             try:
                 container: Container = self.client.containers.create(
                     self.image,
-                    name=identity.container_name(self.owner, sid),
+                    name=name,
                     labels=labels,
                     network_mode=limits.network_mode,
                     read_only=limits.read_only,
@@ -234,20 +306,31 @@ class DockerProvider:
             except docker.errors.APIError as exc:
                 if exc.status_code != 409:  # 409: another caller created it first
                     raise
-                container = self.client.containers.get(identity.container_name(self.owner, sid))
+                container = self.client.containers.get(name)
         return container
 
     def _info(self, container: Container) -> SandboxInfo:
         labels = container.labels
         created = labels.get(identity.LABEL_CREATED)
+        # A claimed pool sandbox keeps its pool labels: its name says whose it is now.
+        sid = identity.sandbox_id_from_name(self.owner, container.name or "") or labels.get(
+            identity.LABEL_SANDBOX, ""
+        )
         return SandboxInfo(
-            sandbox_id=labels.get(identity.LABEL_SANDBOX, ""),
+            sandbox_id=sid,
             thread_id=labels.get(identity.LABEL_THREAD, ""),
             container_id=container.id or "",
             container_name=container.name or "",
-            volume_name=identity.volume_name(self.owner, labels.get(identity.LABEL_SANDBOX, "")),
+            volume_name=_workspace_volume(container) or identity.volume_name(self.owner, sid),
             image=labels.get(identity.LABEL_IMAGE, ""),
             status=container.status,
             created_at=datetime.fromisoformat(created) if created else None,
             labels=dict(labels),
         )
+
+
+def _workspace_volume(container: Container) -> str | None:
+    for mount in container.attrs.get("Mounts", []):
+        if mount.get("Destination") == WORKSPACE and mount.get("Type") == "volume":
+            return str(mount.get("Name"))
+    return None

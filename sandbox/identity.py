@@ -32,3 +32,13 @@ def container_name(owner: str, sid: str) -> str:
 
 def volume_name(owner: str, sid: str) -> str:
     return f"instance-ai-{_owner_tag(owner)}-ws-{sid}"
+
+
+def pool_name(owner: str, pool_id: str) -> str:
+    """A warm sandbox not yet given to a thread; claiming renames it to `container_name`."""
+    return f"instance-ai-{_owner_tag(owner)}-pool-{pool_id}"
+
+
+def sandbox_id_from_name(owner: str, name: str) -> str | None:
+    prefix = f"instance-ai-{_owner_tag(owner)}-sbx-"
+    return name.removeprefix("/").removeprefix(prefix) if prefix in name else None

@@ -35,7 +35,7 @@ from docker.models.containers import Container
 from sandbox import files
 from sandbox.commands import CommandResult, CommandRunner, OutputCallback
 from sandbox.docker_provider import DockerProvider, SandboxInfo
-from sandbox.errors import SandboxUnavailableError
+from sandbox.errors import SandboxError, SandboxUnavailableError
 from sandbox.image.rootfs import APP_DIR, USER_UID, WORKSPACE
 from sandbox.worker import WorkerClient, WorkerGoneError
 
@@ -89,6 +89,7 @@ class SandboxManager:
         max_file_bytes: int = files.DEFAULT_MAX_FILE_BYTES,
         default_timeout_s: float = 300.0,
         use_worker: bool = True,
+        pool_size: int = 0,
     ) -> None:
         self.provider = provider
         self.runner = runner or CommandRunner(provider.client)
@@ -100,8 +101,13 @@ class SandboxManager:
         self.max_file_bytes = max_file_bytes
         self.default_timeout_s = default_timeout_s
         self.use_worker = use_worker
+        self.pool_size = pool_size
         self._entries: dict[str, _Entry] = {}
         self._creating: dict[str, asyncio.Future[Container]] = {}
+        # Started, seeded sandboxes (with their worker) waiting for a thread.
+        self._pool: list[_Entry] = []
+        self._refill: asyncio.Task[None] | None = None
+        self._adopted = False
 
     # -- acquisition --------------------------------------------------------------------
 
@@ -123,10 +129,13 @@ class SandboxManager:
         future: asyncio.Future[Container] = asyncio.get_running_loop().create_future()
         self._creating[thread_id] = future
         try:
-            container = await _call(self._prepare, thread_id)
-            self._entries[thread_id] = _Entry(container=container, last_used=time.monotonic())
-            future.set_result(container)
-            return container
+            new_entry = await self._claim_pooled(thread_id)
+            if new_entry is None:
+                container = await _call(self._prepare, thread_id)
+                new_entry = _Entry(container=container, last_used=time.monotonic())
+            self._entries[thread_id] = new_entry
+            future.set_result(new_entry.container)
+            return new_entry.container
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # mark retrieved: other waiters re-raise it themselves
@@ -137,6 +146,10 @@ class SandboxManager:
     def _prepare(self, thread_id: str) -> Container:
         info = self.provider.ensure(thread_id)
         container = self.provider.client.containers.get(info.container_id)
+        self._initialise(container)
+        return container
+
+    def _initialise(self, container: Container) -> None:
         result = container.exec_run(
             ["sh", "-c", _INITIALISE], user=f"{USER_UID}:{USER_UID}", workdir=WORKSPACE
         )
@@ -144,7 +157,55 @@ class SandboxManager:
             raise SandboxUnavailableError(
                 f"initialising the workspace failed: {result.output.decode(errors='replace')}"
             )
-        return container
+
+    # -- the warm pool ------------------------------------------------------------------
+
+    async def _claim_pooled(self, thread_id: str) -> _Entry | None:
+        """A warm sandbox for a thread that has none yet (its own one always wins)."""
+        if not self._pool or await _call(self.provider.get, thread_id) is not None:
+            return None
+        while self._pool:
+            pooled = self._pool.pop(0)
+            if await _call(self.provider.claim, thread_id, pooled.container):
+                pooled.last_used = time.monotonic()
+                self.refill_pool()
+                return pooled
+            pooled.drop_worker()  # another process claimed it
+        self.refill_pool()
+        return None
+
+    def refill_pool(self) -> None:
+        """Top the pool up in the background (one refill at a time)."""
+        if self.pool_size > 0 and (self._refill is None or self._refill.done()):
+            self._refill = asyncio.create_task(self.fill_pool(), name="sandbox-pool-refill")
+
+    async def fill_pool(self) -> None:
+        """Bring the pool to `pool_size`, adopting unclaimed pool sandboxes left by an
+        earlier process before creating new ones."""
+        if not self._adopted:
+            self._adopted = True
+            for container in await _call(self.provider.pooled):
+                if len(self._pool) >= self.pool_size:
+                    break
+                try:
+                    self._pool.append(await _call(self._warm, container))
+                except SandboxError as exc:
+                    log.warning("discarding a pooled sandbox", reason=str(exc))
+                    await _call(self.provider.discard, container)
+        while len(self._pool) < self.pool_size:
+            container = await _call(self.provider.create_pooled)
+            self._pool.append(await _call(self._warm, container))
+
+    def _warm(self, container: Container) -> _Entry:
+        if container.status != "running":
+            container.start()
+            container.reload()
+        self._initialise(container)
+        worker = WorkerClient.start(self.provider.client, container) if self.use_worker else None
+        return _Entry(container=container, last_used=time.monotonic(), worker=worker)
+
+    def pooled_count(self) -> int:
+        return len(self._pool)
 
     @staticmethod
     def _still_running(container: Container) -> bool:
@@ -303,8 +364,11 @@ class SandboxManager:
         report = JanitorReport()
         for info in await _call(self.provider.list_sandboxes):
             if await self._should_remove(info):
-                await self.destroy(info.thread_id)
-                report.removed_sandboxes.append(info.thread_id)
+                entry = self._entries.pop(info.thread_id, None) if info.thread_id else None
+                if entry is not None:
+                    entry.drop_worker()
+                await _call(self.provider.remove, info)
+                report.removed_sandboxes.append(info.thread_id or info.sandbox_id)
         for volume in await _call(self.provider.orphan_volumes):
             await _call(self.provider.remove_volume, volume)
             report.removed_volumes.append(volume)
@@ -316,7 +380,9 @@ class SandboxManager:
         entry = self._entries.get(info.thread_id)
         if entry is not None and entry.running_commands:
             return False
-        if not await self.thread_exists(info.thread_id):
+        # A claimed pool sandbox has no thread label (labels are fixed at creation): only
+        # thread deletion and the age limit remove it.
+        if info.thread_id and not await self.thread_exists(info.thread_id):
             return True
         if self.max_age is None or info.created_at is None:
             return False
@@ -324,7 +390,17 @@ class SandboxManager:
         return expired and not await self.is_busy(info.thread_id)
 
     async def close(self) -> None:
-        """Ephemeral sandboxes go with the process; others stay for the next start."""
+        """Ephemeral sandboxes go with the process; others (and the pool) stay for the next
+        start."""
+        if self._refill is not None:
+            self._refill.cancel()
+            with contextlib.suppress(asyncio.CancelledError, SandboxError):
+                await self._refill
+        for pooled in self._pool:
+            pooled.drop_worker()
+            if self.ephemeral:
+                await _call(self.provider.discard, pooled.container)
+        self._pool.clear()
         if self.ephemeral:
             for thread_id in list(self._entries):
                 await self.destroy(thread_id)

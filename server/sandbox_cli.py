@@ -149,7 +149,10 @@ def exec_command(
         target.flush()
 
     async def run() -> int:
-        manager = await asyncio.to_thread(build_manager, settings)
+        # A one-off command has no use for a warm pool.
+        manager = await asyncio.to_thread(
+            build_manager, settings.model_copy(update={"sandbox_pool_size": 0})
+        )
         result = await manager.run_command(
             thread, " ".join(command), timeout_s=timeout, on_output=show
         )

@@ -75,6 +75,7 @@ class Settings(BaseSettings):
     )
     sandbox_idle_ttl_seconds: float = Field(900, gt=0, description="idle time before eviction")
     sandbox_ephemeral: bool = Field(False, description="destroy sandboxes when idle")
+    sandbox_pool_size: int = Field(2, ge=0, le=50, description="warm sandboxes kept ready")
     sandbox_max_age_hours: float = Field(720, gt=0, description="janitor removes older ones")
     sandbox_janitor_interval_seconds: float = Field(600, gt=0)
     sandbox_memory_mb: int = Field(1024, ge=64)

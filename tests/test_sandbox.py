@@ -318,3 +318,51 @@ async def test_both_file_paths_follow_the_same_rules(
             await manager.read_file("t1", escape)
     with pytest.raises(FileTooLargeError):
         await manager.write_file("t1", "big", b"x" * 101)
+
+
+async def test_a_new_thread_gets_a_warm_sandbox_from_the_pool(
+    provider: DockerProvider, owner: str
+) -> None:
+    manager = SandboxManager(provider, pool_size=2)
+    await manager.fill_pool()
+    warm_ids = {entry.container.id for entry in manager._pool}
+    assert len(warm_ids) == 2 and provider.list_sandboxes() == []  # the pool is not a thread's
+    container = await manager.acquire("t1")
+    assert container.id in warm_ids
+    assert container.name == identity.container_name(owner, identity.sandbox_id("t1"))
+    assert MARKER in {e.path for e in (await manager.list_files("t1"))[0]}  # seeded already
+    assert manager._refill is not None
+    await manager._refill
+    assert manager.pooled_count() == 2
+    # The claimed sandbox is the thread's from now on: found by name after a restart.
+    restarted = SandboxManager(DockerProvider(provider.client, image=provider.image, owner=owner))
+    assert (await restarted.acquire("t1")).id == container.id
+    # A thread that already has a sandbox keeps it rather than taking a warm one.
+    assert (await manager.acquire("t1")).id == container.id and manager.pooled_count() == 2
+
+
+async def test_a_restart_adopts_the_pool_and_the_janitor_leaves_it_alone(
+    provider: DockerProvider, owner: str
+) -> None:
+    first = SandboxManager(provider, pool_size=2)
+    await first.fill_pool()
+    await first.close()
+    second = SandboxManager(provider, pool_size=2)
+    await second.fill_pool()
+    assert len(provider.pooled()) == 2  # adopted, none created
+    assert (await second.janitor()).removed_sandboxes == []
+    assert len(provider.pooled()) == 2
+
+
+async def test_destroying_a_claimed_pool_sandbox_removes_its_workspace(
+    provider: DockerProvider, docker_client: docker.DockerClient
+) -> None:
+    manager = SandboxManager(provider, pool_size=1)
+    await manager.fill_pool()
+    await manager.acquire("t1")
+    info = provider.get("t1")
+    assert info is not None and "-ws-" in info.volume_name
+    await manager.destroy("t1")
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.volumes.get(info.volume_name)
+    await manager.close()

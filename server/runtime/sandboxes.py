@@ -52,6 +52,7 @@ class SandboxService:
             self._unavailable = str(exc)
             log.error("sandboxes unavailable", reason=self._unavailable)
             return
+        self._manager.refill_pool()
         self._housekeeping = asyncio.create_task(self._housekeep(), name="sandbox-housekeeping")
 
     def _connect(self) -> SandboxManager:
@@ -152,6 +153,7 @@ def build_manager(
         max_age=timedelta(hours=s.sandbox_max_age_hours),
         max_file_bytes=s.sandbox_max_file_bytes,
         default_timeout_s=s.sandbox_command_timeout_seconds,
+        pool_size=s.sandbox_pool_size,
         is_busy=is_busy,
         thread_exists=thread_exists,
     )
