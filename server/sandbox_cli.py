@@ -59,6 +59,7 @@ def build_image(
             log=lambda message: err.print(message, markup=False),
         )
         built = builder.build()
+        client.close()
     except SandboxError as exc:
         raise _fail(exc) from None
     report = {"image": built.tag, "catalog": str(built.catalog_dir), "built": built.built_layers}
@@ -76,6 +77,7 @@ def list_sandboxes(as_json: JsonOption = False) -> None:
     try:
         manager = build_manager(settings)
         sandboxes = manager.provider.list_sandboxes()
+        manager.provider.client.close()
     except SandboxError as exc:
         raise _fail(exc) from None
     rows = [
@@ -114,6 +116,7 @@ def garbage_collect(as_json: JsonOption = False) -> None:
 
             manager = await asyncio.to_thread(build_manager, settings, thread_exists=thread_exists)
             report = await manager.janitor()
+            manager.provider.client.close()
         finally:
             await db.close()
         return {
@@ -158,6 +161,8 @@ def exec_command(
         )
         if result.truncated:
             err.print(f"(output cut; the whole of it is in {result.full_output_path})")
+        await manager.close()
+        manager.provider.client.close()
         if result.timed_out:
             err.print(f"(timed out after {result.duration_ms} ms; the command's tree was killed)")
             return 124

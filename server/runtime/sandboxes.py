@@ -84,6 +84,7 @@ class SandboxService:
                 await self._housekeeping
         if self._manager is not None:
             await self._manager.close()
+            self._manager.provider.client.close()
 
     async def _housekeep(self) -> None:
         manager = self.manager
