@@ -1,0 +1,1 @@
+"""The agent's tools: one module per group; each tool is a `ToolSpec`."""

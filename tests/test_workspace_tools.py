@@ -1,0 +1,117 @@
+"""The workspace tools, called as the agent will call them, against a real sandbox."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from sandbox.errors import EditMismatchError, PathEscapeError
+from sandbox.image.build import BuiltImage
+from server.app import Application
+from server.settings import Settings
+from server.tools.spec import ToolContext
+from server.tools.workspace import TOOLS
+
+BY_NAME = {tool.name: tool for tool in TOOLS}
+
+
+@pytest.fixture
+async def ctx(
+    make_settings: Callable[..., Settings], owner: str, sandbox_image: BuiltImage
+) -> AsyncIterator[ToolContext]:
+    settings = make_settings(
+        sandbox_provider="docker",
+        sandbox_owner=owner,
+        sandbox_pool_size=0,
+        sandbox_max_output_bytes=1024,
+    )
+    async with Application(settings) as app:
+        await app.runtime.events.append("t1", "thread-created")
+        yield ToolContext(runtime=app.runtime, thread_id="t1")
+
+
+async def call(ctx: ToolContext, name: str, **arguments: Any) -> dict[str, Any]:
+    tool = BY_NAME[name]
+    result = await tool.handler(ctx, tool.input_model.model_validate(arguments))
+    return result.model_dump(by_alias=True)
+
+
+def test_the_tool_names_are_the_reference_ones() -> None:
+    assert set(BY_NAME) == {
+        "workspace_read_file",
+        "workspace_write_file",
+        "workspace_str_replace_file",
+        "workspace_execute_command",
+        "workspace_read_tool_result",
+    }
+
+
+async def test_write_edit_read(ctx: ToolContext) -> None:
+    await call(ctx, "workspace_write_file", path="src/x.ts", content="a\nb\nb\nc\n")
+    with pytest.raises(EditMismatchError, match="matches 2 places"):
+        await call(ctx, "workspace_str_replace_file", path="src/x.ts", old_str="b", new_str="B")
+    edited = await call(
+        ctx, "workspace_str_replace_file", path="src/x.ts", old_str="a", new_str="A"
+    )
+    assert edited == {"path": "src/x.ts", "replacements": 1}
+    read = await call(ctx, "workspace_read_file", path="src/x.ts", offset=2, limit=2)
+    assert read == {"content": "b\nb\n", "totalLines": 4, "truncated": True}
+    with pytest.raises(PathEscapeError):
+        await call(ctx, "workspace_read_file", path="../../etc/passwd")
+
+
+async def test_execute_command_returns_the_reference_shape(ctx: ToolContext) -> None:
+    result = await call(ctx, "workspace_execute_command", command="echo hi; echo no >&2; exit 2")
+    assert {k: result[k] for k in ("success", "exitCode", "stdout", "stderr", "timedOut")} == {
+        "success": False,
+        "exitCode": 2,
+        "stdout": "hi\n",
+        "stderr": "no\n",
+        "timedOut": False,
+    }
+    assert result["executionTimeMs"] >= 0 and result["fullOutputPath"] is None
+    timed = await call(ctx, "workspace_execute_command", command="sleep 20", timeout=1000)
+    assert timed["timedOut"] and not timed["success"]
+
+
+async def test_cut_json_output_is_read_back_through_the_result_tool(ctx: ToolContext) -> None:
+    command = (
+        'node -e "console.log(JSON.stringify({rows: Array.from({length: 300}, (_, i) => ({i}))}))"'
+    )
+    result = await call(ctx, "workspace_execute_command", command=command)
+    assert result["success"] and len(result["stdout"]) == 1024 and result["fullOutputPath"]
+    shape = json.loads(
+        (
+            await call(
+                ctx, "workspace_read_tool_result", path=result["fullOutputPath"], view="describe"
+            )
+        )["content"]
+    )
+    assert shape["json"]["keys"]["rows"]["length"] == 300
+    page = await call(
+        ctx,
+        "workspace_read_tool_result",
+        path=result["fullOutputPath"],
+        view="json",
+        pointer="/rows",
+        offset=290,
+        limit=100,
+    )
+    assert json.loads(page["content"]) == [{"i": i} for i in range(290, 300)]
+    assert page["total"] == 300 and page["nextOffset"] is None
+
+
+def test_inputs_are_validated_against_the_reference_limits() -> None:
+    tool = BY_NAME["workspace_read_tool_result"]
+    with pytest.raises(ValidationError):
+        tool.input_model.model_validate({"path": "p", "limit": 101})
+    with pytest.raises(ValidationError):
+        tool.input_model.model_validate({"path": "p", "maxChars": 20_001})
+    with pytest.raises(ValidationError):
+        BY_NAME["workspace_execute_command"].input_model.model_validate(
+            {"command": "x", "bogus": 1}
+        )
