@@ -84,7 +84,10 @@ class JobUidPool:
             self._free.append(uid)
 
 
-class _Capture:
+class OutputCapture:
+    """Per stream, the first `limit` bytes inline; all streams together, up to `saved_limit`
+    bytes for the full copy kept when output was cut."""
+
     def __init__(self, limit: int, saved_limit: int) -> None:
         self.limit = limit
         self.saved_limit = saved_limit
@@ -135,7 +138,7 @@ class CommandRunner:
         """Run `command` with `sh -c`; block until it ends, times out or is cancelled."""
         uid = self.uids.acquire()
         started = time.monotonic()
-        capture = _Capture(self.max_output_bytes, self.max_saved_bytes)
+        capture = OutputCapture(self.max_output_bytes, self.max_saved_bytes)
         try:
             exec_id, sock = self._start(container, command, uid=uid, cwd=cwd, env=env)
             chunks: Queue[tuple[str, bytes] | None] = Queue()
@@ -229,7 +232,7 @@ def _pump(sock: Any, chunks: Queue[tuple[str, bytes] | None]) -> None:
 
 def _collect(
     chunks: Queue[tuple[str, bytes] | None],
-    capture: _Capture,
+    capture: OutputCapture,
     on_output: OutputCallback | None,
     deadline: float,
     cancel: threading.Event | None,
@@ -247,10 +250,12 @@ def _collect(
             continue
         if item is None:
             return None
-        _record(item, capture, on_output)
+        record_output(item, capture, on_output)
 
 
-def _record(item: tuple[str, bytes], capture: _Capture, on_output: OutputCallback | None) -> None:
+def record_output(
+    item: tuple[str, bytes], capture: OutputCapture, on_output: OutputCallback | None
+) -> None:
     stream, data = item
     inline = capture.add(stream, data)
     if inline and on_output is not None:
@@ -259,7 +264,7 @@ def _record(item: tuple[str, bytes], capture: _Capture, on_output: OutputCallbac
 
 def _drain(
     chunks: Queue[tuple[str, bytes] | None],
-    capture: _Capture,
+    capture: OutputCapture,
     on_output: OutputCallback | None,
     reader: threading.Thread,
 ) -> None:
@@ -272,4 +277,4 @@ def _drain(
             return
         if item is None:
             return
-        _record(item, capture, on_output)
+        record_output(item, capture, on_output)

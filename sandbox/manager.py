@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import posixpath
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -223,11 +224,13 @@ class SandboxManager:
         command: str,
         *,
         timeout_s: float | None = None,
-        cwd: str = WORKSPACE,
+        cwd: str | None = None,
         env: dict[str, str] | None = None,
         on_output: OutputCallback | None = None,
     ) -> CommandResult:
-        """Run a command under a deadline. Cancelling the awaiting task kills its tree."""
+        """Run a command under a deadline (`cwd` relative to the workspace). Cancelling the
+        awaiting task kills its tree."""
+        directory = posixpath.join(WORKSPACE, files.confine(cwd)) if cwd else WORKSPACE
         container = await self.acquire(thread_id)
         entry = self._entries[thread_id]
         cancel = threading.Event()
@@ -239,7 +242,7 @@ class SandboxManager:
                     container,
                     command,
                     timeout_s=timeout_s or self.default_timeout_s,
-                    cwd=cwd,
+                    cwd=directory,
                     env=env,
                     cancel=cancel,
                     on_output=on_output,

@@ -64,8 +64,10 @@ class Settings(BaseSettings):
     max_chat_message_chars: int = Field(
         200_000, ge=1, le=10_000_000, description="longest chat message accepted"
     )
-    sandbox_provider: Literal["docker", "none"] = Field(
-        "docker", description="docker: per-thread hardened containers; none: no workspace"
+    sandbox_provider: Literal["docker", "local", "none"] = Field(
+        "docker",
+        description="docker: per-thread hardened containers; local: directories and "
+        "subprocesses, NO isolation (machines without Docker); none: no workspace",
     )
     sandbox_owner: str = Field(
         "instance-ai",

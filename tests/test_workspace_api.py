@@ -12,6 +12,7 @@ import pytest
 
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc, workspace_pb2, workspace_pb2_grpc
 from sandbox.image.build import BuiltImage
+from sandbox.manager import SandboxManager
 from server.app import Application
 from server.settings import Settings
 from tests.conftest import serving
@@ -30,6 +31,12 @@ async def workspace_app(
     async with serving(settings) as (app, channel):
         await app.runtime.events.append("t1", "thread-created")
         yield app, workspace_pb2_grpc.WorkspaceStub(channel)
+
+
+def docker_manager(app: Application) -> SandboxManager:
+    manager = app.runtime.sandboxes.manager
+    assert isinstance(manager, SandboxManager)
+    return manager
 
 
 async def exec_all(
@@ -204,7 +211,7 @@ async def test_a_client_that_goes_away_kills_its_command(
     stream = aiter(call)
     assert (await anext(stream)).stdout.data == b"go\n"
     call.cancel()
-    container = await app.runtime.sandboxes.manager.acquire("t1")
+    container = await docker_manager(app).acquire("t1")
     for _ in range(100):
         processes = container.exec_run(["ps", "-eo", "args="]).output.decode()
         if "sleep 310" not in processes and "sleep 311" not in processes:
@@ -218,7 +225,7 @@ async def test_deleting_the_thread_destroys_its_sandbox(
 ) -> None:
     app, stub = workspace_app
     await stub.WriteFile(workspace_pb2.WriteFileRequest(thread_id="t1", path="x", content="x"))
-    provider = app.runtime.sandboxes.manager.provider
+    provider = docker_manager(app).provider
     assert provider.get("t1") is not None
     async with grpc.aio.insecure_channel(f"127.0.0.1:{app.port}") as channel:
         await agent_pb2_grpc.AgentStub(channel).DeleteThread(

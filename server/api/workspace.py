@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from instance_ai.v1 import workspace_pb2, workspace_pb2_grpc
-from sandbox.manager import SandboxManager
+from sandbox.protocol import Sandboxes
 from sandbox.results import MAX_CHARS, MAX_ITEMS, View, render
 from server.errors import InvalidArgumentError
 from server.runtime import Runtime
@@ -24,7 +24,7 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServicer):
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
 
-    async def _manager(self, thread_id: str) -> SandboxManager:
+    async def _manager(self, thread_id: str) -> Sandboxes:
         check_thread_id(thread_id)
         return await self._runtime.sandboxes.for_thread(thread_id)
 
@@ -100,7 +100,7 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServicer):
                 request.thread_id,
                 request.command,
                 timeout_s=request.timeout_ms / 1000 if request.timeout_ms else None,
-                cwd=request.cwd or "/home/user/workspace",
+                cwd=request.cwd or None,
                 env=dict(request.env),
                 on_output=forward,
             )

@@ -21,7 +21,9 @@ from sandbox.commands import CommandRunner
 from sandbox.docker_provider import DockerProvider, SandboxLimits, connect
 from sandbox.errors import SandboxError, SandboxUnavailableError
 from sandbox.image.build import ImageBuilder
+from sandbox.local import LocalSandboxes
 from sandbox.manager import SandboxManager, ThreadPredicate
+from sandbox.protocol import Sandboxes
 from server.errors import NotFoundError, UnavailableError
 from server.runtime.threads import OPEN_RUN_STATES
 from server.settings import Settings
@@ -39,21 +41,30 @@ class SandboxService:
     def __init__(self, settings: Settings, db: Database) -> None:
         self.settings = settings
         self.db = db
-        self._manager: SandboxManager | None = None
+        self._manager: Sandboxes | None = None
         self._unavailable = "sandboxes are disabled (INSTANCE_AI_SANDBOX_PROVIDER=none)"
         self._housekeeping: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        if self.settings.sandbox_provider == "none":
+        provider = self.settings.sandbox_provider
+        if provider == "none":
             return
+        if provider == "local":
+            self._manager = build_local(self.settings)
+            return
+        # Docker, and only Docker: an unreachable engine is an error, never a quiet switch
+        # to something that does not isolate.
         try:
-            self._manager = await asyncio.to_thread(self._connect)
+            manager = await asyncio.to_thread(self._connect)
         except SandboxError as exc:
             self._unavailable = str(exc)
             log.error("sandboxes unavailable", reason=self._unavailable)
             return
-        self._manager.refill_pool()
-        self._housekeeping = asyncio.create_task(self._housekeep(), name="sandbox-housekeeping")
+        self._manager = manager
+        manager.refill_pool()
+        self._housekeeping = asyncio.create_task(
+            self._housekeep(manager), name="sandbox-housekeeping"
+        )
 
     def _connect(self) -> SandboxManager:
         return build_manager(
@@ -61,12 +72,12 @@ class SandboxService:
         )
 
     @property
-    def manager(self) -> SandboxManager:
+    def manager(self) -> Sandboxes:
         if self._manager is None:
             raise UnavailableError(self._unavailable)
         return self._manager
 
-    async def for_thread(self, thread_id: str) -> SandboxManager:
+    async def for_thread(self, thread_id: str) -> Sandboxes:
         """The manager, once the thread is known to exist (no sandbox for unknown threads)."""
         manager = self.manager
         if not await self._thread_exists(thread_id):
@@ -84,10 +95,10 @@ class SandboxService:
                 await self._housekeeping
         if self._manager is not None:
             await self._manager.close()
-            self._manager.provider.client.close()
+            if isinstance(self._manager, SandboxManager):
+                self._manager.provider.client.close()
 
-    async def _housekeep(self) -> None:
-        manager = self.manager
+    async def _housekeep(self, manager: SandboxManager) -> None:
         janitor_every = self.settings.sandbox_janitor_interval_seconds
         next_janitor = 0.0
         loop = asyncio.get_running_loop()
@@ -118,6 +129,15 @@ class SandboxService:
 def image_tag(client: docker.DockerClient) -> str:
     """The tag the current sources build; computed from the inputs, no engine call."""
     return ImageBuilder(client, cache_dir=Path("/nonexistent")).tags()[2]
+
+
+def build_local(settings: Settings) -> LocalSandboxes:
+    return LocalSandboxes(
+        settings.data_dir / "local-sandboxes",
+        max_file_bytes=settings.sandbox_max_file_bytes,
+        max_output_bytes=settings.sandbox_max_output_bytes,
+        default_timeout_s=settings.sandbox_command_timeout_seconds,
+    )
 
 
 def build_manager(

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from sandbox.image.rootfs import WORKSPACE
-from sandbox.manager import SandboxManager
+from sandbox.protocol import Sandboxes
 from sandbox.results import MAX_CHARS, MAX_ITEMS, View, render
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
 DEFAULT_LINES = 2000
 
 
-async def _manager(ctx: ToolContext) -> SandboxManager:
+async def _manager(ctx: ToolContext) -> Sandboxes:
     return await ctx.runtime.sandboxes.for_thread(ctx.thread_id)
 
 
@@ -80,7 +79,7 @@ class ExecuteCommandInput(ToolModel):
     timeout: int | None = Field(
         None, ge=1_000, le=3_600_000, description="Deadline in ms (default 300000)"
     )
-    cwd: str | None = Field(None, description="Working directory (default: the workspace)")
+    cwd: str | None = Field(None, description="Working directory, relative to the workspace")
 
 
 class ExecuteCommandOutput(ToolModel):
@@ -100,7 +99,7 @@ async def execute_command(ctx: ToolContext, args: ExecuteCommandInput) -> Execut
         ctx.thread_id,
         args.command,
         timeout_s=args.timeout / 1000 if args.timeout else None,
-        cwd=args.cwd or WORKSPACE,
+        cwd=args.cwd,
     )
     return ExecuteCommandOutput(
         success=result.success,

@@ -1,0 +1,43 @@
+"""The surface every sandbox backend offers the service (Docker manager, local directories)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from sandbox.commands import CommandResult, OutputCallback
+from sandbox.files import FileEntry
+
+
+class Sandboxes(Protocol):
+    async def read_file(self, thread_id: str, path: str) -> bytes: ...
+
+    async def read_result(self, thread_id: str, path: str) -> bytes: ...
+
+    async def write_file(self, thread_id: str, path: str, data: bytes) -> int: ...
+
+    async def str_replace(
+        self, thread_id: str, path: str, old: str, new: str, *, replace_all: bool = False
+    ) -> int: ...
+
+    async def list_files(
+        self, thread_id: str, path: str = ".", *, recursive: bool = False
+    ) -> tuple[list[FileEntry], bool]: ...
+
+    async def run_command(
+        self,
+        thread_id: str,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> CommandResult:
+        """`cwd` is relative to the workspace (None: the workspace itself)."""
+        ...
+
+    async def destroy(self, thread_id: str) -> bool: ...
+
+    async def sweep_idle(self) -> list[str]: ...
+
+    async def close(self) -> None: ...
