@@ -43,7 +43,11 @@ from sandbox.worker import WorkerClient, WorkerGoneError
 log = structlog.get_logger(__name__)
 
 MARKER = ".sandbox-initialized"
-_INITIALISE = f"[ -e {MARKER} ] && exit 0; umask 002; cp -R -n {APP_DIR}/seed/. . && touch {MARKER}"
+# Group-writable: commands run as job uids in group 1000 and must be able to edit the seed.
+_INITIALISE = (
+    f"[ -e {MARKER} ] && exit 0; umask 002; cp -R -n {APP_DIR}/seed/. . && "
+    f"chmod -R g+w . && touch {MARKER}"
+)
 
 ThreadPredicate = Callable[[str], Awaitable[bool]]
 T = TypeVar("T")

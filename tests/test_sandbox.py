@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from datetime import timedelta
@@ -366,3 +367,29 @@ async def test_destroying_a_claimed_pool_sandbox_removes_its_workspace(
     with pytest.raises(docker.errors.NotFound):
         docker_client.volumes.get(info.volume_name)
     await manager.close()
+
+
+async def test_the_seeded_workspace_builds_its_template_with_the_one_shot_path(
+    provider: DockerProvider,
+) -> None:
+    """A command (a job uid) can write into the seeded folders, the node type index lists the
+    catalog, and build.mjs compiles the knowledge-base template with the real SDK."""
+    manager = SandboxManager(provider)
+    result = await manager.run_command(
+        "t1",
+        "cp knowledge-base/templates/order-router.workflow.ts src/ && "
+        "node --import tsx build.mjs src/order-router.workflow.ts --out src/order-router.json",
+        timeout_s=120,
+    )
+    assert result.success, result.stderr
+    assert '"ok":true' in result.stderr
+    built = json.loads(await manager.read_file("t1", "src/order-router.json"))
+    assert {n["name"] for n in built["nodes"]} == {
+        "Start",
+        "Label Order",
+        "Is Large?",
+        "Large Order",
+        "Small Order",
+    }
+    index = (await manager.read_file("t1", "node-types/index.txt")).decode().splitlines()
+    assert len(index) > 400 and any(line.startswith("n8n-nodes-base.set\t") for line in index)

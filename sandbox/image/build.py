@@ -16,6 +16,7 @@ even when every step is cached, and BuildKit would need a registry for its front
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import subprocess
 import tarfile
@@ -120,9 +121,11 @@ class ImageBuilder:
             )
             built.append(deps_tag)
         if not self._exists(final_tag):
-            self._commit_layer(
-                deps_tag, final_tag, rootfs.APP_DIR, IMAGE_DIR, ["bin", "seed"], RUN_CONFIG
-            )
+            with tempfile.TemporaryDirectory() as staging:
+                _stage_code(node_modules, Path(staging))
+                self._commit_layer(
+                    deps_tag, final_tag, rootfs.APP_DIR, Path(staging), ["bin", "seed"], RUN_CONFIG
+                )
             built.append(final_tag)
         catalog_dir = self._extract_catalog(node_modules, final_tag)
         self._log(f"sandbox image {final_tag} ready" + (f" (built {built})" if built else ""))
@@ -214,6 +217,35 @@ class ImageBuilder:
         for name, relative in CATALOG_FILES.items():
             shutil.copy2(node_modules / relative, catalog_dir / name)
         return catalog_dir
+
+
+def _stage_code(node_modules: Path, staging: Path) -> None:
+    """bin/ and seed/ as committed, plus the seed's node type index made from the catalog."""
+    shutil.copytree(BIN_DIR, staging / "bin")
+    shutil.copytree(SEED_DIR, staging / "seed")
+    index = staging / "seed" / "node-types" / "index.txt"
+    index.parent.mkdir()
+    index.write_text(node_type_index(node_modules / CATALOG_FILES["nodes.json"]))
+
+
+def node_type_index(nodes_json: Path) -> str:
+    """One line a node type: `type<TAB>display name<TAB>versions<TAB>description`, for the
+    agent to grep in the workspace."""
+    lines = []
+    for description in json.loads(nodes_json.read_text()):
+        versions = description.get("version", 1)
+        versions = versions if isinstance(versions, list) else [versions]
+        lines.append(
+            "\t".join(
+                [
+                    f"n8n-nodes-base.{description['name']}",
+                    description.get("displayName", ""),
+                    ",".join(str(v) for v in versions),
+                    " ".join(str(description.get("description", "")).split()),
+                ]
+            )
+        )
+    return "\n".join(sorted(set(lines))) + "\n"
 
 
 def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
