@@ -11,6 +11,7 @@ back to the exec path.
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import json
 import threading
@@ -54,6 +55,8 @@ class WorkerClient:
         self._ready: Future[Any] = Future()
         self._pending[0] = self._ready
         self._stop = threading.Event()
+        self._sock: Any = None  # the exec stream (a SocketIO), until released
+        self._raw: Any = None  # its socket
 
     @classmethod
     def start(cls, client: docker.DockerClient, container: Container) -> WorkerClient:
@@ -155,6 +158,7 @@ class WorkerClient:
             log.info("sandbox worker stream ended", reason=str(exc))
         finally:
             self._fail_all("the worker exited")
+            self._release()
 
     def _deliver(self, line: bytes) -> None:
         try:
@@ -190,11 +194,17 @@ class WorkerClient:
 
     def close(self) -> None:
         """End the worker (stdin EOF makes it exit) and release the stream."""
-        self._stop.set()
         self._alive = False
-        try:
-            self._sock._response.close()
-            self._sock.close()
+        self._release()
+
+    def _release(self) -> None:
+        """Close the stream's response, wrapper and socket (idempotent)."""
+        self._stop.set()
+        with self._lock:
+            sock, self._sock = self._sock, None
+        if sock is None:
+            return
+        with contextlib.suppress(OSError, AttributeError):
+            sock._response.close()
+            sock.close()
             self._raw.close()
-        except (OSError, AttributeError):
-            pass
