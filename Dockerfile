@@ -12,6 +12,8 @@ RUN pip install --no-cache-dir . && useradd --uid 1000 --create-home instance-ai
     && mkdir /data && chown instance-ai /data
 
 USER instance-ai
+# Sandboxes need a Docker engine: mount its socket (-v /var/run/docker.sock:...) or set
+# DOCKER_HOST; without one, set INSTANCE_AI_SANDBOX_PROVIDER=none.
 # Without API keys the server binds loopback only, which a container cannot be reached on:
 # set INSTANCE_AI_API_KEYS (or mount a key file and set INSTANCE_AI_API_KEYS_FILE).
 ENV INSTANCE_AI_HOST=0.0.0.0 \

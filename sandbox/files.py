@@ -141,9 +141,17 @@ def str_replace(
     max_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> int:
     """Replace the exact text `old` (which must be unique unless `replace_all`)."""
+    text = read_file(container, path, max_bytes=max_bytes).decode()
+    replaced, count = replace_text(text, old, new, replace_all=replace_all, path=path)
+    write_file(container, path, replaced.encode(), max_bytes=max_bytes)
+    return count
+
+
+def replace_text(text: str, old: str, new: str, *, replace_all: bool, path: str) -> tuple[str, int]:
+    """The edit rules every backend shares: `old` must be non-empty and found, and unique
+    unless `replace_all`. Returns the new text and how many places changed."""
     if not old:
         raise EditMismatchError("old_str is empty: give the exact text to replace")
-    text = read_file(container, path, max_bytes=max_bytes).decode()
     count = text.count(old)
     if count == 0:
         raise EditMismatchError(
@@ -154,8 +162,7 @@ def str_replace(
             f"old_str matches {count} places in {path!r}; include more surrounding text so it "
             "matches once, or set replace_all"
         )
-    write_file(container, path, text.replace(old, new).encode(), max_bytes=max_bytes)
-    return count
+    return text.replace(old, new), count
 
 
 def list_files(

@@ -27,7 +27,6 @@ import structlog
 from sandbox import files, identity
 from sandbox.commands import CommandResult, OutputCallback, OutputCapture, record_output
 from sandbox.errors import (
-    EditMismatchError,
     FileTooLargeError,
     PathEscapeError,
     SandboxUnavailableError,
@@ -121,20 +120,9 @@ class LocalSandboxes:
     async def str_replace(
         self, thread_id: str, path: str, old: str, new: str, *, replace_all: bool = False
     ) -> int:
-        if not old:
-            raise EditMismatchError("old_str is empty: give the exact text to replace")
         text = (await self.read_file(thread_id, path)).decode()
-        count = text.count(old)
-        if count == 0:
-            raise EditMismatchError(
-                f"old_str was not found in {path!r}; read the file and copy the text exactly"
-            )
-        if count > 1 and not replace_all:
-            raise EditMismatchError(
-                f"old_str matches {count} places in {path!r}; include more surrounding text so "
-                "it matches once, or set replace_all"
-            )
-        await self.write_file(thread_id, path, text.replace(old, new).encode())
+        replaced, count = files.replace_text(text, old, new, replace_all=replace_all, path=path)
+        await self.write_file(thread_id, path, replaced.encode())
         return count
 
     async def list_files(
