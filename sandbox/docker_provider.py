@@ -230,11 +230,19 @@ class DockerProvider:
         self._remove(container, info.volume_name)
 
     def orphan_volumes(self) -> list[str]:
-        """Workspace volumes of this owner with no container."""
+        """Workspace volumes of this owner with no container. Found by label and by name:
+        the engine silently creates a missing named volume, unlabelled, when a container that
+        mounts it is created."""
         with engine_errors("list volumes"):
             volumes = self.client.volumes.list(
                 filters={"label": f"{identity.LABEL_OWNER}={self.owner}"}
             )
+            prefix = identity.volume_name(self.owner, "")
+            volumes += [
+                v
+                for v in self.client.volumes.list(filters={"name": prefix})
+                if (v.name or "").startswith(prefix) and not v.attrs.get("Labels")
+            ]
         with engine_errors("list containers"):
             containers = self.client.containers.list(
                 all=True, filters={"label": f"{identity.LABEL_OWNER}={self.owner}"}

@@ -113,6 +113,7 @@ class SandboxManager:
         self._pool: list[_Entry] = []
         self._refill: asyncio.Task[None] | None = None
         self._adopted = False
+        self._closing = False
 
     # -- acquisition --------------------------------------------------------------------
 
@@ -181,6 +182,8 @@ class SandboxManager:
 
     def refill_pool(self) -> None:
         """Top the pool up in the background (one refill at a time)."""
+        if self._closing:
+            return
         if self.pool_size > 0 and (self._refill is None or self._refill.done()):
             self._refill = asyncio.create_task(self.fill_pool(), name="sandbox-pool-refill")
 
@@ -197,7 +200,7 @@ class SandboxManager:
                 except SandboxError as exc:
                     log.warning("discarding a pooled sandbox", reason=str(exc))
                     await _call(self.provider.discard, container)
-        while len(self._pool) < self.pool_size:
+        while len(self._pool) < self.pool_size and not self._closing:
             container = await _call(self.provider.create_pooled)
             self._pool.append(await _call(self._warm, container))
 
@@ -399,9 +402,12 @@ class SandboxManager:
     async def close(self) -> None:
         """Ephemeral sandboxes go with the process; others (and the pool) stay for the next
         start."""
+        self._closing = True
         if self._refill is not None:
-            self._refill.cancel()
-            with contextlib.suppress(asyncio.CancelledError, SandboxError):
+            # Not cancelled: that would stop the waiting, not the engine call in its thread,
+            # which would then finish after everything else was torn down. The loop stops
+            # at the next sandbox instead.
+            with contextlib.suppress(SandboxError):
                 await self._refill
         for pooled in self._pool:
             pooled.drop_worker()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import docker
+import docker.errors
 import pytest
 
 from sandbox import identity
@@ -39,8 +41,15 @@ def owner(docker_client: docker.DockerClient) -> Iterator[str]:
     selector = {"label": f"{identity.LABEL_OWNER}={name}"}
     for container in docker_client.containers.list(all=True, filters=selector):
         container.remove(force=True)
-    for volume in docker_client.volumes.list(filters=selector):
-        volume.remove(force=True)
+    by_name = {"name": identity.volume_name(name, "")}
+    for volume in docker_client.volumes.list(filters=selector) + docker_client.volumes.list(
+        filters=by_name
+    ):
+        with contextlib.suppress(docker.errors.NotFound):
+            volume.remove(force=True)
+    # Nothing of this test may be left behind, labelled or not.
+    assert not docker_client.containers.list(all=True, filters=selector)
+    assert not docker_client.volumes.list(filters=by_name)
 
 
 @pytest.fixture

@@ -42,12 +42,14 @@ class ServerProcess:
 
 
 def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None) -> ServerProcess:
+    # These tests need no sandboxes (and must leave none behind in the default owner).
+    env = {"INSTANCE_AI_SANDBOX_PROVIDER": "none", **(env or {})}
     process = subprocess.Popen(
         [CLI, "serve", "--port", "0", "--data-dir", str(data_dir), "--log-format", "json", *args],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, **env},
     )
     assert process.stderr is not None
     lines: list[str] = []
