@@ -24,9 +24,9 @@ import docker
 
 from sandbox import files, identity
 from sandbox.docker_provider import DockerProvider, connect
+from sandbox.image.build import image_tags
 from sandbox.manager import SandboxManager
 from server.logs import configure_logging
-from server.runtime.sandboxes import image_tag
 
 PAYLOAD = b"x" * 10 * 1024
 
@@ -114,7 +114,7 @@ async def main(rounds: int, burst: int) -> None:
     configure_logging(level="warning")
     client = connect()
     owner = f"bench-{uuid.uuid4().hex[:8]}"
-    provider = DockerProvider(client, image=image_tag(client), owner=owner)
+    provider = DockerProvider(client, image=image_tags()[2], owner=owner)
     try:
         pooled, cold = await acquire_figures(provider, rounds)
         lines = [row("acquire: warm pool vs cold create+start", pooled, cold)]

@@ -79,6 +79,37 @@ def _tree_bytes(directory: Path) -> bytes:
     )
 
 
+def image_tags() -> tuple[str, str, str]:
+    """The base, deps and final tags the current inputs build (no engine call)."""
+    files = rootfs.collect_files()
+    base = _digest(rootfs.inputs_digest(files).encode())
+    lock = (DEPS_DIR / "package-lock.json").read_bytes()
+    deps = _digest(base.encode(), (DEPS_DIR / "package.json").read_bytes(), lock)
+    final = _digest(
+        deps.encode(),
+        Path(__file__).read_bytes(),  # it stages the layer (and makes the node type index)
+        _tree_bytes(BIN_DIR),
+        _tree_bytes(SEED_DIR),
+        "\n".join(RUN_CONFIG).encode(),
+    )
+    return (f"{REPOSITORY}-base:{base}", f"{REPOSITORY}-deps:{deps}", f"{REPOSITORY}:{final}")
+
+
+def require_image(client: docker.DockerClient) -> str:
+    """The final tag, or SandboxUnavailableError saying how to build it."""
+    tag = image_tags()[2]
+    try:
+        client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        raise SandboxUnavailableError(
+            f"the sandbox image {tag} is not built: run `instance-ai sandbox build-image` "
+            "(or `make sandbox-image`)"
+        ) from None
+    except docker.errors.DockerException as exc:
+        raise SandboxUnavailableError(f"the Docker engine did not answer: {exc}") from exc
+    return tag
+
+
 class ImageBuilder:
     """`ImageBuilder(client, cache_dir).build()` returns the final tag, building what is missing."""
 
@@ -90,18 +121,7 @@ class ImageBuilder:
         self._log = log or (lambda _message: None)
 
     def tags(self) -> tuple[str, str, str]:
-        """The three tags, from the inputs alone (no engine calls)."""
-        files = rootfs.collect_files()
-        base = _digest(rootfs.inputs_digest(files).encode())
-        lock = (DEPS_DIR / "package-lock.json").read_bytes()
-        deps = _digest(base.encode(), (DEPS_DIR / "package.json").read_bytes(), lock)
-        final = _digest(
-            deps.encode(),
-            _tree_bytes(BIN_DIR),
-            _tree_bytes(SEED_DIR),
-            "\n".join(RUN_CONFIG).encode(),
-        )
-        return (f"{REPOSITORY}-base:{base}", f"{REPOSITORY}-deps:{deps}", f"{REPOSITORY}:{final}")
+        return image_tags()
 
     def build(self) -> BuiltImage:
         base_tag, deps_tag, final_tag = self.tags()

@@ -11,16 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import timedelta
-from pathlib import Path
 
-import docker.errors
 import structlog
 from sqlalchemy import select
 
 from sandbox.commands import CommandRunner
 from sandbox.docker_provider import DockerProvider, SandboxLimits, connect
-from sandbox.errors import SandboxError, SandboxUnavailableError
-from sandbox.image.build import ImageBuilder
+from sandbox.errors import SandboxError
+from sandbox.image.build import require_image
 from sandbox.local import LocalSandboxes
 from sandbox.manager import SandboxManager, ThreadPredicate
 from sandbox.protocol import Sandboxes
@@ -126,11 +124,6 @@ class SandboxService:
             return open_run.first() is not None
 
 
-def image_tag(client: docker.DockerClient) -> str:
-    """The tag the current sources build; computed from the inputs, no engine call."""
-    return ImageBuilder(client, cache_dir=Path("/nonexistent")).tags()[2]
-
-
 def build_local(settings: Settings) -> LocalSandboxes:
     return LocalSandboxes(
         settings.data_dir / "local-sandboxes",
@@ -149,15 +142,11 @@ def build_manager(
     """Connect to the engine and set up the manager (blocking). Raises SandboxError with
     what to do when the engine or the image is missing."""
     client = connect()
-    tag = image_tag(client)
     try:
-        client.images.get(tag)
-    except docker.errors.ImageNotFound:
+        tag = require_image(client)
+    except SandboxError:
         client.close()
-        raise SandboxUnavailableError(
-            f"the sandbox image {tag} is not built: run `instance-ai sandbox build-image` "
-            "(or `make sandbox-image`)"
-        ) from None
+        raise
     s = settings
     limits = SandboxLimits(
         pids_limit=s.sandbox_pids_limit,
