@@ -37,6 +37,7 @@ from sandbox import files
 from sandbox.commands import CommandResult, CommandRunner, OutputCallback
 from sandbox.docker_provider import DockerProvider, SandboxInfo
 from sandbox.errors import SandboxError, SandboxUnavailableError
+from sandbox.identity import LABEL_IMAGE
 from sandbox.image.rootfs import APP_DIR, USER_UID, WORKSPACE
 from sandbox.worker import WorkerClient, WorkerGoneError
 
@@ -188,13 +189,16 @@ class SandboxManager:
             self._refill = asyncio.create_task(self.fill_pool(), name="sandbox-pool-refill")
 
     async def fill_pool(self) -> None:
-        """Bring the pool to `pool_size`, adopting unclaimed pool sandboxes left by an
-        earlier process before creating new ones."""
+        """Bring the pool to `pool_size`, adopting unclaimed pool sandboxes of the current
+        image left by an earlier process before creating new ones."""
         if not self._adopted:
             self._adopted = True
             for container in await _call(self.provider.pooled):
-                if len(self._pool) >= self.pool_size:
-                    break
+                stale = container.labels.get(LABEL_IMAGE) != self.provider.image
+                if stale or len(self._pool) >= self.pool_size:
+                    # Built from another image, or one too many: nobody's files are in it.
+                    await _call(self.provider.discard, container)
+                    continue
                 try:
                     self._pool.append(await _call(self._warm, container))
                 except SandboxError as exc:

@@ -348,9 +348,10 @@ async def test_a_restart_adopts_the_pool_and_the_janitor_leaves_it_alone(
     first = SandboxManager(provider, pool_size=2)
     await first.fill_pool()
     await first.close()
+    adopted = {c.id for c in provider.pooled()}
     second = SandboxManager(provider, pool_size=2)
     await second.fill_pool()
-    assert len(provider.pooled()) == 2  # adopted, none created
+    assert {c.id for c in provider.pooled()} == adopted  # adopted, none created
     assert (await second.janitor()).removed_sandboxes == []
     assert len(provider.pooled()) == 2
 
@@ -393,3 +394,27 @@ async def test_the_seeded_workspace_builds_its_template_with_the_one_shot_path(
     }
     index = (await manager.read_file("t1", "node-types/index.txt")).decode().splitlines()
     assert len(index) > 400 and any(line.startswith("n8n-nodes-base.set\t") for line in index)
+
+
+async def test_pooled_sandboxes_of_an_older_image_are_discarded(
+    provider: DockerProvider, docker_client: docker.DockerClient, owner: str
+) -> None:
+    first = SandboxManager(provider, pool_size=1)
+    await first.fill_pool()
+    await first.close()
+    old = {c.id for c in provider.pooled()}
+    # The same sandboxes seen by a process whose image is another one.
+    docker_client.images.get(provider.image).tag("instance-ai-sandbox", "newer-test-" + owner)
+    newer = DockerProvider(
+        docker_client, image=f"instance-ai-sandbox:newer-test-{owner}", owner=owner
+    )
+    try:
+        second = SandboxManager(newer, pool_size=1)
+        await second.fill_pool()
+        fresh = {c.id for c in newer.pooled()}
+        assert len(fresh) == 1 and not fresh & old
+        await second.close()
+    finally:
+        for container in newer.pooled():
+            newer.discard(container)
+        docker_client.images.remove(f"instance-ai-sandbox:newer-test-{owner}")
