@@ -83,6 +83,13 @@ class Settings(BaseSettings):
     sandbox_memory_mb: int = Field(1024, ge=64)
     sandbox_pids_limit: int = Field(256, ge=16)
     sandbox_cpus: float = Field(1.0, gt=0)
+    # The rest of the hardening, configurable for unusual hosts; the defaults are the design.
+    sandbox_network_mode: str = Field("none", min_length=1)
+    sandbox_read_only: bool = True
+    sandbox_no_new_privileges: bool = True
+    sandbox_init: bool = True
+    sandbox_user: str = Field("1000:1000", pattern=r"^[0-9]+:[0-9]+$")
+    sandbox_tmp_size: str = Field("256m", pattern=r"^[0-9]+[kmg]?$")
     sandbox_command_timeout_seconds: float = Field(300, gt=0, le=3600)
     sandbox_max_output_bytes: int = Field(64 * 1024, ge=1024, description="per stream, inline")
     sandbox_max_file_bytes: int = Field(10 * 1024 * 1024, ge=1024)

@@ -246,3 +246,30 @@ async def test_an_unreachable_engine_is_unavailable_with_what_to_do(
             )
     assert error.value.code() is grpc.StatusCode.UNAVAILABLE
     assert "start dockerd" in (error.value.details() or "")
+
+
+async def test_the_hardening_settings_reach_the_container(
+    make_settings: Callable[..., Settings], owner: str, sandbox_image: BuiltImage
+) -> None:
+    settings = make_settings(
+        sandbox_provider="docker",
+        sandbox_owner=owner,
+        sandbox_pool_size=0,
+        sandbox_memory_mb=512,
+        sandbox_pids_limit=128,
+        sandbox_cpus=0.5,
+        sandbox_tmp_size="64m",
+    )
+    async with serving(settings) as (app, channel):
+        await app.runtime.events.append("t1", "thread-created")
+        stub = workspace_pb2_grpc.WorkspaceStub(channel)
+        await stub.WriteFile(workspace_pb2.WriteFileRequest(thread_id="t1", path="x", content="x"))
+        container = await docker_manager(app).acquire("t1")
+        host = container.attrs["HostConfig"]
+        assert (host["Memory"], host["PidsLimit"], host["NanoCpus"]) == (
+            512 * 2**20,
+            128,
+            5 * 10**8,
+        )
+        assert "size=64m" in host["Tmpfs"]["/tmp"]
+        assert host["ReadonlyRootfs"] and host["NetworkMode"] == "none"

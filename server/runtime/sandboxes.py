@@ -149,9 +149,15 @@ def build_manager(
         raise
     s = settings
     limits = SandboxLimits(
+        network_mode=s.sandbox_network_mode,
+        read_only=s.sandbox_read_only,
+        no_new_privileges=s.sandbox_no_new_privileges,
+        init=s.sandbox_init,
+        user=s.sandbox_user,
         pids_limit=s.sandbox_pids_limit,
         memory_bytes=s.sandbox_memory_mb * 1024 * 1024,
         cpus=s.sandbox_cpus,
+        tmp_size=s.sandbox_tmp_size,
     )
     provider = DockerProvider(client, image=tag, owner=s.sandbox_owner, limits=limits)
     log.info("sandboxes ready", image=tag, owner=s.sandbox_owner)
