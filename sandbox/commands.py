@@ -184,8 +184,11 @@ class CommandRunner:
             workdir=cwd,
             environment={"HOME": "/home/user", **(env or {})},
         )["Id"]
-        # The raw socket, so that it can be closed: the SDK's stream generator leaks it.
-        return exec_id, self.client.api.exec_start(exec_id, socket=True)
+        # The raw socket, so that it can be closed: the SDK's stream generator leaks it. No
+        # read timeout on it: a command may be silent for longer than the client's timeout.
+        sock = self.client.api.exec_start(exec_id, socket=True)
+        sock._sock.settimeout(None)
+        return exec_id, sock
 
     def _kill_job(self, container: Container, uid: int) -> None:
         """Kill every process of the job uid, `setsid` escapees included (see _KILL_ALL)."""

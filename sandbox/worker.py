@@ -81,6 +81,9 @@ class WorkerClient:
         except docker.errors.DockerException as exc:
             raise WorkerGoneError(f"the worker could not start: {exc}") from exc
         self._raw = self._sock._sock  # SocketIO.close() forgets it without closing it
+        # The hijacked socket inherits the API client's read timeout; a stream may be quiet
+        # for longer than that (docker-py's reader selects first today, but not by contract).
+        self._raw.settimeout(None)
         self._alive = True
         threading.Thread(target=self._read, name="sandbox-worker-reader", daemon=True).start()
         try:
