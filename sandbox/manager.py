@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import posixpath
+import shlex
 import threading
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -317,6 +320,47 @@ class SandboxManager:
             lambda w: w.list_files(path, recursive=recursive, max_entries=limit),
             lambda c: files.list_files(c, path, recursive=recursive, max_entries=limit),
         )
+
+    async def compile(self, thread_id: str, path: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
+        """Compile a `.workflow.ts` (or WorkflowJSON) source with the SDK in the sandbox:
+        `{ok, workflow, fixtures, graph}`, or `{ok: False, stage, message}`. Through the
+        worker; without one, through the one-shot `build.mjs` in the workspace."""
+        files.confine(path)
+        return await self._file_op(
+            thread_id,
+            lambda w: w.compile(path, timeout_s=timeout_s),
+            lambda c: self._compile_one_shot(c, path, timeout_s),
+        )
+
+    def _compile_one_shot(
+        self, container: Container, path: str, timeout_s: float
+    ) -> dict[str, Any]:
+        if path.endswith(".json"):
+            workflow = json.loads(files.read_file(container, path, max_bytes=self.max_file_bytes))
+            return {
+                "ok": True,
+                "workflow": workflow,
+                "fixtures": workflow.pop("pinData", {}),
+                "graph": None,
+            }
+        # To a file, not stdout: a workflow can be larger than the inline output cap.
+        out = f".instance-ai/build/{uuid.uuid4().hex}.json"
+        result = self.runner.run(
+            container,
+            f"mkdir -p .instance-ai/build && node --import tsx build.mjs {shlex.quote(path)} "
+            f"--tidy --out {out}",
+            timeout_s=timeout_s + 5,
+        )
+        if result.timed_out:
+            return {"ok": False, "stage": "timeout", "message": f"building {path} timed out"}
+        report = json.loads(result.stderr.strip().splitlines()[-1] or "{}")
+        if result.exit_code in (2, 3):
+            stage = "load" if result.exit_code == 2 else "export"
+            return {"ok": False, "stage": stage, "message": report.get("error", result.stderr)}
+        workflow = json.loads(files.read_file(container, out, max_bytes=self.max_file_bytes))
+        fixtures = workflow.pop("pinData", {})
+        graph = {k: report.get(k) for k in ("errors", "warnings")} | {"valid": report.get("ok")}
+        return {"ok": True, "workflow": workflow, "fixtures": fixtures, "graph": graph}
 
     async def _file_op(
         self,

@@ -418,3 +418,68 @@ async def test_pooled_sandboxes_of_an_older_image_are_discarded(
         for container in newer.pooled():
             newer.discard(container)
         docker_client.images.remove(f"instance-ai-sandbox:newer-test-{owner}")
+
+
+TEMPLATE = "knowledge-base/templates/order-router.workflow.ts"
+
+
+@pytest.mark.parametrize("use_worker", [True, False], ids=["worker", "one-shot-fallback"])
+async def test_compile_returns_workflow_json_with_fixtures_apart(
+    provider: DockerProvider, use_worker: bool
+) -> None:
+    manager = SandboxManager(provider, use_worker=use_worker)
+    built = await manager.compile("t1", TEMPLATE, timeout_s=20)
+    assert built["ok"], built
+    assert {n["name"] for n in built["workflow"]["nodes"]} == {
+        "Start",
+        "Label Order",
+        "Is Large?",
+        "Large Order",
+        "Small Order",
+    }
+    assert "pinData" not in built["workflow"]  # fixtures are never part of the workflow
+    assert built["fixtures"] == {
+        "Start": [{"orderId": "A-1", "amount": 250}, {"orderId": "A-2", "amount": 40}]
+    }
+    assert built["graph"]["valid"] is True
+
+
+async def test_compile_sees_every_edit(provider: DockerProvider) -> None:
+    manager = SandboxManager(provider)
+    source = (await manager.read_file("t1", TEMPLATE)).decode()
+    for name in ("First Name", "Second Name", "Third Name"):
+        await manager.write_file(
+            "t1", "src/w.workflow.ts", source.replace("Large Order", name).encode()
+        )
+        built = await manager.compile("t1", "src/w.workflow.ts")
+        assert name in {n["name"] for n in built["workflow"]["nodes"]}
+
+
+async def test_compile_failures_are_reported_by_stage_and_an_endless_loop_is_cut_off(
+    provider: DockerProvider,
+) -> None:
+    manager = SandboxManager(provider)
+    await manager.write_file("t1", "src/broken.workflow.ts", b"export default {\n  oops: ,\n};\n")
+    broken = await manager.compile("t1", "src/broken.workflow.ts")
+    assert (broken["ok"], broken["stage"]) == (False, "load")
+    assert "broken.workflow.ts(2," in broken["message"]
+    await manager.write_file("t1", "src/none.workflow.ts", b"export default 42;\n")
+    assert (await manager.compile("t1", "src/none.workflow.ts"))["stage"] == "export"
+    await manager.write_file(
+        "t1", "src/hang.workflow.ts", b"while (Date.now() > 0) {}\nexport default 1;\n"
+    )
+    started = time.monotonic()
+    hung = await manager.compile("t1", "src/hang.workflow.ts", timeout_s=1)
+    assert (hung["ok"], hung["stage"]) == (False, "timeout")
+    assert time.monotonic() - started < 10
+    # The worker lives on, the next build works, and the cut-off thread left no zombie.
+    assert (await manager.compile("t1", TEMPLATE))["ok"]
+    container = await manager.acquire("t1")
+    assert not [s for s in sh(container, "ps -eo stat=").split() if s.startswith("Z")]
+    await manager.write_file(
+        "t1",
+        "src/w.json",
+        json.dumps({"name": "J", "nodes": [], "connections": {}, "pinData": {"A": [{}]}}).encode(),
+    )
+    parsed = await manager.compile("t1", "src/w.json")
+    assert parsed["ok"] and parsed["workflow"]["name"] == "J" and parsed["fixtures"] == {"A": [{}]}

@@ -5,14 +5,23 @@
 //   <- {"id":1,"ok":true,"result":"pong"}
 //   <- {"id":2,"ok":false,"error":{"code":"escape","message":"..."}}
 //
-// Operations: ping, stats, read, write, strReplace, list. (compile and execute arrive with
-// the build and verify capabilities; they use the same framing.) File contents travel as
-// base64 so any bytes survive. Every path is confined to the workspace, symlinks resolved.
-// The worker exits when its stdin closes.
+// Operations: ping, stats, read, write, strReplace, list, compile. (execute arrives with the
+// verify capability, in the same framing.) File contents travel as base64 so any bytes
+// survive. Every path is confined to the workspace, symlinks resolved. The worker exits when
+// its stdin closes.
+//
+// compile: esbuild bundles the source to CommonJS here (`@n8n/*` and other packages stay
+// external, so the workspace's single SDK instance is used), then a pooled worker_thread
+// evaluates it under a deadline (compile-thread.cjs). Every build evaluates afresh, so edits
+// are seen and builds share no module state. A thread that misses its deadline is
+// terminated and replaced on the next compile.
 
 import { createInterface } from 'node:readline';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import { build } from 'esbuild';
 
 const WORKSPACE = '/home/user/workspace';
 const MAX_LIST = 100000;
@@ -114,7 +123,96 @@ async function list(p, recursive, maxEntries) {
   return { entries, truncated };
 }
 
+const COMPILE_THREAD = path.join(path.dirname(fileURLToPath(import.meta.url)), 'compile-thread.cjs');
+let compileThread;
+let compileIds = 0;
+const compileWaiters = new Map();
+
+function thread() {
+  if (!compileThread) {
+    compileThread = new Worker(COMPILE_THREAD, { resourceLimits: { maxOldGenerationSizeMb: 256 } });
+    compileThread.on('message', (message) => {
+      const waiter = compileWaiters.get(message.id);
+      if (waiter) {
+        compileWaiters.delete(message.id);
+        waiter(message);
+      }
+    });
+    compileThread.on('error', (error) => {
+      for (const waiter of compileWaiters.values()) {
+        waiter({ ok: false, error: { stage: 'load', message: String(error && error.message || error) } });
+      }
+      compileWaiters.clear();
+      compileThread = undefined;
+    });
+  }
+  return compileThread;
+}
+
+// One compile at a time on the one thread: a build that times out terminates the thread, and
+// must not take another build down with it. (Warm builds take milliseconds.)
+let compileQueue = Promise.resolve();
+function compile(request) {
+  const result = compileQueue.then(() => compileOne(request));
+  compileQueue = result.catch(() => undefined);
+  return result;
+}
+
+async function compileOne({ path: p, timeoutMs }) {
+  const resolved = await regularFile(p, 10 * 1024 * 1024);
+  if (resolved.endsWith('.json')) {
+    let workflow;
+    try {
+      workflow = JSON.parse(await fs.readFile(resolved, 'utf8'));
+    } catch (error) {
+      return { ok: false, stage: 'load', message: `not valid JSON: ${error.message}` };
+    }
+    const fixtures = workflow.pinData || {};
+    delete workflow.pinData;
+    return { ok: true, workflow, fixtures, graph: null };
+  }
+  let code;
+  try {
+    const bundled = await build({
+      entryPoints: [resolved],
+      bundle: true,
+      packages: 'external',
+      format: 'cjs',
+      platform: 'node',
+      target: 'node20',
+      write: false,
+      logLevel: 'silent',
+      absWorkingDir: WORKSPACE,
+    });
+    code = bundled.outputFiles[0].text;
+  } catch (error) {
+    const messages = (error.errors || []).map(
+      (e) => `${e.location ? `${e.location.file}(${e.location.line},${e.location.column + 1}): ` : ''}${e.text}`,
+    );
+    return { ok: false, stage: 'load', message: messages.join('\n') || String(error.message) };
+  }
+  const id = ++compileIds;
+  const answer = new Promise((resolve) => compileWaiters.set(id, resolve));
+  thread().postMessage({ id, code, file: resolved });
+  let timer;
+  const deadline = new Promise((resolve) => {
+    timer = setTimeout(() => resolve(undefined), timeoutMs);
+  });
+  const message = await Promise.race([answer, deadline]);
+  clearTimeout(timer);
+  if (message === undefined) {
+    compileWaiters.delete(id);
+    const stuck = compileThread;
+    compileThread = undefined;
+    await stuck.terminate();
+    return { ok: false, stage: 'timeout', message: `loading ${p} did not finish within ${timeoutMs} ms (an endless loop at import time?)` };
+  }
+  if (!message.ok) return { ok: false, ...message.error };
+  return { ok: true, ...message.result };
+}
+
 const handlers = {
+  compile,
   ping: async () => 'pong',
   stats: async () => ({ pid: process.pid, memory: process.memoryUsage(), uptime: process.uptime() }),
   read: async ({ path: p, maxBytes }) => {
