@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import posixpath
 import shlex
 import threading
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -328,7 +328,7 @@ class SandboxManager:
         files.confine(path)
         return await self._file_op(
             thread_id,
-            lambda w: w.compile(path, timeout_s=timeout_s),
+            lambda w: w.compile(path, timeout_s=timeout_s, max_bytes=self.max_file_bytes),
             lambda c: self._compile_one_shot(c, path, timeout_s),
         )
 
@@ -343,8 +343,9 @@ class SandboxManager:
                 "fixtures": workflow.pop("pinData", {}),
                 "graph": None,
             }
-        # To a file, not stdout: a workflow can be larger than the inline output cap.
-        out = f".instance-ai/build/{uuid.uuid4().hex}.json"
+        # To a file, not stdout: a workflow can be larger than the inline output cap. One file
+        # per source, overwritten by each build, so nothing piles up in the workspace.
+        out = f".instance-ai/build/{hashlib.sha256(path.encode()).hexdigest()[:16]}.json"
         result = self.runner.run(
             container,
             f"mkdir -p .instance-ai/build && node --import tsx build.mjs {shlex.quote(path)} "
@@ -353,7 +354,13 @@ class SandboxManager:
         )
         if result.timed_out:
             return {"ok": False, "stage": "timeout", "message": f"building {path} timed out"}
-        report = json.loads(result.stderr.strip().splitlines()[-1] or "{}")
+        lines = result.stderr.strip().splitlines()
+        try:
+            report = json.loads(lines[-1]) if lines else {}
+        except ValueError:  # node died before build.mjs could report
+            report = {"error": result.stderr[-2000:] or f"exit code {result.exit_code}"}
+        if result.exit_code not in (0, 1, 2, 3):
+            return {"ok": False, "stage": "load", "message": report.get("error", result.stderr)}
         if result.exit_code in (2, 3):
             stage = "load" if result.exit_code == 2 else "export"
             return {"ok": False, "stage": stage, "message": report.get("error", result.stderr)}

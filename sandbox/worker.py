@@ -142,11 +142,15 @@ class WorkerClient:
         ]
         return sorted(entries, key=lambda e: e.path), bool(result["truncated"])
 
-    def compile(self, path: str, *, timeout_s: float) -> dict[str, Any]:
+    def compile(self, path: str, *, timeout_s: float, max_bytes: int) -> dict[str, Any]:
         """Compile a workflow source: `{ok, workflow, fixtures, graph}` or `{ok: False,
         stage, message}` (load, export or timeout). Failures are data, not errors."""
         result: dict[str, Any] = self.call(
-            "compile", timeout_s=timeout_s + 10, path=path, timeoutMs=int(timeout_s * 1000)
+            "compile",
+            timeout_s=timeout_s + 10,
+            path=path,
+            timeoutMs=int(timeout_s * 1000),
+            maxBytes=max_bytes,
         )
         return result
 

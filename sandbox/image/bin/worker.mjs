@@ -158,8 +158,8 @@ function compile(request) {
   return result;
 }
 
-async function compileOne({ path: p, timeoutMs }) {
-  const resolved = await regularFile(p, 10 * 1024 * 1024);
+async function compileOne({ path: p, timeoutMs, maxBytes }) {
+  const resolved = await regularFile(p, maxBytes);
   if (resolved.endsWith('.json')) {
     let workflow;
     try {
