@@ -9,9 +9,10 @@ SANDBOX_CACHE := .cache/sandbox
 
 .PHONY: run test setup system sandbox-image lint typecheck proto proto-check bench clean
 
-## run: set up, then serve on the embedded defaults (127.0.0.1:50051, SQLite, Docker sandboxes)
+## run: set up, then serve on the embedded defaults (127.0.0.1:50051, SQLite, Docker sandboxes),
+## building the bundled example workflow through the API once serving and printing the result
 run: setup
-	$(BIN)/instance-ai serve
+	$(BIN)/instance-ai serve --build-example examples/order-intake.workflow.ts
 
 ## test: set up everything the tests need, then lint, type-check and run the suite
 test: setup lint typecheck
@@ -51,6 +52,7 @@ proto-check: $(INSTALLED)
 bench: setup
 	$(BIN)/python -m bench.events
 	$(BIN)/python -m bench.sandbox
+	$(BIN)/python -m bench.build
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -2,7 +2,8 @@
 
 - acquire a sandbox for a new thread: from the warm pool vs cold create + start + seed;
 - worker ping vs `docker exec true`; 10 KB write and read through the worker vs the archive
-  upload / `docker exec cat` path; a warm compile vs the one-shot `build.mjs` run;
+  upload / `docker exec cat` path; a warm compile vs the same compile in a one-shot
+  `run-op.mjs` process (bench/build.py compares a whole build with `build.mjs`);
 - 20 threads acquiring at once: warm pool vs cold.
 
 Needs the engine and the image (`make sandbox-image`). Everything it creates carries a unique
@@ -86,7 +87,7 @@ async def io_figures(provider: DockerProvider, rounds: int) -> list[str]:
     compile_e = await timed(lambda: one_shot.compile("io", template), 3)
     await manager.close()
     return [
-        row("compile: worker vs one-shot build.mjs", p50(compile_w), p50(compile_e)),
+        row("compile: worker vs one-shot run-op.mjs", p50(compile_w), p50(compile_e)),
         row("worker ping vs docker exec true", p50(ping), p50(exec_true)),
         row("10 KB write: worker vs put_archive", p50(write_w), p50(write_a)),
         row("10 KB read: worker vs exec cat", p50(read_w), p50(read_e)),

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import posixpath
-import shlex
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -42,7 +40,7 @@ from sandbox.docker_provider import DockerProvider, SandboxInfo
 from sandbox.errors import SandboxError, SandboxUnavailableError
 from sandbox.identity import LABEL_IMAGE
 from sandbox.image.rootfs import APP_DIR, USER_UID, WORKSPACE
-from sandbox.worker import WorkerClient, WorkerGoneError
+from sandbox.worker import WorkerClient, WorkerGoneError, result_of
 
 log = structlog.get_logger(__name__)
 
@@ -52,6 +50,10 @@ _INITIALISE = (
     f"[ -e {MARKER} ] && exit 0; umask 002; cp -R -n {APP_DIR}/seed/. . && "
     f"chmod -R g+w . && touch {MARKER}"
 )
+
+# How much longer than an operation's own deadline the host waits for its answer: the sandbox
+# enforces the deadline and reports, the host only guards against a stuck sandbox.
+HOST_GUARD_S = 1.0
 
 ThreadPredicate = Callable[[str], Awaitable[bool]]
 T = TypeVar("T")
@@ -321,53 +323,104 @@ class SandboxManager:
             lambda c: files.list_files(c, path, recursive=recursive, max_entries=limit),
         )
 
-    async def compile(self, thread_id: str, path: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
-        """Compile a `.workflow.ts` (or WorkflowJSON) source with the SDK in the sandbox:
-        `{ok, workflow, fixtures, graph}`, or `{ok: False, stage, message}`. Through the
-        worker; without one, through the one-shot `build.mjs` in the workspace."""
+    async def compile(
+        self, thread_id: str, path: str, *, timeout_s: float = 5.0, max_bytes: int | None = None
+    ) -> dict[str, Any]:
+        """Compile and validate a `.workflow.ts` (or WorkflowJSON) source with the SDK in the
+        sandbox: `{ok, workflow, fixtures, issues, typed}`, or `{ok: False, stage, message}`
+        (load, export or timeout). A failed build is data, not an error."""
         files.confine(path)
-        return await self._file_op(
-            thread_id,
-            lambda w: w.compile(path, timeout_s=timeout_s, max_bytes=self.max_file_bytes),
-            lambda c: self._compile_one_shot(c, path, timeout_s),
+        return dict(
+            await self.operation(
+                thread_id,
+                "compile",
+                timeout_s=timeout_s,
+                path=path,
+                timeoutMs=int(timeout_s * 1000),
+                maxBytes=max_bytes or self.max_file_bytes,
+            )
         )
 
-    def _compile_one_shot(
-        self, container: Container, path: str, timeout_s: float
+    async def diagnose(
+        self, thread_id: str, path: str, *, timeout_s: float = 5.0
     ) -> dict[str, Any]:
-        if path.endswith(".json"):
-            workflow = json.loads(files.read_file(container, path, max_bytes=self.max_file_bytes))
-            return {
-                "ok": True,
-                "workflow": workflow,
-                "fixtures": workflow.pop("pinData", {}),
-                "graph": None,
-            }
-        # To a file, not stdout: a workflow can be larger than the inline output cap. One file
-        # per source, overwritten by each build, so nothing piles up in the workspace.
-        out = f".instance-ai/build/{hashlib.sha256(path.encode()).hexdigest()[:16]}.json"
-        result = self.runner.run(
-            container,
-            f"mkdir -p .instance-ai/build && node --import tsx build.mjs {shlex.quote(path)} "
-            f"--tidy --out {out}",
-            timeout_s=timeout_s + 5,
+        """TypeScript diagnostics for one source and its imports, with the workspace's
+        tsconfig: `{ok, diagnostics: [{file, line, column, code, message}]}` or
+        `{ok: False, message}` when the check itself failed or ran out of time."""
+        files.confine(path)
+        return dict(
+            await self.operation(
+                thread_id,
+                "diagnose",
+                timeout_s=timeout_s,
+                path=path,
+                timeoutMs=int(timeout_s * 1000),
+                maxBytes=self.max_file_bytes,
+            )
         )
-        if result.timed_out:
-            return {"ok": False, "stage": "timeout", "message": f"building {path} timed out"}
-        lines = result.stderr.strip().splitlines()
-        try:
-            report = json.loads(lines[-1]) if lines else {}
-        except ValueError:  # node died before build.mjs could report
-            report = {"error": result.stderr[-2000:] or f"exit code {result.exit_code}"}
-        if result.exit_code not in (0, 1, 2, 3):
-            return {"ok": False, "stage": "load", "message": report.get("error", result.stderr)}
-        if result.exit_code in (2, 3):
-            stage = "load" if result.exit_code == 2 else "export"
-            return {"ok": False, "stage": stage, "message": report.get("error", result.stderr)}
-        workflow = json.loads(files.read_file(container, out, max_bytes=self.max_file_bytes))
-        fixtures = workflow.pop("pinData", {})
-        graph = {k: report.get(k) for k in ("errors", "warnings")} | {"valid": report.get("ok")}
-        return {"ok": True, "workflow": workflow, "fixtures": fixtures, "graph": graph}
+
+    async def workflow_to_code(
+        self, thread_id: str, workflow: dict[str, Any], *, timeout_s: float = 5.0
+    ) -> dict[str, Any]:
+        """WorkflowJSON as SDK TypeScript: `{ok, code}` or `{ok: False, stage, message}`."""
+        return dict(
+            await self.operation(
+                thread_id,
+                "toCode",
+                timeout_s=timeout_s,
+                workflow=workflow,
+                timeoutMs=int(timeout_s * 1000),
+            )
+        )
+
+    async def node_definition(
+        self,
+        thread_id: str,
+        node_type: str,
+        version: float,
+        *,
+        resource: str | None = None,
+        operation: str | None = None,
+    ) -> dict[str, Any]:
+        """The TypeScript parameter types of one node version: `{file, content,
+        discriminators}`."""
+        return dict(
+            await self.operation(
+                thread_id,
+                "definition",
+                nodeType=node_type,
+                version=version,
+                resource=resource,
+                operation=operation,
+            )
+        )
+
+    async def operation(
+        self, thread_id: str, op: str, *, timeout_s: float = 10.0, **args: Any
+    ) -> Any:
+        """One operation of the in-sandbox `ops.mjs`, on the worker or, without one, in a
+        one-shot `run-op.mjs` process. `timeout_s` is the operation's own deadline; the host
+        waits a little longer, since the sandbox enforces it and reports."""
+        return await self._file_op(
+            thread_id,
+            lambda w: w.call(op, timeout_s=timeout_s + HOST_GUARD_S, **args),
+            lambda c: self._run_op(c, {"op": op, **args}),
+        )
+
+    @staticmethod
+    def _run_op(container: Container, request: dict[str, Any]) -> Any:
+        result = container.exec_run(
+            ["node", f"{APP_DIR}/bin/run-op.mjs", json.dumps(request)],
+            user=f"{USER_UID}:{USER_UID}",
+            workdir=WORKSPACE,
+            demux=True,
+        )
+        stdout, stderr = result.output
+        lines = (stdout or b"").strip().splitlines()
+        if not lines:
+            detail = (stderr or b"").decode(errors="replace")[-2000:]
+            raise SandboxUnavailableError(f"the sandbox operation {request['op']} died: {detail}")
+        return result_of(json.loads(lines[-1]))
 
     async def _file_op(
         self,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from sandbox.commands import CommandResult, OutputCallback
 from sandbox.files import FileEntry
@@ -41,3 +41,30 @@ class Sandboxes(Protocol):
     async def sweep_idle(self) -> list[str]: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class WorkflowToolchain(Protocol):
+    """The SDK toolchain in a thread's sandbox (the Docker manager has it; local does not)."""
+
+    async def compile(
+        self, thread_id: str, path: str, *, timeout_s: float = 5.0, max_bytes: int | None = None
+    ) -> dict[str, Any]: ...
+
+    async def diagnose(
+        self, thread_id: str, path: str, *, timeout_s: float = 5.0
+    ) -> dict[str, Any]: ...
+
+    async def workflow_to_code(
+        self, thread_id: str, workflow: dict[str, Any], *, timeout_s: float = 5.0
+    ) -> dict[str, Any]: ...
+
+    async def node_definition(
+        self,
+        thread_id: str,
+        node_type: str,
+        version: float,
+        *,
+        resource: str | None = None,
+        operation: str | None = None,
+    ) -> dict[str, Any]: ...

@@ -44,6 +44,15 @@ class WorkerGoneError(errors.SandboxUnavailableError):
     """The worker process or its stream is gone; start another."""
 
 
+def result_of(reply: dict[str, Any]) -> Any:
+    """The result of an operation's reply (worker or `run-op.mjs`), or its error raised."""
+    if reply.get("ok"):
+        return reply.get("result")
+    error = reply.get("error") or {}
+    error_class = _ERRORS.get(str(error.get("code")), errors.SandboxUnavailableError)
+    raise error_class(error.get("message", "the sandbox operation failed"))
+
+
 class WorkerClient:
     def __init__(self, client: docker.DockerClient, container: Container) -> None:
         self._client = client
@@ -142,18 +151,6 @@ class WorkerClient:
         ]
         return sorted(entries, key=lambda e: e.path), bool(result["truncated"])
 
-    def compile(self, path: str, *, timeout_s: float, max_bytes: int) -> dict[str, Any]:
-        """Compile a workflow source: `{ok, workflow, fixtures, graph}` or `{ok: False,
-        stage, message}` (load, export or timeout). Failures are data, not errors."""
-        result: dict[str, Any] = self.call(
-            "compile",
-            timeout_s=timeout_s + 10,
-            path=path,
-            timeoutMs=int(timeout_s * 1000),
-            maxBytes=max_bytes,
-        )
-        return result
-
     # -- plumbing -------------------------------------------------------------------------
 
     def _read(self) -> None:
@@ -185,12 +182,10 @@ class WorkerClient:
             future = self._pending.pop(message.get("id"), None)
         if future is None or future.done():
             return
-        if message.get("ok"):
-            future.set_result(message.get("result"))
-            return
-        error = message.get("error") or {}
-        error_class = _ERRORS.get(str(error.get("code")), errors.SandboxUnavailableError)
-        future.set_exception(error_class(error.get("message", "the worker failed")))
+        try:
+            future.set_result(result_of(message))
+        except errors.SandboxError as exc:
+            future.set_exception(exc)
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import signal
 import sys
@@ -13,12 +14,23 @@ import grpc
 import structlog
 import typer
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from rich.console import Console
 
 from instance_ai.v1 import SERVICES, agent_pb2, agent_pb2_grpc
 from server.api.convert import from_struct
 from server.api.errors import RESUME_AFTER_KEY
 from server.app import Application
+from server.build_cli import DEFAULT_THREAD, build, nodes_app, print_build, upload_and_build
+from server.cli_common import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    ApiKeyOption,
+    JsonOption,
+    ServerOption,
+    TlsCaOption,
+    err,
+    out,
+    run_client,
+)
 from server.client import DEFAULT_SERVER, ClientConfig
 from server.errors import InstanceAIError
 from server.logs import configure_logging
@@ -32,24 +44,8 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(sandbox_app, name="sandbox")
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
-
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-
-ServerOption = Annotated[
-    str, typer.Option("--server", envvar="INSTANCE_AI_SERVER", help="host:port of the server")
-]
-ApiKeyOption = Annotated[
-    str | None,
-    typer.Option("--api-key", envvar="INSTANCE_AI_API_KEY", help="API key (Bearer token)"),
-]
-TlsCaOption = Annotated[
-    Path | None,
-    typer.Option("--tls-ca", envvar="INSTANCE_AI_TLS_CA", help="CA certificate: use TLS"),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+app.add_typer(nodes_app, name="nodes")
+app.command()(build)
 
 
 @app.command()
@@ -60,6 +56,10 @@ def serve(
     config: Annotated[Path | None, typer.Option(help="TOML config file")] = None,
     log_format: Annotated[str | None, typer.Option(help="console or json")] = None,
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error")] = None,
+    build_example: Annotated[
+        Path | None,
+        typer.Option(help="once serving, build this workflow source through the API and print it"),
+    ] = None,
 ) -> None:
     """Run the gRPC server until SIGTERM or SIGINT, then drain in-flight calls."""
     try:
@@ -74,23 +74,60 @@ def serve(
     except SettingsError as exc:
         err.print(f"instance-ai: {exc}", markup=False)
         raise typer.Exit(EXIT_USAGE) from None
+    example = None
+    if build_example is not None:
+        try:
+            example = (build_example.name, build_example.read_text())
+        except (OSError, UnicodeDecodeError) as exc:
+            err.print(f"instance-ai: cannot read {build_example}: {exc}", markup=False)
+            raise typer.Exit(EXIT_USAGE) from None
     configure_logging(log_format=settings.log_format, level=settings.log_level)
     log = structlog.get_logger("instance_ai")
     try:
-        asyncio.run(_serve(Application(settings)))
+        asyncio.run(_serve(Application(settings), example))
     except InstanceAIError as exc:
         log.error("cannot start", error=str(exc))
         raise typer.Exit(EXIT_FAILURE) from None
 
 
-async def _serve(application: Application) -> None:
+def _unspecified(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False
+
+
+async def _serve(application: Application, example: tuple[str, str] | None = None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     async with application:
+        if example is not None:
+            await _build_example(application, example)
         await stop.wait()
         structlog.get_logger("instance_ai").info("shutdown requested")
+
+
+async def _build_example(application: Application, example: tuple[str, str]) -> None:
+    """Build `example` through the server's own API, as any client would, and print the
+    outcome. A failure is printed too; the server keeps serving either way."""
+    settings = application.settings
+    keys = settings.accepted_api_keys()
+    host = "127.0.0.1" if _unspecified(settings.host) else settings.host
+    client = ClientConfig(
+        server=f"{host}:{application.port}",
+        api_key=keys[0] if keys else None,
+        tls_ca_file=settings.tls_cert_file,
+    )
+    try:
+        name, source = example
+        response = await upload_and_build(client, DEFAULT_THREAD, f"src/{name}", source, None)
+    except grpc.aio.AioRpcError as exc:
+        err.print(f"instance-ai: building {name} failed: {exc.details()}", markup=False)
+        return
+    print_build(response)
+    out.print(f"  (the build's events: instance-ai events {DEFAULT_THREAD})")
 
 
 @app.command()
@@ -103,7 +140,7 @@ def health(
 ) -> None:
     """Ask the server's health service about the server and every instance_ai service."""
     client = ClientConfig(server=server, api_key=api_key, tls_ca_file=tls_ca)
-    report = _run_client(_health(client, timeout), client)
+    report = run_client(_health(client, timeout), client)
     serving = report["status"] == "SERVING"
     if as_json:
         out.print_json(data=report)
@@ -158,7 +195,7 @@ def events(
         else:
             _print_event(event)
 
-    _run_client(_events(client, thread, after, follow, emit), client)
+    run_client(_events(client, thread, after, follow, emit), client)
     if as_json and not follow:
         out.print_json(data={"threadId": thread, "events": collected})
 
@@ -205,20 +242,3 @@ def _print_event(event: dict[str, Any]) -> None:
     payload = json.dumps(event["payload"], separators=(",", ":"))
     out.print(f"[dim]{ident:>7}[/] {event['ts'][11:19]} [bold]{event['type']}[/]{run} ", end="")
     out.print(payload, markup=False)
-
-
-def _run_client(coro: Any, client: ClientConfig) -> Any:
-    try:
-        return asyncio.run(coro)
-    except grpc.aio.AioRpcError as exc:
-        if exc.code() is grpc.StatusCode.UNAVAILABLE:
-            err.print(
-                f"instance-ai: cannot reach {client.server}: {exc.details()}; is "
-                "`instance-ai serve` running there (or pass --server)?",
-                markup=False,
-            )
-        else:
-            err.print(f"instance-ai: {exc.code().name}: {exc.details()}", markup=False)
-        raise typer.Exit(EXIT_FAILURE) from None
-    except KeyboardInterrupt:
-        raise typer.Exit(130) from None

@@ -62,7 +62,7 @@ def build_image(
         client.close()
     except SandboxError as exc:
         raise _fail(exc) from None
-    report = {"image": built.tag, "catalog": str(built.catalog_dir), "built": built.built_layers}
+    report = {"image": built.tag, "built": built.built_layers}
     if as_json:
         out.print_json(data=report)
     else:

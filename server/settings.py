@@ -93,6 +93,9 @@ class Settings(BaseSettings):
     sandbox_command_timeout_seconds: float = Field(300, gt=0, le=3600)
     sandbox_max_output_bytes: int = Field(64 * 1024, ge=1024, description="per stream, inline")
     sandbox_max_file_bytes: int = Field(10 * 1024 * 1024, ge=1024)
+    build_max_source_bytes: int = Field(
+        1024 * 1024, ge=1024, description="largest workflow source a build accepts"
+    )
     subscriber_buffer: int = Field(
         4096, ge=512, le=1_000_000, description="live events held per slow subscriber"
     )

@@ -112,16 +112,6 @@ async def test_health_reports_serving_for_the_server_and_each_service(
             "orchestrator",
         ),
         (
-            lambda ch: tools_pb2_grpc.ToolsStub(ch).ListTools(tools_pb2.ListToolsRequest()),
-            "tool registry",
-        ),
-        (
-            lambda ch: pipeline_pb2_grpc.PipelineStub(ch).BuildWorkflow(
-                pipeline_pb2.BuildWorkflowRequest()
-            ),
-            "workflow compilation",
-        ),
-        (
             lambda ch: pipeline_pb2_grpc.PipelineStub(ch).VerifyWorkflow(
                 pipeline_pb2.VerifyWorkflowRequest()
             ),
@@ -143,6 +133,21 @@ async def test_rpcs_not_built_yet_say_what_they_need(
         await make_call(channel)
     assert error.value.code() is grpc.StatusCode.UNIMPLEMENTED
     assert needs in (error.value.details() or "")
+
+
+async def test_a_build_without_sandboxes_is_unavailable_and_says_why(
+    channel: grpc.aio.Channel,
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await pipeline_pb2_grpc.PipelineStub(channel).BuildWorkflow(
+            pipeline_pb2.BuildWorkflowRequest(thread_id="t1", file_path="src/a.workflow.ts")
+        )
+    assert error.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert "INSTANCE_AI_SANDBOX_PROVIDER" in (error.value.details() or "")
+    tools = await tools_pb2_grpc.ToolsStub(channel).ListTools(tools_pb2.ListToolsRequest())
+    assert {"build-workflow", "search-nodes", "workspace_write_file"} <= {
+        t.name for t in tools.tools
+    }
 
 
 async def test_an_unexpected_error_is_internal_with_a_reference_and_no_details(

@@ -441,7 +441,8 @@ async def test_compile_returns_workflow_json_with_fixtures_apart(
     assert built["fixtures"] == {
         "Start": [{"orderId": "A-1", "amount": 250}, {"orderId": "A-2", "amount": 40}]
     }
-    assert built["graph"]["valid"] is True
+    assert built["issues"] == []
+    assert len(built["sourceHash"]) == 64 and built["typed"] is False
 
 
 async def test_compile_sees_every_edit(provider: DockerProvider) -> None:

@@ -24,23 +24,24 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
 
 from sandbox.errors import ImageBuildError, SandboxUnavailableError
 from sandbox.image import rootfs
+from sandbox.image.catalog import CATALOG_PACKAGES, catalog_file
 
 IMAGE_DIR = Path(__file__).resolve().parent
 DEPS_DIR = IMAGE_DIR / "deps"
 BIN_DIR = IMAGE_DIR / "bin"
 SEED_DIR = IMAGE_DIR / "seed"
 REPOSITORY = "instance-ai-sandbox"
-# The node and credential type catalogs the server reads, extracted next to the image.
-CATALOG_FILES = {
-    "nodes.json": "n8n-nodes-base/dist/types/nodes.json",
-    "credentials.json": "n8n-nodes-base/dist/types/credentials.json",
-}
+# Packages whose node and credential catalogs (and node definitions) the image carries without
+# their code: the AI nodes are authored and validated, never executed (their 1.9 GB tree is not
+# installed). Each is `npm pack`ed at a pinned version and integrity.
+CATALOG_ONLY = DEPS_DIR / "catalog-packages.json"
 RUN_CONFIG = [
     f"USER {rootfs.USER_UID}:{rootfs.USER_UID}",
     f"WORKDIR {rootfs.WORKSPACE}",
@@ -60,7 +61,6 @@ Log = Callable[[str], None]
 @dataclass(frozen=True, kw_only=True)
 class BuiltImage:
     tag: str
-    catalog_dir: Path
     built_layers: list[str]
 
 
@@ -83,8 +83,7 @@ def image_tags() -> tuple[str, str, str]:
     """The base, deps and final tags the current inputs build (no engine call)."""
     files = rootfs.collect_files()
     base = _digest(rootfs.inputs_digest(files).encode())
-    lock = (DEPS_DIR / "package-lock.json").read_bytes()
-    deps = _digest(base.encode(), (DEPS_DIR / "package.json").read_bytes(), lock)
+    deps = _digest(base.encode(), (DEPS_DIR / "package.json").read_bytes(), _npm_inputs())
     final = _digest(
         deps.encode(),
         Path(__file__).read_bytes(),  # it stages the layer (and makes the node type index)
@@ -147,9 +146,8 @@ class ImageBuilder:
                     deps_tag, final_tag, rootfs.APP_DIR, Path(staging), ["bin", "seed"], RUN_CONFIG
                 )
             built.append(final_tag)
-        catalog_dir = self._extract_catalog(node_modules, final_tag)
         self._log(f"sandbox image {final_tag} ready" + (f" (built {built})" if built else ""))
-        return BuiltImage(tag=final_tag, catalog_dir=catalog_dir, built_layers=built)
+        return BuiltImage(tag=final_tag, built_layers=built)
 
     def _exists(self, tag: str) -> bool:
         try:
@@ -162,7 +160,7 @@ class ImageBuilder:
 
     def _node_modules(self) -> Path:
         """The npm tree for the lockfile, installed once per lockfile into the cache."""
-        lock_hash = _digest((DEPS_DIR / "package-lock.json").read_bytes())
+        lock_hash = _digest(_npm_inputs())
         target = self._cache_dir / f"deps-{lock_hash}"
         if (target / "node_modules" / ".package-lock.json").exists():
             return target / "node_modules"
@@ -183,6 +181,9 @@ class ImageBuilder:
         )
         if result.returncode != 0:
             raise ImageBuildError(f"npm ci failed:\n{result.stderr[-4000:]}")
+        for name, pin in json.loads(CATALOG_ONLY.read_text()).items():
+            self._log(f"adding the catalog of {name}@{pin['version']} (npm pack)")
+            _unpack_catalog_only(npm, name, pin, staging / "node_modules" / name)
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)  # all or nothing: a half-installed tree is never reused
         return target / "node_modules"
@@ -229,14 +230,41 @@ class ImageBuilder:
         finally:
             container.remove(force=True)
 
-    def _extract_catalog(self, node_modules: Path, tag: str) -> Path:
-        catalog_dir = self._cache_dir / "catalog" / tag.split(":")[1]
-        if all((catalog_dir / name).exists() for name in CATALOG_FILES):
-            return catalog_dir
-        catalog_dir.mkdir(parents=True, exist_ok=True)
-        for name, relative in CATALOG_FILES.items():
-            shutil.copy2(node_modules / relative, catalog_dir / name)
-        return catalog_dir
+
+def _npm_inputs() -> bytes:
+    """What the npm tree is made from: the lockfile and the catalog-only pins."""
+    return (DEPS_DIR / "package-lock.json").read_bytes() + b"\0" + CATALOG_ONLY.read_bytes()
+
+
+def _unpack_catalog_only(npm: str, name: str, pin: dict[str, Any], target: Path) -> None:
+    """`npm pack` one package at its pinned version, check its integrity, and unpack only the
+    pinned paths (catalogs and definitions) into `target`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        result = subprocess.run(
+            [npm, "pack", f"{name}@{pin['version']}", "--json", "--loglevel=error"],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            raise ImageBuildError(f"npm pack {name} failed:\n{result.stderr[-4000:]}")
+        packed = json.loads(result.stdout)[0]
+        if packed["integrity"] != pin["integrity"]:
+            raise ImageBuildError(
+                f"{name}@{pin['version']} has integrity {packed['integrity']}, "
+                f"not the pinned {pin['integrity']}"
+            )
+        prefixes = tuple(f"package/{path}" for path in pin["paths"])
+        with tarfile.open(Path(tmp) / packed["filename"]) as tar:
+            members = [
+                m
+                for m in tar.getmembers()
+                if (m.isfile() or m.isdir())
+                and any(m.name == p or m.name.startswith(p + "/") for p in prefixes)
+            ]
+            for member in members:
+                member.name = member.name.removeprefix("package/")
+            tar.extractall(target, members=members, filter="data")
 
 
 def _stage_code(node_modules: Path, staging: Path) -> None:
@@ -245,27 +273,31 @@ def _stage_code(node_modules: Path, staging: Path) -> None:
     shutil.copytree(SEED_DIR, staging / "seed")
     index = staging / "seed" / "node-types" / "index.txt"
     index.parent.mkdir()
-    index.write_text(node_type_index(node_modules / CATALOG_FILES["nodes.json"]))
+    index.write_text(node_type_index(node_modules))
 
 
-def node_type_index(nodes_json: Path) -> str:
+def node_type_index(node_modules: Path) -> str:
     """One line a node type: `type<TAB>display name<TAB>versions<TAB>description`, for the
     agent to grep in the workspace."""
-    lines = []
-    for description in json.loads(nodes_json.read_text()):
-        versions = description.get("version", 1)
-        versions = versions if isinstance(versions, list) else [versions]
-        lines.append(
-            "\t".join(
-                [
-                    f"n8n-nodes-base.{description['name']}",
+    types: dict[str, tuple[str, set[float], str]] = {}
+    for package, prefix in CATALOG_PACKAGES.items():
+        nodes = json.loads(Path(catalog_file(node_modules, package, "nodes.json")).read_text())
+        for description in nodes:
+            versions = description.get("version", 1)
+            name = f"{prefix}.{description['name']}"
+            known = types.setdefault(
+                name,
+                (
                     description.get("displayName", ""),
-                    ",".join(str(v) for v in versions),
+                    set(),
                     " ".join(str(description.get("description", "")).split()),
-                ]
+                ),
             )
-        )
-    return "\n".join(sorted(set(lines))) + "\n"
+            known[1].update(versions if isinstance(versions, list) else [versions])
+    return "".join(
+        f"{name}\t{display}\t{','.join(f'{v:g}' for v in sorted(versions))}\t{text}\n"
+        for name, (display, versions, text) in sorted(types.items())
+    )
 
 
 def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:

@@ -10,13 +10,25 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from instance_ai.v1 import agent_pb2, agent_pb2_grpc, workspace_pb2, workspace_pb2_grpc
+from instance_ai.v1 import (
+    agent_pb2,
+    agent_pb2_grpc,
+    pipeline_pb2,
+    pipeline_pb2_grpc,
+    tools_pb2,
+    tools_pb2_grpc,
+    workspace_pb2,
+    workspace_pb2_grpc,
+)
 from server.api.agent import AgentServicer
 from server.api.interceptors import AuthInterceptor, ErrorInterceptor
+from server.api.pipeline import PipelineServicer
+from server.api.tools import ToolsServicer
 from server.api.unimplemented import add_pending_services
 from server.api.workspace import WorkspaceServicer
 from server.runtime import Runtime
 from server.settings import Settings
+from server.tools.registry import default_registry
 
 log = structlog.get_logger(__name__)
 
@@ -75,9 +87,14 @@ async def start_grpc_server(runtime: Runtime) -> GrpcServer:
     )
     agent_pb2_grpc.add_AgentServicer_to_server(AgentServicer(runtime), server)
     workspace_pb2_grpc.add_WorkspaceServicer_to_server(WorkspaceServicer(runtime), server)
+    registry = default_registry()
+    tools_pb2_grpc.add_ToolsServicer_to_server(ToolsServicer(runtime, registry), server)
+    pipeline_pb2_grpc.add_PipelineServicer_to_server(PipelineServicer(runtime, registry), server)
     services = [
         agent_pb2.DESCRIPTOR.services_by_name["Agent"].full_name,
         workspace_pb2.DESCRIPTOR.services_by_name["Workspace"].full_name,
+        tools_pb2.DESCRIPTOR.services_by_name["Tools"].full_name,
+        pipeline_pb2.DESCRIPTOR.services_by_name["Pipeline"].full_name,
     ]
     services += add_pending_services(server)
 

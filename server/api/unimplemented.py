@@ -11,29 +11,10 @@ import grpc
 from instance_ai.v1 import (
     browser_pb2,
     browser_pb2_grpc,
-    pipeline_pb2,
-    pipeline_pb2_grpc,
-    tools_pb2,
-    tools_pb2_grpc,
 )
 
 # (servicer base, add-to-server function, descriptor, capability per RPC)
 PENDING: list[tuple[type, Callable[[Any, grpc.aio.Server], None], Any, dict[str, str]]] = [
-    (
-        tools_pb2_grpc.ToolsServicer,
-        tools_pb2_grpc.add_ToolsServicer_to_server,
-        tools_pb2.DESCRIPTOR.services_by_name["Tools"],
-        {"*": "the tool registry (orchestrator issue)"},
-    ),
-    (
-        pipeline_pb2_grpc.PipelineServicer,
-        pipeline_pb2_grpc.add_PipelineServicer_to_server,
-        pipeline_pb2.DESCRIPTOR.services_by_name["Pipeline"],
-        {
-            "BuildWorkflow": "workflow compilation and validation (build issue)",
-            "*": "simulated verification and the workflow loop (verify issue)",
-        },
-    ),
     (
         browser_pb2_grpc.BrowserServicer,
         browser_pb2_grpc.add_BrowserServicer_to_server,

@@ -1,9 +1,13 @@
-"""The runtime: the durable per-thread event log, threads and runs."""
+"""The runtime: the durable per-thread event log, threads and runs, and the services built on
+them (sandboxes, the catalog, the workflow store, the builder). One per server process."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from server.catalog import CatalogService
+from server.domain.workflows import WorkflowStore
+from server.pipeline.build import WorkflowBuilder
 from server.runtime.events import Event, EventLog
 from server.runtime.sandboxes import SandboxService
 from server.runtime.threads import Threads, ThreadStatus
@@ -22,16 +26,37 @@ class Runtime:
     events: EventLog
     threads: Threads
     sandboxes: SandboxService
+    catalog: CatalogService
+    workflows: WorkflowStore
+    builder: WorkflowBuilder
 
     @classmethod
     async def open(cls, settings: Settings) -> Runtime:
         db = await Database.open(settings.resolved_database_url)
         events = EventLog(db=db, subscriber_buffer=settings.subscriber_buffer)
         events.start()
-        sandboxes = SandboxService(settings, db)
+        threads = Threads(db=db, events=events)
+        sandboxes = SandboxService(settings, db, thread_known=threads.exists)
+        threads.on_deleted = sandboxes.destroy
         await sandboxes.start()
-        threads = Threads(db=db, events=events, on_deleted=sandboxes.destroy)
-        return cls(settings=settings, db=db, events=events, threads=threads, sandboxes=sandboxes)
+        catalog = CatalogService(sandboxes.catalog_dir)
+        workflows = WorkflowStore(db)
+        builder = WorkflowBuilder(
+            sandboxes=sandboxes.for_thread,
+            catalog=catalog,
+            workflows=workflows,
+            max_source_bytes=settings.build_max_source_bytes,
+        )
+        return cls(
+            settings=settings,
+            db=db,
+            events=events,
+            threads=threads,
+            sandboxes=sandboxes,
+            catalog=catalog,
+            workflows=workflows,
+            builder=builder,
+        )
 
     async def close(self) -> None:
         await self.sandboxes.close()

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from pathlib import Path
 
 import structlog
 from sqlalchemy import select
@@ -19,6 +21,7 @@ from sandbox.commands import CommandRunner
 from sandbox.docker_provider import DockerProvider, SandboxLimits, connect
 from sandbox.errors import SandboxError
 from sandbox.image.build import require_image
+from sandbox.image.catalog import extract_catalog
 from sandbox.local import LocalSandboxes
 from sandbox.manager import SandboxManager, ThreadPredicate
 from sandbox.protocol import Sandboxes
@@ -36,12 +39,21 @@ SWEEP_INTERVAL_S = 30.0
 
 
 class SandboxService:
-    def __init__(self, settings: Settings, db: Database) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        *,
+        thread_known: Callable[[str], Awaitable[bool]] | None = None,
+    ) -> None:
         self.settings = settings
         self.db = db
+        # For requests (may cache); the janitor always asks the database.
+        self._thread_known = thread_known or self._thread_exists
         self._manager: Sandboxes | None = None
         self._unavailable = "sandboxes are disabled (INSTANCE_AI_SANDBOX_PROVIDER=none)"
         self._housekeeping: asyncio.Task[None] | None = None
+        self._catalog_dir: Path | None = None
 
     async def start(self) -> None:
         provider = self.settings.sandbox_provider
@@ -49,6 +61,7 @@ class SandboxService:
             return
         if provider == "local":
             self._manager = build_local(self.settings)
+            self._unavailable = "local sandboxes carry no sandbox image; use the docker provider"
             return
         # Docker, and only Docker: an unreachable engine is an error, never a quiet switch
         # to something that does not isolate.
@@ -65,9 +78,25 @@ class SandboxService:
         )
 
     def _connect(self) -> SandboxManager:
-        return build_manager(
+        manager = build_manager(
             self.settings, is_busy=self._is_busy, thread_exists=self._thread_exists
         )
+        try:
+            self._catalog_dir = extract_catalog(
+                manager.provider.client, manager.provider.image, self.settings.data_dir / "catalog"
+            )
+        except SandboxError:
+            manager.provider.client.close()
+            raise
+        return manager
+
+    def catalog_dir(self) -> Path:
+        """Where the running image's node and credential catalog was copied to."""
+        if self._catalog_dir is None:
+            raise UnavailableError(
+                f"the node catalog comes with the sandbox image: {self._unavailable}"
+            )
+        return self._catalog_dir
 
     @property
     def manager(self) -> Sandboxes:
@@ -78,7 +107,7 @@ class SandboxService:
     async def for_thread(self, thread_id: str) -> Sandboxes:
         """The manager, once the thread is known to exist (no sandbox for unknown threads)."""
         manager = self.manager
-        if not await self._thread_exists(thread_id):
+        if not await self._thread_known(thread_id):
             raise NotFoundError(f"thread {thread_id!r} does not exist")
         return manager
 

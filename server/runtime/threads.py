@@ -15,7 +15,7 @@ from server.runtime.events import EventLog
 from server.runtime.ids import new_id
 from server.runtime.validation import check_thread_id
 from server.store import Database
-from server.store.models import EventRow, RunRow, ThreadRow
+from server.store.models import EventRow, RunRow, SourceBindingRow, ThreadRow
 from server.store.threads import ensure_threads, get_thread
 
 # A run in one of these holds the thread (a partial unique index enforces one per thread).
@@ -53,6 +53,18 @@ class Threads:
     events: EventLog
     # Called after a thread is deleted, e.g. to destroy its sandbox.
     on_deleted: Callable[[str], Awaitable[None]] = _nothing
+    _known: set[str] = field(default_factory=set)
+
+    async def exists(self, thread_id: str) -> bool:
+        """Cached once seen: threads end only through `delete` (in another process, the
+        sandbox janitor catches up)."""
+        if thread_id in self._known:
+            return True
+        async with self.db.session() as session:
+            found = await get_thread(session, thread_id) is not None
+        if found:
+            self._known.add(thread_id)
+        return found
 
     async def status(self, thread_id: str) -> ThreadStatus:
         check_thread_id(thread_id)
@@ -82,7 +94,11 @@ class Threads:
             # connection having foreign keys switched on.
             await session.execute(delete(EventRow).where(EventRow.thread_id == thread_id))
             await session.execute(delete(RunRow).where(RunRow.thread_id == thread_id))
+            await session.execute(
+                delete(SourceBindingRow).where(SourceBindingRow.thread_id == thread_id)
+            )
             await session.execute(delete(ThreadRow).where(ThreadRow.id == thread_id))
+        self._known.discard(thread_id)
         self.events.end_subscriptions(
             lambda _cursor: NotFoundError(f"thread {thread_id!r} was deleted"),
             thread_id=thread_id,

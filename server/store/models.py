@@ -5,7 +5,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Index, String, Text, text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -63,3 +74,58 @@ class EventRow(Base):
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
 
     __table_args__ = (Index("ix_events_run", "run_id"),)
+
+
+class WorkflowRow(Base):
+    """A saved workflow. Its content lives in versions; `current_version_id` is the draft the
+    builder last saved, `active_version_id` the published one (None: unpublished)."""
+
+    __tablename__ = "workflows"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(Text)
+    project_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    is_archived: Mapped[bool] = mapped_column(Boolean, default=False)
+    is_supporting: Mapped[bool] = mapped_column(Boolean, default=False)
+    current_version_id: Mapped[str] = mapped_column(String(64))
+    active_version_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (Index("ix_workflows_updated", "updated_at"),)
+
+
+class WorkflowVersionRow(Base):
+    __tablename__ = "workflow_versions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    workflow_id: Mapped[str] = mapped_column(
+        ForeignKey("workflows.id", ondelete="CASCADE"), index=True
+    )
+    # 1, 2, 3 ... per workflow, in save order.
+    number: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(Text)
+    nodes: Mapped[list[Any]] = mapped_column(JSON)
+    connections: Mapped[dict[str, Any]] = mapped_column(JSON)
+    settings: Mapped[dict[str, Any]] = mapped_column(JSON)
+    source_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (Index("ux_workflow_versions_number", "workflow_id", "number", unique=True),)
+
+
+class SourceBindingRow(Base):
+    """Which workflow a thread's workspace source file builds into, and the hash of the
+    source that was last saved."""
+
+    __tablename__ = "source_bindings"
+
+    thread_id: Mapped[str] = mapped_column(
+        ForeignKey("threads.id", ondelete="CASCADE"), primary_key=True
+    )
+    file_path: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    # No foreign key: a binding outlives its workflow, so a rebuild can say it was deleted.
+    workflow_id: Mapped[str] = mapped_column(String(64), index=True)
+    source_hash: Mapped[str] = mapped_column(String(64))
+    version_id: Mapped[str] = mapped_column(String(64))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

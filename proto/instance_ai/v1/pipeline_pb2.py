@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dinstance_ai/v1/pipeline.proto\x12\x0einstance_ai.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xa9\x01\n\x14\x42uildWorkflowRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x11\n\tfile_path\x18\x02 \x01(\t\x12\x13\n\x0bworkflow_id\x18\x03 \x01(\t\x12\x12\n\nproject_id\x18\x04 \x01(\t\x12\x0c\n\x04name\x18\x05 \x01(\t\x12\x14\n\x0cwork_item_id\x18\x06 \x01(\t\x12\x1e\n\x16is_supporting_workflow\x18\x07 \x01(\x08\"l\n\nBuildIssue\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x11\n\tnode_name\x18\x03 \x01(\t\x12\x0c\n\x04path\x18\x04 \x01(\t\x12\x0c\n\x04line\x18\x05 \x01(\x05\x12\x0e\n\x06\x63olumn\x18\x06 \x01(\x05\"\x81\x02\n\x15\x42uildWorkflowResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x13\n\x0bworkflow_id\x18\x02 \x01(\t\x12\x15\n\rworkflow_name\x18\x03 \x01(\t\x12\x14\n\x0cwork_item_id\x18\x04 \x01(\t\x12\x11\n\tfile_path\x18\x05 \x01(\t\x12\x13\n\x0bsource_hash\x18\x06 \x01(\t\x12\x13\n\x0bremediation\x18\x07 \x01(\t\x12*\n\x06\x65rrors\x18\x08 \x03(\x0b\x32\x1a.instance_ai.v1.BuildIssue\x12,\n\x08warnings\x18\t \x03(\x0b\x32\x1a.instance_ai.v1.BuildIssue\"\xe5\x01\n\x15VerifyWorkflowRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x14\n\x0cwork_item_id\x18\x02 \x01(\t\x12\x13\n\x0bworkflow_id\x18\x03 \x01(\t\x12+\n\ninput_data\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x19\n\x11trigger_node_name\x18\x05 \x01(\t\x12\x12\n\ntimeout_ms\x18\x06 \x01(\x03\x12\x32\n\x11\x66ixture_overrides\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\"A\n\x16VerifyWorkflowResponse\x12\'\n\x06result\x18\x01 \x01(\x0b\x32\x17.google.protobuf.Struct\"\xa7\x01\n\x14ReportVerdictRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x14\n\x0cwork_item_id\x18\x02 \x01(\t\x12\x0f\n\x07verdict\x18\x03 \x01(\t\x12\x19\n\x11\x66\x61ilure_signature\x18\x04 \x01(\t\x12\x18\n\x10\x66\x61iled_node_name\x18\x05 \x01(\t\x12\r\n\x05patch\x18\x06 \x01(\t\x12\x11\n\tdiagnosis\x18\x07 \x01(\t\")\n\x15ReportVerdictResponse\x12\x10\n\x08guidance\x18\x01 \x01(\t\"=\n\x12GetWorkItemRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x14\n\x0cwork_item_id\x18\x02 \x01(\t\"A\n\x13GetWorkItemResponse\x12*\n\twork_item\x18\x01 \x01(\x0b\x32\x17.google.protobuf.Struct2\xff\x02\n\x08Pipeline\x12\\\n\rBuildWorkflow\x12$.instance_ai.v1.BuildWorkflowRequest\x1a%.instance_ai.v1.BuildWorkflowResponse\x12_\n\x0eVerifyWorkflow\x12%.instance_ai.v1.VerifyWorkflowRequest\x1a&.instance_ai.v1.VerifyWorkflowResponse\x12\\\n\rReportVerdict\x12$.instance_ai.v1.ReportVerdictRequest\x1a%.instance_ai.v1.ReportVerdictResponse\x12V\n\x0bGetWorkItem\x12\".instance_ai.v1.GetWorkItemRequest\x1a#.instance_ai.v1.GetWorkItemResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dinstance_ai/v1/pipeline.proto\x12\x0einstance_ai.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xa9\x01\n\x14\x42uildWorkflowRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x11\n\tfile_path\x18\x02 \x01(\t\x12\x13\n\x0bworkflow_id\x18\x03 \x01(\t\x12\x12\n\nproject_id\x18\x04 \x01(\t\x12\x0c\n\x04name\x18\x05 \x01(\t\x12\x14\n\x0cwork_item_id\x18\x06 \x01(\t\x12\x1e\n\x16is_supporting_workflow\x18\x07 \x01(\x08\"\x88\x01\n\nBuildIssue\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x11\n\tnode_name\x18\x03 \x01(\t\x12\x0c\n\x04path\x18\x04 \x01(\t\x12\x0c\n\x04line\x18\x05 \x01(\x05\x12\x0e\n\x06\x63olumn\x18\x06 \x01(\x05\x12\x0c\n\x04\x63ode\x18\x07 \x01(\t\x12\x0c\n\x04\x66ile\x18\x08 \x01(\t\"V\n\x0bRemediation\x12\x10\n\x08\x63\x61tegory\x18\x01 \x01(\t\x12\x13\n\x0bshould_edit\x18\x02 \x01(\x08\x12\x10\n\x08guidance\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x9e\x02\n\x15\x42uildWorkflowResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x13\n\x0bworkflow_id\x18\x02 \x01(\t\x12\x15\n\rworkflow_name\x18\x03 \x01(\t\x12\x14\n\x0cwork_item_id\x18\x04 \x01(\t\x12\x11\n\tfile_path\x18\x05 \x01(\t\x12\x13\n\x0bsource_hash\x18\x06 \x01(\t\x12\x30\n\x0bremediation\x18\x07 \x01(\x0b\x32\x1b.instance_ai.v1.Remediation\x12*\n\x06\x65rrors\x18\x08 \x03(\x0b\x32\x1a.instance_ai.v1.BuildIssue\x12,\n\x08warnings\x18\t \x03(\x0b\x32\x1a.instance_ai.v1.BuildIssue\"\xe5\x01\n\x15VerifyWorkflowRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x14\n\x0cwork_item_id\x18\x02 \x01(\t\x12\x13\n\x0bworkflow_id\x18\x03 \x01(\t\x12+\n\ninput_data\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x19\n\x11trigger_node_name\x18\x05 \x01(\t\x12\x12\n\ntimeout_ms\x18\x06 \x01(\x03\x12\x32\n\x11\x66ixture_overrides\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\"A\n\x16VerifyWorkflowResponse\x12\'\n\x06result\x18\x01 \x01(\x0b\x32\x17.google.protobuf.Struct\"\xa7\x01\n\x14ReportVerdictRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x14\n\x0cwork_item_id\x18\x02 \x01(\t\x12\x0f\n\x07verdict\x18\x03 \x01(\t\x12\x19\n\x11\x66\x61ilure_signature\x18\x04 \x01(\t\x12\x18\n\x10\x66\x61iled_node_name\x18\x05 \x01(\t\x12\r\n\x05patch\x18\x06 \x01(\t\x12\x11\n\tdiagnosis\x18\x07 \x01(\t\")\n\x15ReportVerdictResponse\x12\x10\n\x08guidance\x18\x01 \x01(\t\"=\n\x12GetWorkItemRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x14\n\x0cwork_item_id\x18\x02 \x01(\t\"A\n\x13GetWorkItemResponse\x12*\n\twork_item\x18\x01 \x01(\x0b\x32\x17.google.protobuf.Struct2\xff\x02\n\x08Pipeline\x12\\\n\rBuildWorkflow\x12$.instance_ai.v1.BuildWorkflowRequest\x1a%.instance_ai.v1.BuildWorkflowResponse\x12_\n\x0eVerifyWorkflow\x12%.instance_ai.v1.VerifyWorkflowRequest\x1a&.instance_ai.v1.VerifyWorkflowResponse\x12\\\n\rReportVerdict\x12$.instance_ai.v1.ReportVerdictRequest\x1a%.instance_ai.v1.ReportVerdictResponse\x12V\n\x0bGetWorkItem\x12\".instance_ai.v1.GetWorkItemRequest\x1a#.instance_ai.v1.GetWorkItemResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,22 +34,24 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_BUILDWORKFLOWREQUEST']._serialized_start=80
   _globals['_BUILDWORKFLOWREQUEST']._serialized_end=249
-  _globals['_BUILDISSUE']._serialized_start=251
-  _globals['_BUILDISSUE']._serialized_end=359
-  _globals['_BUILDWORKFLOWRESPONSE']._serialized_start=362
-  _globals['_BUILDWORKFLOWRESPONSE']._serialized_end=619
-  _globals['_VERIFYWORKFLOWREQUEST']._serialized_start=622
-  _globals['_VERIFYWORKFLOWREQUEST']._serialized_end=851
-  _globals['_VERIFYWORKFLOWRESPONSE']._serialized_start=853
-  _globals['_VERIFYWORKFLOWRESPONSE']._serialized_end=918
-  _globals['_REPORTVERDICTREQUEST']._serialized_start=921
-  _globals['_REPORTVERDICTREQUEST']._serialized_end=1088
-  _globals['_REPORTVERDICTRESPONSE']._serialized_start=1090
-  _globals['_REPORTVERDICTRESPONSE']._serialized_end=1131
-  _globals['_GETWORKITEMREQUEST']._serialized_start=1133
-  _globals['_GETWORKITEMREQUEST']._serialized_end=1194
-  _globals['_GETWORKITEMRESPONSE']._serialized_start=1196
-  _globals['_GETWORKITEMRESPONSE']._serialized_end=1261
-  _globals['_PIPELINE']._serialized_start=1264
-  _globals['_PIPELINE']._serialized_end=1647
+  _globals['_BUILDISSUE']._serialized_start=252
+  _globals['_BUILDISSUE']._serialized_end=388
+  _globals['_REMEDIATION']._serialized_start=390
+  _globals['_REMEDIATION']._serialized_end=476
+  _globals['_BUILDWORKFLOWRESPONSE']._serialized_start=479
+  _globals['_BUILDWORKFLOWRESPONSE']._serialized_end=765
+  _globals['_VERIFYWORKFLOWREQUEST']._serialized_start=768
+  _globals['_VERIFYWORKFLOWREQUEST']._serialized_end=997
+  _globals['_VERIFYWORKFLOWRESPONSE']._serialized_start=999
+  _globals['_VERIFYWORKFLOWRESPONSE']._serialized_end=1064
+  _globals['_REPORTVERDICTREQUEST']._serialized_start=1067
+  _globals['_REPORTVERDICTREQUEST']._serialized_end=1234
+  _globals['_REPORTVERDICTRESPONSE']._serialized_start=1236
+  _globals['_REPORTVERDICTRESPONSE']._serialized_end=1277
+  _globals['_GETWORKITEMREQUEST']._serialized_start=1279
+  _globals['_GETWORKITEMREQUEST']._serialized_end=1340
+  _globals['_GETWORKITEMRESPONSE']._serialized_start=1342
+  _globals['_GETWORKITEMRESPONSE']._serialized_end=1407
+  _globals['_PIPELINE']._serialized_start=1410
+  _globals['_PIPELINE']._serialized_end=1793
 # @@protoc_insertion_point(module_scope)

@@ -66,13 +66,23 @@ class BuildIssue(_message.Message):
     PATH_FIELD_NUMBER: _builtins.int
     LINE_FIELD_NUMBER: _builtins.int
     COLUMN_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    FILE_FIELD_NUMBER: _builtins.int
     message: _builtins.str
     source: _builtins.str
-    """Which validation layer found it (e.g. "sdk", "schema", "catalog", "typescript")."""
+    """Which layer found it: "input", "load", "export", "timeout", "graph", "schema", "sdk",
+    "catalog", "credentials" or "typescript".
+    """
     node_name: _builtins.str
     path: _builtins.str
+    """The parameter path within the node, when the finding is about one parameter."""
     line: _builtins.int
+    """Position in the source file (1-based; 0 when unknown)."""
     column: _builtins.int
+    code: _builtins.str
+    """A stable code, e.g. "INVALID_PARAMETER", "UNKNOWN_NODE_TYPE", "TS2322"."""
+    file: _builtins.str
+    """The workspace file the position refers to (the built file or one it imports)."""
     def __init__(
         self,
         *,
@@ -82,14 +92,48 @@ class BuildIssue(_message.Message):
         path: _builtins.str = ...,
         line: _builtins.int = ...,
         column: _builtins.int = ...,
+        code: _builtins.str = ...,
+        file: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["column", b"column", "line", b"line", "message", b"message", "node_name", b"node_name", "path", b"path", "source", b"source"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "column", b"column", "file", b"file", "line", b"line", "message", b"message", "node_name", b"node_name", "path", b"path", "source", b"source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___BuildIssue: _TypeAlias = BuildIssue  # noqa: Y015
+
+@_typing.final
+class Remediation(_message.Message):
+    """What the caller should do after a build that did not save."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CATEGORY_FIELD_NUMBER: _builtins.int
+    SHOULD_EDIT_FIELD_NUMBER: _builtins.int
+    GUIDANCE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    category: _builtins.str
+    """"code_fixable" (edit the source and build again), "needs_setup" or "blocked"."""
+    should_edit: _builtins.bool
+    """False means stop editing: another build of this file cannot succeed as things stand."""
+    guidance: _builtins.str
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        category: _builtins.str = ...,
+        should_edit: _builtins.bool = ...,
+        guidance: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["category", b"category", "guidance", b"guidance", "reason", b"reason", "should_edit", b"should_edit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Remediation: _TypeAlias = Remediation  # noqa: Y015
 
 @_typing.final
 class BuildWorkflowResponse(_message.Message):
@@ -110,7 +154,8 @@ class BuildWorkflowResponse(_message.Message):
     work_item_id: _builtins.str
     file_path: _builtins.str
     source_hash: _builtins.str
-    remediation: _builtins.str
+    @_builtins.property
+    def remediation(self) -> Global___Remediation: ...
     @_builtins.property
     def errors(self) -> _containers.RepeatedCompositeFieldContainer[Global___BuildIssue]: ...
     @_builtins.property
@@ -124,11 +169,11 @@ class BuildWorkflowResponse(_message.Message):
         work_item_id: _builtins.str = ...,
         file_path: _builtins.str = ...,
         source_hash: _builtins.str = ...,
-        remediation: _builtins.str = ...,
+        remediation: Global___Remediation | None = ...,
         errors: _abc.Iterable[Global___BuildIssue] | None = ...,
         warnings: _abc.Iterable[Global___BuildIssue] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["remediation", b"remediation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
     _ClearFieldArgType: _TypeAlias = _typing.Literal["errors", b"errors", "file_path", b"file_path", "remediation", b"remediation", "source_hash", b"source_hash", "success", b"success", "warnings", b"warnings", "work_item_id", b"work_item_id", "workflow_id", b"workflow_id", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...

@@ -1,12 +1,21 @@
-// The compile thread: evaluates a workflow source that the worker's main thread bundled to
-// CommonJS, and turns its default export into WorkflowJSON. It runs in a worker_thread so a
-// source that never finishes loading (an endless loop at import time) can be cut off by
-// terminating the thread. esbuild never runs here: a terminated thread that had started its
-// own esbuild service would leave a zombie process behind.
-const { parentPort } = require('node:worker_threads');
+// The compile thread: turns a workflow source into WorkflowJSON plus validation findings, and
+// WorkflowJSON back into SDK code. It runs in a worker_thread so a source that never finishes
+// loading (an endless loop at import time) can be cut off by terminating the thread, and one
+// that allocates without bound hits the thread's heap cap instead of the worker's. esbuild
+// never runs here: a terminated thread that had started its own esbuild service would leave a
+// zombie process behind.
+//
+// Requests (from ops.mjs):
+//   {kind: 'module', code, file, source}  a source bundled to CommonJS, and its original text
+//   {kind: 'json', workflow, file}        a WorkflowJSON source
+//   {kind: 'generate', workflow}          WorkflowJSON to SDK code
+const { parentPort, workerData } = require('node:worker_threads');
 const { createRequire } = require('node:module');
 const path = require('node:path');
 const vm = require('node:vm');
+const sdk = require('@n8n/workflow-sdk');
+
+const { definitionDirs } = workerData;
 
 function evaluate(code, file) {
   const module = { exports: {} };
@@ -28,42 +37,75 @@ function builderOf(exported) {
   return undefined;
 }
 
-const plain = (issue) => ({
+const finding = (severity) => (issue) => ({
+  source: issue.source || 'graph',
+  severity,
   code: issue.code,
   message: issue.message,
   nodeName: issue.nodeName,
-  severity: issue.severity,
+  path: issue.parameterPath,
+  line: issue.line,
+  column: issue.column,
 });
 
-parentPort.on('message', ({ id, code, file }) => {
+// The SDK's layers: graph checks and parameter schemas (node-definitions, with line and column
+// when the source text is known). Errors block a save; the rest are warnings. The SDK's source
+// lint is left out: it flags what its own restricted parser cannot read (arrow functions,
+// `as const`), which this full-TypeScript compile handles, and it costs a third of the time.
+function validate(builder, source) {
   try {
+    const report = sdk.validateWorkflowBuilder(builder, { nodeDefinitionDirs: definitionDirs, lint: false, source });
+    return [...report.blocking.map(finding('error')), ...report.informational.map(finding('warning'))];
+  } catch (error) {
+    const graph = builder.validate();
+    return [
+      ...graph.errors.map((issue) => finding('error')({ ...issue, source: 'graph' })),
+      ...graph.warnings.map((issue) => finding('warning')({ ...issue, source: 'graph' })),
+      { source: 'schema', severity: 'warning', code: 'SCHEMA_CHECK_FAILED', message: `parameter schemas were not checked: ${error.message}` },
+    ];
+  }
+}
+
+// Declared fixtures travel apart: they are never saved into the workflow.
+function result(workflow, issues) {
+  const fixtures = workflow.pinData || {};
+  delete workflow.pinData;
+  return { workflow, fixtures, issues };
+}
+
+const handlers = {
+  module({ code, file, source }) {
     let exported;
     try {
       exported = evaluate(code, file);
     } catch (error) {
-      parentPort.postMessage({ id, ok: false, error: { stage: 'load', message: String(error && error.stack || error) } });
-      return;
+      return { error: { stage: 'load', message: String((error && error.stack) || error) } };
     }
     const builder = builderOf(exported);
     if (!builder || typeof builder.toJSON !== 'function') {
-      parentPort.postMessage({ id, ok: false, error: { stage: 'export', message: 'the default export is not a workflow() builder' } });
-      return;
+      return { error: { stage: 'export', message: 'the default export is not a workflow() builder: end the file with `export default workflow(...)...`' } };
     }
-    const graph = builder.validate();
-    const workflow = builder.toJSON({ tidyUp: true });
-    // Declared fixtures travel apart: they are never saved into the workflow.
-    const fixtures = workflow.pinData || {};
-    delete workflow.pinData;
-    parentPort.postMessage({
-      id,
-      ok: true,
-      result: {
-        workflow,
-        fixtures,
-        graph: { valid: graph.valid, errors: graph.errors.map(plain), warnings: graph.warnings.map(plain) },
-      },
-    });
+    const issues = validate(builder, source);
+    return { result: result(builder.toJSON({ tidyUp: true }), issues) };
+  },
+  json({ workflow }) {
+    const builder = { validate: (options) => sdk.validateWorkflow(workflow, options), toJSON: () => workflow };
+    return { result: result(workflow, validate(builder, undefined)) };
+  },
+  generate({ workflow }) {
+    const body = sdk.generateWorkflowCode(workflow);
+    // The generator leaves out the import: add one for the SDK functions the code calls.
+    const used = Object.keys(sdk).filter((name) => /^[a-z]\w*$/.test(name) && new RegExp(`\\b${name}\\(`).test(body));
+    return { result: { code: `import { ${used.join(', ')} } from '@n8n/workflow-sdk';\n\n${body}\n` } };
+  },
+};
+
+parentPort.on('message', ({ id, kind, ...request }) => {
+  let answer;
+  try {
+    answer = handlers[kind](request);
   } catch (error) {
-    parentPort.postMessage({ id, ok: false, error: { stage: 'export', message: String(error && error.message || error) } });
+    answer = { error: { stage: 'export', message: String((error && error.message) || error) } };
   }
+  parentPort.postMessage(answer.error ? { id, ok: false, error: answer.error } : { id, ok: true, result: answer.result });
 });

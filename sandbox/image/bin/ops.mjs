@@ -1,0 +1,425 @@
+// The operations the sandbox offers the host, shared by the long-lived worker (worker.mjs, JSON
+// lines over one exec stream) and the one-shot runner (run-op.mjs, for when no worker runs).
+//
+// Operations: ping, stats, read, write, strReplace, list, compile, diagnose, toCode,
+// definition. File contents travel as base64 so any bytes survive. Every path is confined to
+// the workspace, symlinks resolved.
+//
+// compile: esbuild bundles the source to CommonJS here (`@n8n/*` and other packages stay
+// external, so the one installed SDK instance is used), then a pooled worker_thread evaluates
+// it and validates the result in layers under a deadline (compile-thread.cjs). Every build
+// evaluates afresh, so edits are seen and builds share no module state. A thread that misses
+// its deadline, or runs out of memory, is terminated and replaced on the next call.
+//
+// diagnose: the TypeScript compiler over one file and its imports, with the workspace's
+// tsconfig.json, under a deadline.
+import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync, promises as fs } from 'node:fs';
+import { createRequire } from 'node:module';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import { build } from 'esbuild';
+
+export const WORKSPACE = '/home/user/workspace';
+const MAX_LIST = 100000;
+const require = createRequire(import.meta.url);
+const NODE_MODULES = path.resolve(path.dirname(require.resolve('n8n-nodes-base/package.json')), '..');
+// Per-node definition folders by type prefix: parameter types (.ts) and Zod schemas (.schema.js).
+const DEFINITIONS = {
+  'n8n-nodes-base': path.join(NODE_MODULES, 'n8n-nodes-base/dist/node-definitions/nodes/n8n-nodes-base'),
+  '@n8n/n8n-nodes-langchain': path.join(
+    NODE_MODULES,
+    '@n8n/n8n-nodes-langchain/dist/node-definitions/nodes/n8n-nodes-langchain',
+  ),
+};
+const TSC = path.join(NODE_MODULES, `@typescript/typescript-${os.platform()}-${os.arch()}/lib/tsc`);
+const TS_DIAGNOSTIC = /^(.+?)\((\d+),(\d+)\): error (TS\d+): (.*)$/;
+// Imports of the typed node parameters (seed/types, knowledge-base/best-practices).
+const TYPED_IMPORT = /from\s+['"]@n8n\/(?:ai-)?node-types\//;
+
+export class WorkerError extends Error {
+  constructor(code, message) {
+    super(message);
+    this.code = code;
+  }
+}
+
+function inside(resolved) {
+  return resolved === WORKSPACE || resolved.startsWith(WORKSPACE + '/');
+}
+
+// The real path of `p`, following symlinks through its longest existing prefix.
+async function confine(p) {
+  if (typeof p !== 'string' || p === '' || p.includes('\0')) {
+    throw new WorkerError('escape', 'give a path inside the workspace');
+  }
+  const absolute = path.resolve(WORKSPACE, p);
+  if (!inside(absolute)) throw new WorkerError('escape', `${p} is outside the workspace`);
+  let existing = absolute;
+  const rest = [];
+  for (;;) {
+    try {
+      const real = await fs.realpath(existing);
+      const resolved = path.join(real, ...rest);
+      if (!inside(resolved)) throw new WorkerError('escape', `${p} leads outside the workspace`);
+      return resolved;
+    } catch (error) {
+      if (error instanceof WorkerError || error.code !== 'ENOENT') throw error;
+      rest.unshift(path.basename(existing));
+      existing = path.dirname(existing);
+    }
+  }
+}
+
+async function regularFile(p, maxBytes) {
+  const resolved = await confine(p);
+  let info;
+  try {
+    info = await fs.stat(resolved);
+  } catch (error) {
+    if (error.code === 'ENOENT') throw new WorkerError('missing', `${p} does not exist in the workspace`);
+    throw error;
+  }
+  if (!info.isFile()) throw new WorkerError('not_a_file', `${p} is not a regular file`);
+  if (info.size > maxBytes) throw new WorkerError('too_large', `${p} is larger than ${maxBytes} bytes`);
+  return resolved;
+}
+
+async function writeFile(p, data, maxBytes) {
+  if (data.length > maxBytes) {
+    throw new WorkerError('too_large', `${data.length} bytes is over the ${maxBytes}-byte limit for one write`);
+  }
+  const resolved = await confine(p);
+  try {
+    if (!(await fs.stat(resolved)).isFile()) throw new WorkerError('not_a_file', `${p} is not a regular file`);
+  } catch (error) {
+    if (error instanceof WorkerError || error.code !== 'ENOENT') throw error;
+  }
+  await fs.mkdir(path.dirname(resolved), { recursive: true });
+  // Write beside, then rename: a reader never sees half a file.
+  const temporary = `${resolved}.${process.pid}.${Date.now()}.partial`;
+  await fs.writeFile(temporary, data, { mode: 0o664 });
+  await fs.rename(temporary, resolved);
+  return data.length;
+}
+
+async function list(p, recursive, maxEntries) {
+  const root = await confine(p);
+  const entries = [];
+  let truncated = false;
+  async function walk(dir) {
+    let names;
+    try {
+      names = await fs.readdir(dir, { withFileTypes: true });
+    } catch (error) {
+      if (error.code === 'ENOENT' || error.code === 'ENOTDIR') {
+        throw new WorkerError('missing', `${p} is not a directory in the workspace`);
+      }
+      throw error;
+    }
+    for (const entry of names) {
+      if (entries.length >= maxEntries) {
+        truncated = true;
+        return;
+      }
+      const full = path.join(dir, entry.name);
+      const type = entry.isSymbolicLink() ? 'symlink' : entry.isDirectory() ? 'directory' : entry.isFile() ? 'file' : 'other';
+      const size = type === 'symlink' ? 0 : (await fs.lstat(full)).size;
+      entries.push({ path: path.relative(root, full), type, size });
+      if (recursive && type === 'directory') await walk(full);
+    }
+  }
+  await walk(root);
+  return { entries, truncated };
+}
+
+// -- the compile thread ----------------------------------------------------------------------
+
+const COMPILE_THREAD = path.join(path.dirname(fileURLToPath(import.meta.url)), 'compile-thread.cjs');
+let compileThread;
+let threadCalls = 0;
+const threadWaiters = new Map();
+
+function thread() {
+  if (!compileThread) {
+    const started = new Worker(COMPILE_THREAD, {
+      resourceLimits: { maxOldGenerationSizeMb: 256 },
+      workerData: { definitionDirs: Object.values(DEFINITIONS).map((d) => path.resolve(d, '../..')).filter(existsSync) },
+    });
+    started.on('message', (message) => {
+      const waiter = threadWaiters.get(message.id);
+      if (waiter) {
+        threadWaiters.delete(message.id);
+        waiter(message);
+      }
+    });
+    started.on('error', (error) => {
+      // Out of memory lands here: every waiting call fails, the next one gets a new thread.
+      const reason = error && error.code === 'ERR_WORKER_OUT_OF_MEMORY'
+        ? 'the source used more than 256 MB of memory while loading (a huge allocation at import time?)'
+        : String((error && error.message) || error);
+      for (const waiter of threadWaiters.values()) waiter({ ok: false, error: { stage: 'load', message: reason } });
+      threadWaiters.clear();
+      if (compileThread === started) compileThread = undefined;
+    });
+    compileThread = started;
+  }
+  return compileThread;
+}
+
+// One call at a time on the one thread: a call that times out terminates the thread and must
+// not take another build down with it. (Warm builds take milliseconds.)
+let threadQueue = Promise.resolve();
+function onThread(request, timeoutMs, what) {
+  const result = threadQueue.then(() => callThread(request, timeoutMs, what));
+  threadQueue = result.catch(() => undefined);
+  return result;
+}
+
+async function callThread(request, timeoutMs, what) {
+  const id = ++threadCalls;
+  const answer = new Promise((resolve) => threadWaiters.set(id, resolve));
+  thread().postMessage({ id, ...request });
+  let timer;
+  const deadline = new Promise((resolve) => {
+    timer = setTimeout(() => resolve(undefined), timeoutMs);
+  });
+  const message = await Promise.race([answer, deadline]);
+  clearTimeout(timer);
+  if (message === undefined) {
+    threadWaiters.delete(id);
+    const stuck = compileThread;
+    compileThread = undefined;
+    await stuck.terminate();
+    return { ok: false, stage: 'timeout', message: `${what} did not finish within ${timeoutMs} ms (an endless loop at import time?)` };
+  }
+  if (!message.ok) return { ok: false, ...message.error };
+  return { ok: true, ...message.result };
+}
+
+function esbuildMessage(error) {
+  const messages = (error.errors || []).map((e) => {
+    const where = e.location ? `${path.relative(WORKSPACE, e.location.file) || e.location.file}(${e.location.line},${e.location.column + 1}): ` : '';
+    return `${where}${e.text}`;
+  });
+  return messages.join('\n') || String(error.message);
+}
+
+async function compile({ path: p, timeoutMs, maxBytes }) {
+  const resolved = await regularFile(p, maxBytes);
+  const source = await fs.readFile(resolved, 'utf8');
+  const file = path.relative(WORKSPACE, resolved);
+  const sourceHash = createHash('sha256').update(source).digest('hex');
+  const answer = await compileSource(resolved, file, source, timeoutMs);
+  return { ...answer, sourceHash, typed: TYPED_IMPORT.test(source) };
+}
+
+async function compileSource(resolved, file, source, timeoutMs) {
+  if (resolved.endsWith('.json')) {
+    let workflow;
+    try {
+      workflow = JSON.parse(source);
+    } catch (error) {
+      return { ok: false, stage: 'load', message: `${file} is not valid JSON: ${error.message}` };
+    }
+    if (!workflow || typeof workflow !== 'object' || !Array.isArray(workflow.nodes)) {
+      return { ok: false, stage: 'export', message: `${file} is not WorkflowJSON: it needs a "nodes" array` };
+    }
+    return onThread({ kind: 'json', workflow, file }, timeoutMs, `validating ${file}`);
+  }
+  let code;
+  try {
+    const bundled = await build({
+      entryPoints: [resolved],
+      bundle: true,
+      packages: 'external',
+      format: 'cjs',
+      platform: 'node',
+      target: 'node20',
+      write: false,
+      logLevel: 'silent',
+      absWorkingDir: WORKSPACE,
+    });
+    code = bundled.outputFiles[0].text;
+  } catch (error) {
+    return { ok: false, stage: 'load', message: esbuildMessage(error) };
+  }
+  return onThread({ kind: 'module', code, file: resolved, source }, timeoutMs, `loading ${file}`);
+}
+
+async function toCode({ workflow, timeoutMs }) {
+  return onThread({ kind: 'generate', workflow }, timeoutMs, 'generating code');
+}
+
+// -- TypeScript diagnostics ------------------------------------------------------------------
+
+function parseDiagnostics(output) {
+  const diagnostics = [];
+  for (const line of output.split('\n')) {
+    const match = TS_DIAGNOSTIC.exec(line);
+    if (match) {
+      const [, file, row, column, code, message] = match;
+      diagnostics.push({ file, line: Number(row), column: Number(column), code, message });
+    } else if (line.startsWith('  ') && diagnostics.length) {
+      diagnostics.at(-1).message += `\n${line.trimEnd()}`; // the message chain
+    }
+  }
+  const seen = new Set();
+  return diagnostics.filter((d) => {
+    const key = `${d.file}:${d.line}:${d.column}:${d.code}:${d.message}`;
+    return seen.has(key) ? false : (seen.add(key), true);
+  });
+}
+
+async function diagnose({ path: p, timeoutMs, maxBytes }) {
+  const resolved = await regularFile(p, maxBytes);
+  const tsconfig = path.join(WORKSPACE, 'tsconfig.json');
+  const config = {
+    ...(existsSync(tsconfig) ? { extends: tsconfig } : {}),
+    compilerOptions: { noEmit: true, ...(existsSync(tsconfig) ? {} : { strict: true, skipLibCheck: true, types: [] }) },
+    // Relative to this config: the requested file (imports follow) and the ambient types.
+    files: [resolved],
+    include: [path.join(WORKSPACE, 'types/**/*.d.ts')],
+  };
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'diagnose-'));
+  try {
+    const configPath = path.join(dir, 'tsconfig.json');
+    await fs.writeFile(configPath, JSON.stringify(config));
+    const { output, timedOut, code } = await run(TSC, ['-p', configPath, '--pretty', 'false'], timeoutMs);
+    if (timedOut) return { ok: false, message: `the TypeScript check did not finish within ${timeoutMs} ms` };
+    const all = parseDiagnostics(output);
+    if (code !== 0 && all.length === 0) {
+      // No diagnostic at all: the check itself failed (a broken tsconfig.json, say).
+      return { ok: false, message: output.trim().slice(0, 2000) || `tsc exited with ${code}` };
+    }
+    // The node definitions are not clean TypeScript: only the workspace's own files count.
+    const diagnostics = all.filter((d) => !d.file.includes('node_modules/'));
+    return { ok: true, diagnostics };
+  } finally {
+    await fs.rm(dir, { recursive: true, force: true });
+  }
+}
+
+function run(command, args, timeoutMs) {
+  return new Promise((resolve) => {
+    const child = spawn(command, args, { cwd: WORKSPACE, stdio: ['ignore', 'pipe', 'pipe'] });
+    const chunks = [];
+    let size = 0;
+    const keep = (chunk) => {
+      if (size < 4 * 1024 * 1024) chunks.push(chunk);
+      size += chunk.length;
+    };
+    child.stdout.on('data', keep);
+    child.stderr.on('data', keep);
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      child.kill('SIGKILL');
+    }, timeoutMs);
+    child.on('error', (error) => {
+      clearTimeout(timer);
+      resolve({ output: String(error.message), timedOut: false, code: -1 });
+    });
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ output: Buffer.concat(chunks).toString('utf8'), timedOut, code });
+    });
+  });
+}
+
+// -- node definitions ------------------------------------------------------------------------
+
+const NAME = /^[A-Za-z0-9_]+$/;
+
+// `version` as in the catalog (4.2 → v42): the host picks it, knowing which versions exist.
+async function definition({ nodeType, version, resource, operation }) {
+  const dot = typeof nodeType === 'string' ? nodeType.lastIndexOf('.') : -1;
+  const root = dot > 0 ? DEFINITIONS[nodeType.slice(0, dot)] : undefined;
+  const name = dot > 0 ? nodeType.slice(dot + 1) : '';
+  if (!root || !NAME.test(name)) throw new WorkerError('missing', `no type definitions for ${nodeType}`);
+  const folder = path.join(root, name);
+  const entries = await fs.readdir(folder).catch(() => []);
+  const chosen = String(version ?? '').replace('.', '');
+  if (!entries.includes(`v${chosen}.ts`) && !entries.includes(`v${chosen}`)) {
+    const known = entries.filter((e) => /^v\d+(\.ts)?$/.test(e)).map((e) => e.replace('.ts', ''));
+    throw new WorkerError('missing', `${nodeType} has no type definitions for version ${version} (there are: ${known.join(', ') || 'none'})`);
+  }
+  const single = path.join(folder, `v${chosen}.ts`);
+  if (existsSync(single)) return { file: path.relative(root, single), content: await fs.readFile(single, 'utf8'), discriminators: [] };
+  // Split by resource and operation: one file each, plus an index.
+  const split = path.join(folder, `v${chosen}`);
+  const discriminators = [];
+  for (const entry of await fs.readdir(split, { withFileTypes: true })) {
+    if (!entry.isDirectory()) continue;
+    for (const file of await fs.readdir(path.join(split, entry.name))) {
+      if (file.endsWith('.ts') && file !== 'index.ts') {
+        discriminators.push({ [entry.name.split('_')[0]]: entry.name.slice(entry.name.indexOf('_') + 1), [file.split('_')[0]]: file.slice(file.indexOf('_') + 1, -3) });
+      }
+    }
+  }
+  const snake = (value) => String(value).replace(/([a-z0-9])([A-Z])/g, '$1_$2').toLowerCase();
+  let target = path.join(split, 'index.ts');
+  if (resource || operation) {
+    const candidate = resource
+      ? path.join(split, `resource_${snake(resource)}`, operation ? `operation_${snake(operation)}.ts` : 'index.ts')
+      : path.join(split, `mode_${snake(operation)}.ts`);
+    if (!NAME.test(snake(resource ?? 'x')) || !NAME.test(snake(operation ?? 'x')) || !existsSync(candidate)) {
+      throw new WorkerError('missing', `${nodeType} v${version ?? chosen} has no definition for resource ${resource} / operation ${operation}`);
+    }
+    target = candidate;
+  }
+  return { file: path.relative(root, target), content: await fs.readFile(target, 'utf8'), discriminators };
+}
+
+export const handlers = {
+  compile,
+  diagnose,
+  toCode,
+  definition,
+  ping: async () => 'pong',
+  stats: async () => ({ pid: process.pid, memory: process.memoryUsage(), uptime: process.uptime() }),
+  read: async ({ path: p, maxBytes }) => {
+    const resolved = await regularFile(p, maxBytes);
+    return { content: (await fs.readFile(resolved)).toString('base64') };
+  },
+  write: async ({ path: p, content, maxBytes }) => ({
+    bytes: await writeFile(p, Buffer.from(content, 'base64'), maxBytes),
+  }),
+  strReplace: async ({ path: p, old, new: replacement, replaceAll, maxBytes }) => {
+    if (!old) throw new WorkerError('mismatch', 'old_str is empty: give the exact text to replace');
+    const resolved = await regularFile(p, maxBytes);
+    const text = await fs.readFile(resolved, 'utf8');
+    const count = text.split(old).length - 1;
+    if (count === 0) {
+      throw new WorkerError('mismatch', `old_str was not found in '${p}'; read the file and copy the text exactly`);
+    }
+    if (count > 1 && !replaceAll) {
+      throw new WorkerError(
+        'mismatch',
+        `old_str matches ${count} places in '${p}'; include more surrounding text so it matches once, or set replace_all`,
+      );
+    }
+    await writeFile(p, Buffer.from(text.split(old).join(replacement)), maxBytes);
+    return { replacements: count };
+  },
+  list: async ({ path: p, recursive, maxEntries }) => list(p, Boolean(recursive), Math.min(maxEntries, MAX_LIST)),
+};
+
+// One request object in, one reply object out (never throws).
+export async function handle(request) {
+  const handler = handlers[request.op];
+  if (!handler) return { id: request.id, ok: false, error: { code: 'protocol', message: `unknown op ${request.op}` } };
+  try {
+    return { id: request.id, ok: true, result: await handler(request) };
+  } catch (error) {
+    const code = error instanceof WorkerError ? error.code : 'internal';
+    return { id: request.id, ok: false, error: { code, message: error.message } };
+  }
+}
+
+export function stopThread() {
+  if (compileThread) compileThread.terminate();
+}

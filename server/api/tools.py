@@ -1,0 +1,42 @@
+"""The Tools service: list the registered tools and call one in a thread."""
+
+from __future__ import annotations
+
+import grpc
+
+from instance_ai.v1 import tools_pb2, tools_pb2_grpc
+from server.api.convert import from_struct, to_struct
+from server.runtime import Runtime
+from server.runtime.validation import check_thread_id
+from server.tools.registry import ToolRegistry, dump
+
+
+class ToolsServicer(tools_pb2_grpc.ToolsServicer):
+    def __init__(self, runtime: Runtime, registry: ToolRegistry) -> None:
+        self._runtime = runtime
+        self._registry = registry
+
+    async def ListTools(
+        self, request: tools_pb2.ListToolsRequest, context: grpc.aio.ServicerContext
+    ) -> tools_pb2.ListToolsResponse:
+        return tools_pb2.ListToolsResponse(
+            tools=[
+                tools_pb2.ToolInfo(
+                    name=spec.name,
+                    description=spec.description,
+                    group=spec.group,
+                    input_schema=to_struct(self._registry.input_schema(spec)),
+                    hitl_action=spec.hitl_action or "",
+                )
+                for spec in self._registry.specs()
+            ]
+        )
+
+    async def CallTool(
+        self, request: tools_pb2.CallToolRequest, context: grpc.aio.ServicerContext
+    ) -> tools_pb2.CallToolResponse:
+        check_thread_id(request.thread_id)
+        result = await self._registry.call(
+            self._runtime, request.thread_id, request.tool_name, from_struct(request.arguments)
+        )
+        return tools_pb2.CallToolResponse(result=to_struct(dump(result)))

@@ -1,0 +1,1 @@
+"""Build, validate, simulate and verify workflows; the workflow loop."""

@@ -1,0 +1,329 @@
+"""Build: compile a workspace workflow source in the thread's sandbox, validate it in layers,
+add TypeScript diagnostics when it fails, and save it by the workflow bound to the file.
+
+Layers, each finding tagged with its source:
+- in the sandbox: `load` / `export` / `timeout` (the source did not produce a workflow),
+  `graph` (SDK graph checks), `schema` (node parameter schemas, with line and column), `sdk`
+  (source lint);
+- here: `catalog` (node types, versions, retired types, parameter keys) and `credentials`
+  (credential slots);
+- `typescript`: the compiler over the file and its imports, when anything above failed or
+  when the source opted into typed node parameters.
+
+A failed build is a result (`success: false` with errors and a remediation), never an RPC
+error, and never saves anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import posixpath
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from sandbox.errors import FileTooLargeError, PathEscapeError, WorkspaceFileNotFoundError
+from sandbox.protocol import Sandboxes, WorkflowToolchain
+from server.catalog import CatalogService
+from server.catalog.catalog import Finding
+from server.domain.workflows import Binding, WorkflowContent, WorkflowGoneError, WorkflowStore
+from server.errors import UnavailableError
+
+log = structlog.get_logger(__name__)
+
+SOURCE_SUFFIXES = (".ts", ".tsx", ".mts", ".json")
+COMPILE_DEADLINE_S = 5.0
+DIAGNOSTICS_DEADLINE_S = 5.0
+
+SandboxLookup = Callable[[str], Awaitable[Sandboxes]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildIssue:
+    message: str
+    source: str
+    code: str | None = None
+    node_name: str | None = None
+    path: str | None = None
+    line: int | None = None
+    column: int | None = None
+    file: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Remediation:
+    category: str  # code_fixable | needs_setup | blocked
+    should_edit: bool
+    guidance: str
+    reason: str | None = None
+
+
+@dataclass(kw_only=True)
+class BuildOutcome:
+    success: bool
+    file_path: str
+    workflow_id: str | None = None
+    workflow_name: str | None = None
+    work_item_id: str | None = None
+    source_hash: str | None = None
+    remediation: Remediation | None = None
+    errors: list[BuildIssue] = field(default_factory=list)
+    warnings: list[BuildIssue] = field(default_factory=list)
+    # For verification (not part of the tool's result): the saved version and the fixtures the
+    # source declared.
+    version_id: str | None = None
+    fixtures: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRequest:
+    thread_id: str
+    file_path: str
+    workflow_id: str | None = None
+    project_id: str | None = None
+    name: str | None = None
+    work_item_id: str | None = None
+    is_supporting_workflow: bool = False
+
+
+class WorkflowBuilder:
+    def __init__(
+        self,
+        *,
+        sandboxes: SandboxLookup,
+        catalog: CatalogService,
+        workflows: WorkflowStore,
+        max_source_bytes: int = 1024 * 1024,
+    ) -> None:
+        self._sandboxes = sandboxes
+        self._max_source_bytes = max_source_bytes
+        self._catalog = catalog
+        self._workflows = workflows
+
+    async def toolchain(self, thread_id: str) -> WorkflowToolchain:
+        manager = await self._sandboxes(thread_id)
+        if not isinstance(manager, WorkflowToolchain):
+            raise UnavailableError(
+                "building workflows needs Docker sandboxes (INSTANCE_AI_SANDBOX_PROVIDER=docker)"
+            )
+        return manager
+
+    async def build(self, request: BuildRequest) -> BuildOutcome:
+        outcome = BuildOutcome(
+            success=False, file_path=request.file_path, work_item_id=request.work_item_id
+        )
+        refusal = _refuse_path(request.file_path)
+        if refusal:
+            return _failed(outcome, [BuildIssue(message=refusal, source="input")])
+        toolchain = await self.toolchain(request.thread_id)
+        # Looked up while the sandbox compiles.
+        binding = asyncio.ensure_future(
+            self._workflows.binding(request.thread_id, request.file_path)
+        )
+        try:
+            return await self._compile_and_save(toolchain, request, outcome, binding)
+        finally:
+            if not binding.done():
+                binding.cancel()
+            elif not binding.cancelled():
+                binding.exception()  # not needed after a failed compile: mark it seen
+
+    async def _compile_and_save(
+        self,
+        toolchain: WorkflowToolchain,
+        request: BuildRequest,
+        outcome: BuildOutcome,
+        binding: asyncio.Future[Binding | None],
+    ) -> BuildOutcome:
+        try:
+            compiled = await toolchain.compile(
+                request.thread_id,
+                request.file_path,
+                timeout_s=COMPILE_DEADLINE_S,
+                max_bytes=self._max_source_bytes,
+            )
+        except FileTooLargeError as exc:
+            advice = "; move reusable parts into chunks/ files and import them"
+            return _failed(outcome, [BuildIssue(message=f"{exc}{advice}", source="input")])
+        except (PathEscapeError, WorkspaceFileNotFoundError) as exc:
+            return _failed(outcome, [BuildIssue(message=str(exc), source="input")])
+        outcome.source_hash = compiled.get("sourceHash")
+        is_typescript = not request.file_path.endswith(".json")
+        if not compiled.get("ok"):
+            errors = [_stage_issue(compiled, request.file_path)]
+            if is_typescript and compiled.get("stage") in ("load", "export"):
+                errors += await self._diagnostics(toolchain, request, errors)
+            return _failed(outcome, errors)
+
+        workflow: dict[str, Any] = compiled["workflow"]
+        catalog = await self._catalog.get()
+        issues = [_sandbox_issue(i, request.file_path) for i in compiled.get("issues", [])]
+        issues += [_catalog_issue(f) for f in catalog.check_workflow(workflow)]
+        errors = _dedupe([i for severity, i in issues if severity == "error"])
+        outcome.warnings = _dedupe([i for severity, i in issues if severity != "error"])
+        if is_typescript and (errors or compiled.get("typed")):
+            errors += await self._diagnostics(toolchain, request, errors)
+        if errors:
+            return _failed(outcome, errors)
+        return await self._save(
+            outcome, request, await binding, workflow, compiled.get("fixtures") or {}
+        )
+
+    async def _diagnostics(
+        self, toolchain: WorkflowToolchain, request: BuildRequest, originals: list[BuildIssue]
+    ) -> list[BuildIssue]:
+        """TypeScript errors not already reported; none when the check fails or times out
+        (the original errors stand on their own)."""
+        try:
+            report = await toolchain.diagnose(
+                request.thread_id, request.file_path, timeout_s=DIAGNOSTICS_DEADLINE_S
+            )
+        except Exception as exc:  # the check is a bonus: never let it hide the real errors
+            log.warning("typescript diagnostics failed", error=str(exc))
+            return []
+        if not report.get("ok"):
+            log.info("typescript diagnostics unavailable", reason=report.get("message"))
+            return []
+        found = [
+            BuildIssue(
+                message=f"{d['file']}({d['line']},{d['column']}): error {d['code']}: "
+                f"{d['message']}",
+                source="typescript",
+                code=d["code"],
+                line=d["line"],
+                column=d["column"],
+                file=d["file"],
+            )
+            for d in report.get("diagnostics", [])
+        ]
+        return [issue for issue in _dedupe(found) if issue not in originals]
+
+    async def _save(
+        self,
+        outcome: BuildOutcome,
+        request: BuildRequest,
+        binding: Binding | None,
+        workflow: dict[str, Any],
+        fixtures: dict[str, Any],
+    ) -> BuildOutcome:
+        target = request.workflow_id or (binding.workflow_id if binding else None)
+        try:
+            saved = await self._workflows.save_from_source(
+                thread_id=request.thread_id,
+                file_path=request.file_path,
+                source_hash=outcome.source_hash or "",
+                content=WorkflowContent(
+                    name=request.name or str(workflow.get("name") or "My workflow"),
+                    nodes=list(workflow.get("nodes") or []),
+                    connections=dict(workflow.get("connections") or {}),
+                    settings=dict(workflow.get("settings") or {}),
+                ),
+                workflow_id=target,
+                project_id=request.project_id,
+                is_supporting=request.is_supporting_workflow,
+            )
+        except WorkflowGoneError as gone:
+            return _blocked(
+                outcome, gone, bound=binding is not None and binding.workflow_id == target
+            )
+        outcome.success = True
+        outcome.workflow_id = saved.id
+        outcome.workflow_name = saved.name
+        outcome.version_id = saved.current_version_id
+        outcome.fixtures = fixtures
+        return outcome
+
+
+def _blocked(outcome: BuildOutcome, gone: WorkflowGoneError, *, bound: bool) -> BuildOutcome:
+    """A save into a workflow that is gone: never recreated behind the caller's back."""
+    state = "is archived" if gone.archived else "was deleted"
+    advice = (
+        "Restore it with unarchive-workflow and build again."
+        if gone.archived
+        else "Ask the user whether to recreate it; building a copy of the file under a new "
+        "path creates a new workflow."
+    )
+    outcome.workflow_id = gone.workflow_id
+    outcome.errors = [BuildIssue(message=f"workflow {gone.workflow_id} {state}", source="input")]
+    outcome.remediation = Remediation(
+        category="blocked",
+        should_edit=False,
+        reason="bound_workflow_deleted" if bound else "workflow_not_found",
+        guidance=f"Workflow {gone.workflow_id} {state}, so this build was not saved. {advice}",
+    )
+    return outcome
+
+
+def _refuse_path(file_path: str) -> str | None:
+    if "\n" in file_path or len(file_path) > 1024 or "workflow(" in file_path:
+        return (
+            "build-workflow takes the path of a workspace file, not source code: write the "
+            "source to a file such as src/NAME.workflow.ts first, then pass its path"
+        )
+    if not file_path.strip():
+        return "give filePath: the workspace path of a .workflow.ts or WorkflowJSON file"
+    if not posixpath.basename(file_path).endswith(SOURCE_SUFFIXES):
+        return (
+            f"{file_path} is not a workflow source: give a .workflow.ts (or .ts, .tsx) file "
+            "or a WorkflowJSON .json file"
+        )
+    return None
+
+
+def _failed(outcome: BuildOutcome, errors: list[BuildIssue]) -> BuildOutcome:
+    outcome.success = False
+    outcome.errors = errors
+    outcome.remediation = Remediation(
+        category="code_fixable",
+        should_edit=True,
+        guidance=f"Fix the errors in {outcome.file_path}, then build it again.",
+    )
+    return outcome
+
+
+_STAGE_ADVICE = {
+    "load": "the file did not load",
+    "export": "the file loaded but did not export a workflow",
+    "timeout": "the file did not finish loading in time",
+}
+
+
+def _stage_issue(compiled: dict[str, Any], file_path: str) -> BuildIssue:
+    stage = str(compiled.get("stage", "load"))
+    message = str(compiled.get("message", "")).strip()
+    return BuildIssue(
+        message=f"{_STAGE_ADVICE.get(stage, stage)}: {message}",
+        source=stage,
+        code=f"{stage.upper()}_FAILED",
+        file=file_path,
+    )
+
+
+def _sandbox_issue(raw: dict[str, Any], file_path: str) -> tuple[str, BuildIssue]:
+    line = raw.get("line")
+    return str(raw.get("severity", "error")), BuildIssue(
+        message=str(raw.get("message", "")),
+        source=str(raw.get("source", "graph")),
+        code=raw.get("code"),
+        node_name=raw.get("nodeName"),
+        path=raw.get("path"),
+        line=line,
+        column=raw.get("column"),
+        file=file_path if line else None,
+    )
+
+
+def _catalog_issue(finding: Finding) -> tuple[str, BuildIssue]:
+    return finding.severity, BuildIssue(
+        message=finding.message,
+        source=finding.source,
+        code=finding.code,
+        node_name=finding.node_name,
+        path=finding.path,
+    )
+
+
+def _dedupe(issues: list[BuildIssue]) -> list[BuildIssue]:
+    return list(dict.fromkeys(issues))

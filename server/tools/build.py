@@ -1,0 +1,103 @@
+"""The build-workflow tool: compile, validate and save a workspace workflow source."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from pydantic import Field
+
+from server.pipeline.build import BuildOutcome, BuildRequest
+from server.tools.spec import ToolContext, ToolModel, ToolSpec
+
+
+class BuildWorkflowInput(ToolModel):
+    file_path: str = Field(
+        alias="filePath",
+        description="Workspace path of the .workflow.ts or WorkflowJSON source, "
+        "e.g. src/order-router.workflow.ts",
+    )
+    workflow_id: str | None = Field(
+        None,
+        alias="workflowId",
+        description="Existing workflow to bind this file to (first build of the file only)",
+    )
+    project_id: str | None = Field(None, alias="projectId")
+    name: str | None = Field(None, description="Workflow name override")
+    work_item_id: str | None = Field(None, alias="workItemId")
+    is_supporting_workflow: bool = Field(False, alias="isSupportingWorkflow")
+
+
+class BuildIssueModel(ToolModel):
+    message: str
+    source: str
+    code: str | None = None
+    node_name: str | None = Field(None, alias="nodeName")
+    path: str | None = None
+    line: int | None = None
+    column: int | None = None
+    file: str | None = None
+
+
+class RemediationModel(ToolModel):
+    category: str
+    should_edit: bool = Field(alias="shouldEdit")
+    guidance: str
+    reason: str | None = None
+
+
+class BuildWorkflowOutput(ToolModel):
+    success: bool
+    file_path: str = Field(alias="filePath")
+    workflow_id: str | None = Field(None, alias="workflowId")
+    workflow_name: str | None = Field(None, alias="workflowName")
+    work_item_id: str | None = Field(None, alias="workItemId")
+    source_hash: str | None = Field(None, alias="sourceHash")
+    remediation: RemediationModel | None = None
+    errors: list[BuildIssueModel] = Field(default_factory=list)
+    warnings: list[BuildIssueModel] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, outcome: BuildOutcome) -> BuildWorkflowOutput:
+        return cls(
+            success=outcome.success,
+            file_path=outcome.file_path,
+            workflow_id=outcome.workflow_id,
+            workflow_name=outcome.workflow_name,
+            work_item_id=outcome.work_item_id,
+            source_hash=outcome.source_hash,
+            remediation=RemediationModel(**asdict(outcome.remediation))
+            if outcome.remediation
+            else None,
+            errors=[BuildIssueModel(**asdict(issue)) for issue in outcome.errors],
+            warnings=[BuildIssueModel(**asdict(issue)) for issue in outcome.warnings],
+        )
+
+
+async def build_workflow(ctx: ToolContext, args: BuildWorkflowInput) -> BuildWorkflowOutput:
+    outcome = await ctx.runtime.builder.build(
+        BuildRequest(
+            thread_id=ctx.thread_id,
+            file_path=args.file_path,
+            workflow_id=args.workflow_id or None,
+            project_id=args.project_id or None,
+            name=args.name or None,
+            work_item_id=args.work_item_id or None,
+            is_supporting_workflow=args.is_supporting_workflow,
+        )
+    )
+    return BuildWorkflowOutput.of(outcome)
+
+
+TOOLS = [
+    ToolSpec(
+        name="build-workflow",
+        description="Compile, validate and save a workspace workflow source file. Inline source "
+        "is not accepted: edit the workspace file first, then pass its filePath. The first "
+        "successful build of a file creates a workflow (or binds to workflowId); later builds "
+        "of the same file save new versions of it.",
+        group="workflows",
+        input_model=BuildWorkflowInput,
+        output_model=BuildWorkflowOutput,
+        handler=build_workflow,
+    )
+]

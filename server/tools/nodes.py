@@ -1,0 +1,454 @@
+"""Node discovery tools: the node and credential type catalog."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from server.catalog import Catalog, NodeType
+from server.errors import NotFoundError
+from server.tools.spec import ToolContext, ToolModel, ToolSpec
+
+GROUP = "nodes"
+
+# Curated starting points, by what a workflow needs to do.
+SUGGESTED: dict[str, tuple[str, list[str]]] = {
+    "triggers": (
+        "Start a workflow: by hand, on a schedule, from a web request, a form or a chat",
+        [
+            "n8n-nodes-base.manualTrigger",
+            "n8n-nodes-base.scheduleTrigger",
+            "n8n-nodes-base.webhook",
+            "n8n-nodes-base.formTrigger",
+            "@n8n/n8n-nodes-langchain.chatTrigger",
+        ],
+    ),
+    "data_transformation": (
+        "Reshape items: set fields, filter, aggregate, split, sort, deduplicate, custom code",
+        [
+            "n8n-nodes-base.set",
+            "n8n-nodes-base.filter",
+            "n8n-nodes-base.aggregate",
+            "n8n-nodes-base.splitOut",
+            "n8n-nodes-base.sort",
+            "n8n-nodes-base.removeDuplicates",
+            "n8n-nodes-base.code",
+        ],
+    ),
+    "flow_control": (
+        "Branch, merge, loop, wait and call sub-workflows",
+        [
+            "n8n-nodes-base.if",
+            "n8n-nodes-base.switch",
+            "n8n-nodes-base.merge",
+            "n8n-nodes-base.splitInBatches",
+            "n8n-nodes-base.wait",
+            "n8n-nodes-base.executeWorkflow",
+        ],
+    ),
+    "ai": (
+        "Agents and chains with a chat model, memory, tools and structured output",
+        [
+            "@n8n/n8n-nodes-langchain.agent",
+            "@n8n/n8n-nodes-langchain.chainLlm",
+            "@n8n/n8n-nodes-langchain.lmChatOpenAi",
+            "@n8n/n8n-nodes-langchain.lmChatAnthropic",
+            "@n8n/n8n-nodes-langchain.memoryBufferWindow",
+            "@n8n/n8n-nodes-langchain.outputParserStructured",
+        ],
+    ),
+    "http_and_apis": (
+        "Call any API, answer webhooks",
+        [
+            "n8n-nodes-base.httpRequest",
+            "n8n-nodes-base.respondToWebhook",
+            "n8n-nodes-base.graphql",
+        ],
+    ),
+    "communication": (
+        "Send messages and email",
+        [
+            "n8n-nodes-base.slack",
+            "n8n-nodes-base.gmail",
+            "n8n-nodes-base.telegram",
+            "n8n-nodes-base.emailSend",
+            "n8n-nodes-base.microsoftTeams",
+        ],
+    ),
+    "storage": (
+        "Keep data in tables, spreadsheets and databases",
+        [
+            "n8n-nodes-base.dataTable",
+            "n8n-nodes-base.googleSheets",
+            "n8n-nodes-base.postgres",
+            "n8n-nodes-base.airtable",
+            "n8n-nodes-base.notion",
+        ],
+    ),
+}
+
+
+async def _catalog(ctx: ToolContext) -> Catalog:
+    return await ctx.runtime.catalog.get()
+
+
+def _node(catalog: Catalog, name: str) -> NodeType:
+    node = catalog.node(name)
+    if node is None:
+        similar = catalog.similar_nodes(name)
+        hint = f"; did you mean {', '.join(similar)}?" if similar else "; find it with search-nodes"
+        raise NotFoundError(f"there is no node type {name!r}{hint}")
+    return node
+
+
+def _version(node: NodeType, version: float | None) -> tuple[float, dict[str, Any]]:
+    chosen = node.default_version if version is None else version
+    entry = node.entry(chosen)
+    if entry is None:
+        available = ", ".join(node.format_version(v) for v in node.versions)
+        raise NotFoundError(f"{node.name} has no version {chosen:g}; available: {available}")
+    return chosen, entry
+
+
+class NodeSummary(ToolModel):
+    name: str
+    display_name: str = Field(alias="displayName")
+    description: str
+    group: list[str]
+    version: float
+
+
+def _summary(node: NodeType) -> NodeSummary:
+    return NodeSummary(
+        name=node.name,
+        display_name=node.display_name,
+        description=node.description,
+        group=node.group,
+        version=node.default_version,
+    )
+
+
+class ListNodesInput(ToolModel):
+    query: str | None = Field(None, description="Filter by name or description")
+    limit: int = Field(100, ge=1, le=1000)
+
+
+class ListNodesOutput(ToolModel):
+    nodes: list[NodeSummary]
+    total: int
+
+
+async def list_nodes(ctx: ToolContext, args: ListNodesInput) -> ListNodesOutput:
+    catalog = await _catalog(ctx)
+    query = (args.query or "").lower()
+    found = [
+        node
+        for node in sorted(catalog.nodes.values(), key=lambda n: n.display_name.lower())
+        if not node.hidden
+        and (not query or query in f"{node.name} {node.display_name} {node.description}".lower())
+    ]
+    return ListNodesOutput(nodes=[_summary(n) for n in found[: args.limit]], total=len(found))
+
+
+class SubnodeRequirement(ToolModel):
+    connection_type: str = Field(alias="connectionType")
+    required: bool
+    display_options: dict[str, Any] | None = Field(None, alias="displayOptions")
+
+
+class ResourceOperations(ToolModel):
+    resource: str
+    operations: list[str]
+
+
+class Discriminators(ToolModel):
+    resources: list[ResourceOperations] = Field(default_factory=list)
+    modes: list[str] = Field(default_factory=list)
+    operations: list[str] = Field(default_factory=list)
+
+
+class SearchableNode(ToolModel):
+    name: str
+    display_name: str = Field(alias="displayName")
+    description: str
+    version: float
+    versions: list[float]
+    is_trigger: bool = Field(alias="isTrigger")
+    aliases: list[str]
+    builder_hint: str | None = Field(None, alias="builderHint")
+    related_nodes: list[dict[str, Any]] = Field(default_factory=list, alias="relatedNodes")
+    subnode_requirements: list[SubnodeRequirement] = Field(
+        default_factory=list, alias="subnodeRequirements"
+    )
+    discriminators: Discriminators | None = None
+
+
+def _options(prop: dict[str, Any]) -> list[str]:
+    return [str(o["value"]) for o in prop.get("options") or [] if "value" in o]
+
+
+def discriminators(entry: dict[str, Any]) -> Discriminators | None:
+    """The values that pick a node's parameter set: resource → operations, or mode."""
+    properties = [p for p in entry.get("properties") or [] if isinstance(p, dict)]
+    resources: dict[str, list[str]] = {}
+    for prop in properties:
+        if prop.get("name") == "resource" and prop.get("type") == "options":
+            for value in _options(prop):
+                resources.setdefault(value, [])
+    loose_operations: list[str] = []
+    for prop in properties:
+        if prop.get("name") != "operation" or prop.get("type") != "options":
+            continue
+        shown = ((prop.get("displayOptions") or {}).get("show") or {}).get("resource")
+        for resource in shown or []:
+            if str(resource) in resources:
+                resources[str(resource)] += [
+                    v for v in _options(prop) if v not in resources[str(resource)]
+                ]
+        if not shown:
+            loose_operations += [v for v in _options(prop) if v not in loose_operations]
+    modes: list[str] = []
+    for prop in properties:
+        if prop.get("name") == "mode" and prop.get("type") == "options":
+            modes += [v for v in _options(prop) if v not in modes]
+    if not (resources or modes or loose_operations):
+        return None
+    return Discriminators(
+        resources=[ResourceOperations(resource=r, operations=ops) for r, ops in resources.items()],
+        modes=modes,
+        operations=loose_operations,
+    )
+
+
+def _searchable(node: NodeType) -> SearchableNode:
+    hint = node.builder_hint
+    inputs = hint.get("inputs") or {}
+    _, entry = _version(node, None)
+    return SearchableNode(
+        name=node.name,
+        display_name=node.display_name,
+        description=node.description,
+        version=node.default_version,
+        versions=node.versions,
+        is_trigger=node.is_trigger,
+        aliases=sorted(set(node.aliases)),
+        builder_hint=hint.get("searchHint"),
+        related_nodes=list(hint.get("relatedNodes") or []),
+        subnode_requirements=[
+            SubnodeRequirement(
+                connection_type=kind,
+                required=bool(spec.get("required")),
+                display_options=spec.get("displayOptions"),
+            )
+            for kind, spec in inputs.items()
+            if isinstance(spec, dict)
+        ],
+        discriminators=discriminators(entry),
+    )
+
+
+class SearchNodesInput(ToolModel):
+    query: str = Field(
+        min_length=1, description="Short query: a service name (Slack), not a description"
+    )
+    limit: int = Field(10, ge=1, le=50)
+
+
+class SearchNodesOutput(ToolModel):
+    nodes: list[SearchableNode]
+
+
+async def search_nodes(ctx: ToolContext, args: SearchNodesInput) -> SearchNodesOutput:
+    catalog = await _catalog(ctx)
+    return SearchNodesOutput(
+        nodes=[_searchable(n) for n in catalog.search_nodes(args.query, limit=args.limit)]
+    )
+
+
+class NodeTypeInput(ToolModel):
+    node_type: str = Field(alias="nodeType", description="e.g. n8n-nodes-base.httpRequest")
+    version: float | None = Field(None, description="Node version (default: the latest)")
+
+
+class NodeDescriptionOutput(ToolModel):
+    name: str
+    display_name: str = Field(alias="displayName")
+    description: str
+    version: float
+    versions: list[float]
+    properties: list[dict[str, Any]]
+    credentials: list[dict[str, Any]]
+    inputs: Any
+    outputs: Any
+
+
+async def get_node_description(ctx: ToolContext, args: NodeTypeInput) -> NodeDescriptionOutput:
+    node = _node(await _catalog(ctx), args.node_type)
+    version, entry = _version(node, args.version)
+    return NodeDescriptionOutput(
+        name=node.name,
+        display_name=node.display_name,
+        description=node.description,
+        version=version,
+        versions=node.versions,
+        properties=list(entry.get("properties") or []),
+        credentials=list(entry.get("credentials") or []),
+        inputs=entry.get("inputs"),
+        outputs=entry.get("outputs"),
+    )
+
+
+class NodeTypeDefinitionInput(NodeTypeInput):
+    resource: str | None = Field(None, description="For nodes split by resource/operation")
+    operation: str | None = None
+
+
+class NodeTypeDefinitionOutput(ToolModel):
+    node_type: str = Field(alias="nodeType")
+    version: float
+    file: str
+    content: str
+    discriminators: list[dict[str, str]]
+    import_path: str = Field(
+        alias="importPath", description="Module to import the typed parameters from"
+    )
+
+
+async def get_node_type_definition(
+    ctx: ToolContext, args: NodeTypeDefinitionInput
+) -> NodeTypeDefinitionOutput:
+    node = _node(await _catalog(ctx), args.node_type)
+    version, _ = _version(node, args.version)
+    toolchain = await ctx.runtime.builder.toolchain(ctx.thread_id)
+    found = await toolchain.node_definition(
+        ctx.thread_id, node.name, version, resource=args.resource, operation=args.operation
+    )
+    alias = (
+        "ai-node-types/n8n-nodes-langchain"
+        if node.name.startswith("@n8n/")
+        else "node-types/n8n-nodes-base"
+    )
+    module = found["file"].removesuffix(".ts").removesuffix("/index")
+    return NodeTypeDefinitionOutput(
+        node_type=node.name,
+        version=version,
+        file=found["file"],
+        content=found["content"],
+        discriminators=found["discriminators"],
+        import_path=f"@n8n/{alias}/{module}",
+    )
+
+
+class SuggestedCategory(ToolModel):
+    category: str
+    description: str
+    nodes: list[NodeSummary]
+
+
+class SuggestedNodesInput(ToolModel):
+    pass
+
+
+class SuggestedNodesOutput(ToolModel):
+    categories: list[SuggestedCategory]
+
+
+async def get_suggested_nodes(ctx: ToolContext, _args: SuggestedNodesInput) -> SuggestedNodesOutput:
+    catalog = await _catalog(ctx)
+    return SuggestedNodesOutput(
+        categories=[
+            SuggestedCategory(
+                category=category,
+                description=description,
+                nodes=[_summary(n) for name in names if (n := catalog.node(name)) is not None],
+            )
+            for category, (description, names) in SUGGESTED.items()
+        ]
+    )
+
+
+class SearchCredentialTypesInput(ToolModel):
+    query: str = Field(min_length=1, description="e.g. slack, oauth")
+
+
+class CredentialTypeSummary(ToolModel):
+    name: str
+    display_name: str = Field(alias="displayName")
+    description: str
+
+
+class SearchCredentialTypesOutput(ToolModel):
+    credential_types: list[CredentialTypeSummary] = Field(alias="credentialTypes")
+
+
+async def search_credential_types(
+    ctx: ToolContext, args: SearchCredentialTypesInput
+) -> SearchCredentialTypesOutput:
+    catalog = await _catalog(ctx)
+    found = catalog.search_credentials(args.query)
+    return SearchCredentialTypesOutput(
+        credential_types=[
+            CredentialTypeSummary(
+                name=c.name,
+                display_name=c.display_name,
+                description=f"{c.display_name} credential"
+                + (f", used by {', '.join(c.supported_nodes[:5])}" if c.supported_nodes else ""),
+            )
+            for c in found
+        ]
+    )
+
+
+TOOLS = [
+    ToolSpec(
+        name="list-nodes",
+        description="List available node types, optionally filtered by name or description.",
+        group=GROUP,
+        input_model=ListNodesInput,
+        output_model=ListNodesOutput,
+        handler=list_nodes,
+    ),
+    ToolSpec(
+        name="search-nodes",
+        description="Search node types by service name or alias, ranked by relevance, with "
+        "builder hints, sub-node requirements and discriminator values (resource/operation).",
+        group=GROUP,
+        input_model=SearchNodesInput,
+        output_model=SearchNodesOutput,
+        handler=search_nodes,
+    ),
+    ToolSpec(
+        name="get-node-description",
+        description="A node type's full description: properties, credentials, inputs, outputs.",
+        group=GROUP,
+        input_model=NodeTypeInput,
+        output_model=NodeDescriptionOutput,
+        handler=get_node_description,
+    ),
+    ToolSpec(
+        name="get-node-type-definition",
+        description="The TypeScript parameter types of a node version (for split nodes pass "
+        "resource and operation), and the module to import them from for typed parameters.",
+        group=GROUP,
+        input_model=NodeTypeDefinitionInput,
+        output_model=NodeTypeDefinitionOutput,
+        handler=get_node_type_definition,
+    ),
+    ToolSpec(
+        name="get-suggested-nodes",
+        description="Curated node suggestions for common needs, by category.",
+        group=GROUP,
+        input_model=SuggestedNodesInput,
+        output_model=SuggestedNodesOutput,
+        handler=get_suggested_nodes,
+    ),
+    ToolSpec(
+        name="search-credential-types",
+        description="Search credential types by name (e.g. slack, oauth).",
+        group="credentials",
+        input_model=SearchCredentialTypesInput,
+        output_model=SearchCredentialTypesOutput,
+        handler=search_credential_types,
+    ),
+]
