@@ -327,19 +327,9 @@ class SandboxManager:
         self, thread_id: str, path: str, *, timeout_s: float = 5.0, max_bytes: int | None = None
     ) -> dict[str, Any]:
         """Compile and validate a `.workflow.ts` (or WorkflowJSON) source with the SDK in the
-        sandbox: `{ok, workflow, fixtures, issues, typed}`, or `{ok: False, stage, message}`
-        (load, export or timeout). A failed build is data, not an error."""
-        files.confine(path)
-        return dict(
-            await self.operation(
-                thread_id,
-                "compile",
-                timeout_s=timeout_s,
-                path=path,
-                timeoutMs=int(timeout_s * 1000),
-                maxBytes=max_bytes or self.max_file_bytes,
-            )
-        )
+        sandbox: `{ok, workflow, fixtures, issues, sourceHash, typed}`, or `{ok: False, stage,
+        message}` (load, export or timeout). A failed build is data, not an error."""
+        return await self._source_operation("compile", thread_id, path, timeout_s, max_bytes)
 
     async def diagnose(
         self, thread_id: str, path: str, *, timeout_s: float = 5.0
@@ -347,15 +337,20 @@ class SandboxManager:
         """TypeScript diagnostics for one source and its imports, with the workspace's
         tsconfig: `{ok, diagnostics: [{file, line, column, code, message}]}` or
         `{ok: False, message}` when the check itself failed or ran out of time."""
+        return await self._source_operation("diagnose", thread_id, path, timeout_s, None)
+
+    async def _source_operation(
+        self, op: str, thread_id: str, path: str, timeout_s: float, max_bytes: int | None
+    ) -> dict[str, Any]:
         files.confine(path)
         return dict(
             await self.operation(
                 thread_id,
-                "diagnose",
+                op,
                 timeout_s=timeout_s,
                 path=path,
                 timeoutMs=int(timeout_s * 1000),
-                maxBytes=self.max_file_bytes,
+                maxBytes=max_bytes or self.max_file_bytes,
             )
         )
 
@@ -381,9 +376,10 @@ class SandboxManager:
         *,
         resource: str | None = None,
         operation: str | None = None,
+        mode: str | None = None,
     ) -> dict[str, Any]:
-        """The TypeScript parameter types of one node version: `{file, content,
-        discriminators}`."""
+        """The TypeScript parameter types of one node version (of one resource/operation or
+        mode when the node is split by them): `{file, content, discriminators}`."""
         return dict(
             await self.operation(
                 thread_id,
@@ -392,6 +388,7 @@ class SandboxManager:
                 version=version,
                 resource=resource,
                 operation=operation,
+                mode=mode,
             )
         )
 

@@ -67,4 +67,5 @@ class WorkflowToolchain(Protocol):
         *,
         resource: str | None = None,
         operation: str | None = None,
+        mode: str | None = None,
     ) -> dict[str, Any]: ...

@@ -96,6 +96,12 @@ class Settings(BaseSettings):
     build_max_source_bytes: int = Field(
         1024 * 1024, ge=1024, description="largest workflow source a build accepts"
     )
+    build_compile_timeout_seconds: float = Field(
+        5.0, gt=0, le=120, description="deadline for loading a workflow source"
+    )
+    build_diagnostics_timeout_seconds: float = Field(
+        5.0, gt=0, le=120, description="deadline for the TypeScript check of a failed build"
+    )
     subscriber_buffer: int = Field(
         4096, ge=512, le=1_000_000, description="live events held per slow subscriber"
     )

@@ -66,6 +66,24 @@ def make_settings(tmp_path: Path) -> Callable[..., Settings]:
     return make
 
 
+@pytest.fixture
+def make_docker_settings(
+    make_settings: Callable[..., Settings], owner: str, sandbox_image: object
+) -> Callable[..., Settings]:
+    """Settings for a server with real Docker sandboxes under this test's owner label (no
+    warm pool: tests create what they use)."""
+
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "sandbox_provider": "docker",
+            "sandbox_owner": owner,
+            "sandbox_pool_size": 0,
+        }
+        return make_settings(**(values | overrides))
+
+    return make
+
+
 @contextlib.asynccontextmanager
 async def serving(settings: Settings) -> AsyncIterator[tuple[Application, grpc.aio.Channel]]:
     """A running server and a plain channel to it over loopback."""

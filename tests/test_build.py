@@ -20,7 +20,6 @@ from instance_ai.v1 import (
     tools_pb2,
     tools_pb2_grpc,
 )
-from sandbox.image.build import BuiltImage
 from server.api.convert import from_struct, to_struct
 from server.app import Application
 from server.settings import Settings
@@ -77,16 +76,8 @@ class Client:
 
 
 @pytest.fixture
-async def client(
-    make_settings: Callable[..., Settings], owner: str, sandbox_image: BuiltImage
-) -> AsyncIterator[Client]:
-    settings = make_settings(
-        sandbox_provider="docker",
-        sandbox_owner=owner,
-        sandbox_pool_size=0,
-        build_max_source_bytes=256 * 1024,
-    )
-    async with serving(settings) as (app, channel):
+async def client(make_docker_settings: Callable[..., Settings]) -> AsyncIterator[Client]:
+    async with serving(make_docker_settings()) as (app, channel):
         yield Client(app, channel)
 
 
@@ -271,11 +262,15 @@ async def test_each_failure_class_is_a_failed_build_that_saves_nothing(client: C
     # The deadline and the memory cap replaced the compile thread: the next build works.
     assert (await client.upload_and_build("manual-set-if.workflow.ts")).success
 
-    big = "// padding\n" * (300 * 1024 // 11) + "export default 1;\n"
-    await client.write("src/big.workflow.ts", big)
+    # 5 MB: larger than a gRPC message, so made in the sandbox.
+    await client.call(
+        "workspace_execute_command",
+        command="node -e \"fs.writeFileSync('src/big.workflow.ts', '// padding\\n'.repeat(5e5))\"",
+    )
     too_big = await client.build("src/big.workflow.ts")
     assert not too_big.success and too_big.errors[0].source == "input"
-    assert "larger than 262144 bytes" in too_big.errors[0].message
+    assert "larger than 1048576 bytes" in too_big.errors[0].message
+    assert "chunks/" in too_big.errors[0].message
 
     for path, text in [
         ("../etc/passwd.ts", "outside the workspace"),
@@ -311,6 +306,17 @@ async def test_load_failures_get_typescript_diagnostics_after_the_original(
         "TS2322",
     )
     assert diagnostic.message.startswith("src/no-export.workflow.ts(2,7): error TS2322: ")
+
+
+async def test_a_typescript_check_out_of_time_keeps_the_original_errors(
+    make_docker_settings: Callable[..., Settings],
+) -> None:
+    settings = make_docker_settings(build_diagnostics_timeout_seconds=0.001)
+    async with serving(settings) as (app, channel):
+        client = Client(app, channel)
+        await client.write("src/none.workflow.ts", "const n: number = 'one';\nexport {};\n")
+        built = await client.build("src/none.workflow.ts")
+        assert [e.source for e in built.errors] == ["export"]
 
 
 async def test_schema_and_type_errors_carry_file_line_and_column(client: Client) -> None:
@@ -406,6 +412,13 @@ async def test_round_trip_through_workflow_as_code(client: Client) -> None:
         assert graph(after) == graph(before)
         # Without workflowId the copy's file stays bound to the same workflow.
         assert (await client.build(copy)).workflow_id == built.workflow_id
+        # WorkflowJSON sources build directly, through the same validation.
+        as_json = {k: after[k] for k in ("name", "nodes", "connections", "settings")}
+        await client.write(f"src/{name}.json", json.dumps(as_json))
+        from_json = await client.build(f"src/{name}.json")
+        assert from_json.success, messages(from_json.errors)
+        copied = await client.call("get-workflow", workflowId=from_json.workflow_id)
+        assert graph(copied) == graph(before) and from_json.workflow_id != built.workflow_id
 
 
 async def test_a_deleted_bound_workflow_blocks_instead_of_recreating(client: Client) -> None:
@@ -447,6 +460,9 @@ async def test_catalog_tools(client: Client) -> None:
     assert required["ai_languageModel"] is True and required["ai_memory"] is False
     assert "subnodes" in agent["builderHint"]
 
+    catalog = await client.app.runtime.catalog.get()
+    assert len([n for n in catalog.nodes if n.startswith("n8n-nodes-base.")]) == 444
+    assert len(catalog.credentials) >= 409
     listed = await client.call("list-nodes", limit=1000)
     assert listed["total"] > 500  # 444 base types and the AI nodes, retired ones left out
     description = await client.call("get-node-description", nodeType="n8n-nodes-base.httpRequest")
@@ -465,6 +481,18 @@ async def test_catalog_tools(client: Client) -> None:
         operation="post",
     )
     assert split["file"] == "slack/v23/resource_message/operation_post.ts"
+    assert {"resource": "message", "operation": "post"} in split["discriminators"]
+    by_mode = await client.call(
+        "get-node-type-definition",
+        nodeType="n8n-nodes-base.code",
+        version=2,
+        mode="runOnceForAllItems",
+    )
+    assert by_mode["file"] == "code/v2/mode_run_once_for_all_items.ts"
+    assert (
+        by_mode["importPath"]
+        == "@n8n/node-types/n8n-nodes-base/code/v2/mode_run_once_for_all_items"
+    )
     suggested = await client.call("get-suggested-nodes")
     categories = {c["category"]: [n["name"] for n in c["nodes"]] for c in suggested["categories"]}
     assert "n8n-nodes-base.webhook" in categories["triggers"]

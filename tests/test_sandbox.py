@@ -393,7 +393,10 @@ async def test_the_seeded_workspace_builds_its_template_with_the_one_shot_path(
         "Small Order",
     }
     index = (await manager.read_file("t1", "node-types/index.txt")).decode().splitlines()
-    assert len(index) > 400 and any(line.startswith("n8n-nodes-base.set\t") for line in index)
+    types = {line.split("\t")[0]: line.split("\t") for line in index}
+    assert len([t for t in types if t.startswith("n8n-nodes-base.")]) == 444
+    assert types["n8n-nodes-base.set"][2] == "1,2,3,3.1,3.2,3.3,3.4,3.5"
+    assert "@n8n/n8n-nodes-langchain.agent" in types  # the catalog-only AI nodes too
 
 
 async def test_pooled_sandboxes_of_an_older_image_are_discarded(

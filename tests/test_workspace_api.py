@@ -249,12 +249,9 @@ async def test_an_unreachable_engine_is_unavailable_with_what_to_do(
 
 
 async def test_the_hardening_settings_reach_the_container(
-    make_settings: Callable[..., Settings], owner: str, sandbox_image: BuiltImage
+    make_docker_settings: Callable[..., Settings],
 ) -> None:
-    settings = make_settings(
-        sandbox_provider="docker",
-        sandbox_owner=owner,
-        sandbox_pool_size=0,
+    settings = make_docker_settings(
         sandbox_memory_mb=512,
         sandbox_pids_limit=128,
         sandbox_cpus=0.5,

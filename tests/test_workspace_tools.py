@@ -10,7 +10,6 @@ import pytest
 from pydantic import ValidationError
 
 from sandbox.errors import EditMismatchError, PathEscapeError
-from sandbox.image.build import BuiltImage
 from server.app import Application
 from server.settings import Settings
 from server.tools.spec import ToolContext
@@ -20,15 +19,8 @@ BY_NAME = {tool.name: tool for tool in TOOLS}
 
 
 @pytest.fixture
-async def ctx(
-    make_settings: Callable[..., Settings], owner: str, sandbox_image: BuiltImage
-) -> AsyncIterator[ToolContext]:
-    settings = make_settings(
-        sandbox_provider="docker",
-        sandbox_owner=owner,
-        sandbox_pool_size=0,
-        sandbox_max_output_bytes=1024,
-    )
+async def ctx(make_docker_settings: Callable[..., Settings]) -> AsyncIterator[ToolContext]:
+    settings = make_docker_settings(sandbox_max_output_bytes=1024)
     async with Application(settings) as app:
         await app.runtime.events.append("t1", "thread-created")
         yield ToolContext(runtime=app.runtime, thread_id="t1")

@@ -70,9 +70,7 @@ class NodeType:
 
     @cached_property
     def aliases(self) -> list[str]:
-        return [
-            str(a) for versions, d in self.groups for a in (d.get("codex") or {}).get("alias", [])
-        ]
+        return [str(a) for _, d in self.groups for a in (d.get("codex") or {}).get("alias", [])]
 
     @property
     def categories(self) -> list[str]:

@@ -34,8 +34,6 @@ from server.errors import UnavailableError
 log = structlog.get_logger(__name__)
 
 SOURCE_SUFFIXES = (".ts", ".tsx", ".mts", ".json")
-COMPILE_DEADLINE_S = 5.0
-DIAGNOSTICS_DEADLINE_S = 5.0
 
 SandboxLookup = Callable[[str], Awaitable[Sandboxes]]
 
@@ -96,9 +94,13 @@ class WorkflowBuilder:
         catalog: CatalogService,
         workflows: WorkflowStore,
         max_source_bytes: int = 1024 * 1024,
+        compile_timeout_s: float = 5.0,
+        diagnostics_timeout_s: float = 5.0,
     ) -> None:
         self._sandboxes = sandboxes
         self._max_source_bytes = max_source_bytes
+        self._compile_timeout_s = compile_timeout_s
+        self._diagnostics_timeout_s = diagnostics_timeout_s
         self._catalog = catalog
         self._workflows = workflows
 
@@ -141,7 +143,7 @@ class WorkflowBuilder:
             compiled = await toolchain.compile(
                 request.thread_id,
                 request.file_path,
-                timeout_s=COMPILE_DEADLINE_S,
+                timeout_s=self._compile_timeout_s,
                 max_bytes=self._max_source_bytes,
             )
         except FileTooLargeError as exc:
@@ -178,7 +180,7 @@ class WorkflowBuilder:
         (the original errors stand on their own)."""
         try:
             report = await toolchain.diagnose(
-                request.thread_id, request.file_path, timeout_s=DIAGNOSTICS_DEADLINE_S
+                request.thread_id, request.file_path, timeout_s=self._diagnostics_timeout_s
             )
         except Exception as exc:  # the check is a bonus: never let it hide the real errors
             log.warning("typescript diagnostics failed", error=str(exc))

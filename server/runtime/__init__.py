@@ -46,6 +46,8 @@ class Runtime:
             catalog=catalog,
             workflows=workflows,
             max_source_bytes=settings.build_max_source_bytes,
+            compile_timeout_s=settings.build_compile_timeout_seconds,
+            diagnostics_timeout_s=settings.build_diagnostics_timeout_seconds,
         )
         return cls(
             settings=settings,

@@ -302,6 +302,7 @@ async def get_node_description(ctx: ToolContext, args: NodeTypeInput) -> NodeDes
 class NodeTypeDefinitionInput(NodeTypeInput):
     resource: str | None = Field(None, description="For nodes split by resource/operation")
     operation: str | None = None
+    mode: str | None = Field(None, description="For nodes split by mode")
 
 
 class NodeTypeDefinitionOutput(ToolModel):
@@ -309,7 +310,9 @@ class NodeTypeDefinitionOutput(ToolModel):
     version: float
     file: str
     content: str
-    discriminators: list[dict[str, str]]
+    discriminators: list[dict[str, str]] = Field(
+        description="The resource/operation pairs or modes a split node has files for"
+    )
     import_path: str = Field(
         alias="importPath", description="Module to import the typed parameters from"
     )
@@ -322,7 +325,12 @@ async def get_node_type_definition(
     version, _ = _version(node, args.version)
     toolchain = await ctx.runtime.builder.toolchain(ctx.thread_id)
     found = await toolchain.node_definition(
-        ctx.thread_id, node.name, version, resource=args.resource, operation=args.operation
+        ctx.thread_id,
+        node.name,
+        version,
+        resource=args.resource,
+        operation=args.operation,
+        mode=args.mode,
     )
     alias = (
         "ai-node-types/n8n-nodes-langchain"
@@ -429,7 +437,8 @@ TOOLS = [
     ToolSpec(
         name="get-node-type-definition",
         description="The TypeScript parameter types of a node version (for split nodes pass "
-        "resource and operation), and the module to import them from for typed parameters.",
+        "resource and operation, or mode), and the module to import them from for typed "
+        "parameters.",
         group=GROUP,
         input_model=NodeTypeDefinitionInput,
         output_model=NodeTypeDefinitionOutput,

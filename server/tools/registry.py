@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Coroutine
 from typing import Any
 
 from pydantic import ValidationError
@@ -65,7 +66,7 @@ class ToolRegistry:
         call_id = new_id("call")
         # The call's event commits while the tool runs (the log keeps the order); a tool that
         # needs its thread to exist waits for it, and nothing is answered before it is stored.
-        recorded = asyncio.ensure_future(
+        recorded = _background(
             runtime.events.append(
                 thread_id,
                 "tool-call",
@@ -77,19 +78,34 @@ class ToolRegistry:
                 await recorded
             result = await spec.handler(ToolContext(runtime=runtime, thread_id=thread_id), args)
             await recorded
-        except (InstanceAIError, SandboxError) as exc:
+        except Exception as exc:
             await asyncio.gather(recorded, return_exceptions=True)
+            # Only errors raised on purpose carry a message meant for the caller.
+            known = isinstance(exc, InstanceAIError | SandboxError)
+            error = str(exc) if known else "internal error (see the server log)"
             await runtime.events.append(
-                thread_id, "tool-error", {"toolCallId": call_id, "error": str(exc)}
+                thread_id, "tool-error", {"toolCallId": call_id, "error": error}
             )
             raise
-        except BaseException:
-            recorded.cancel()
+        except asyncio.CancelledError:
+            # The caller went away: the log still says how the call ended.
+            _background(
+                runtime.events.append(
+                    thread_id, "tool-error", {"toolCallId": call_id, "error": "cancelled"}
+                )
+            )
             raise
         await runtime.events.append(
             thread_id, "tool-result", {"toolCallId": call_id, "result": for_event(dump(result))}
         )
         return result
+
+
+def _background(append: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+    """An append that runs on its own; a failure is logged by the event log, not lost here."""
+    task = asyncio.ensure_future(append)
+    task.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return task
 
 
 def dump(result: ToolModel) -> dict[str, Any]:

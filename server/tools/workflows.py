@@ -20,11 +20,14 @@ class ListWorkflowsInput(ToolModel):
     status: Literal["active", "archived", "all"] = "active"
 
 
-class WorkflowSummary(ToolModel):
+class WorkflowHeader(ToolModel):
     id: str
     name: str
     active_version_id: str | None = Field(alias="activeVersionId")
     is_archived: bool = Field(alias="isArchived")
+
+
+class WorkflowSummary(WorkflowHeader):
     created_at: datetime = Field(alias="createdAt")
     updated_at: datetime = Field(alias="updatedAt")
 
@@ -54,11 +57,7 @@ class WorkflowIdInput(ToolModel):
     workflow_id: str = Field(alias="workflowId", min_length=1)
 
 
-class GetWorkflowOutput(ToolModel):
-    id: str
-    name: str
-    active_version_id: str | None = Field(alias="activeVersionId")
-    is_archived: bool = Field(alias="isArchived")
+class GetWorkflowOutput(WorkflowHeader):
     version_id: str = Field(alias="versionId")
     nodes: list[Any]
     connections: dict[str, Any]

@@ -334,8 +334,27 @@ function run(command, args, timeoutMs) {
 
 const NAME = /^[A-Za-z0-9_]+$/;
 
+const snake = (value) => String(value).replace(/([a-z0-9])([A-Z])/g, '$1_$2').toLowerCase();
+const after = (name, prefix) => name.slice(prefix.length).replace(/\.ts$/, '');
+
+// What a split definition folder offers: {resource, operation} pairs or {mode} values.
+async function splitChoices(split) {
+  const choices = [];
+  for (const entry of await fs.readdir(split, { withFileTypes: true })) {
+    if (entry.isFile() && entry.name.startsWith('mode_')) choices.push({ mode: after(entry.name, 'mode_') });
+    if (!entry.isDirectory() || !entry.name.startsWith('resource_')) continue;
+    for (const file of await fs.readdir(path.join(split, entry.name))) {
+      if (file.startsWith('operation_') && file.endsWith('.ts')) {
+        choices.push({ resource: after(entry.name, 'resource_'), operation: after(file, 'operation_') });
+      }
+    }
+  }
+  return choices;
+}
+
 // `version` as in the catalog (4.2 → v42): the host picks it, knowing which versions exist.
-async function definition({ nodeType, version, resource, operation }) {
+// Nodes split by resource and operation (or by mode) have one file each plus an index.
+async function definition({ nodeType, version, resource, operation, mode }) {
   const dot = typeof nodeType === 'string' ? nodeType.lastIndexOf('.') : -1;
   const root = dot > 0 ? DEFINITIONS[nodeType.slice(0, dot)] : undefined;
   const name = dot > 0 ? nodeType.slice(dot + 1) : '';
@@ -347,31 +366,21 @@ async function definition({ nodeType, version, resource, operation }) {
     const known = entries.filter((e) => /^v\d+(\.ts)?$/.test(e)).map((e) => e.replace('.ts', ''));
     throw new WorkerError('missing', `${nodeType} has no type definitions for version ${version} (there are: ${known.join(', ') || 'none'})`);
   }
+  const read = async (file, discriminators) => ({ file: path.relative(root, file), content: await fs.readFile(file, 'utf8'), discriminators });
   const single = path.join(folder, `v${chosen}.ts`);
-  if (existsSync(single)) return { file: path.relative(root, single), content: await fs.readFile(single, 'utf8'), discriminators: [] };
-  // Split by resource and operation: one file each, plus an index.
+  if (existsSync(single)) return read(single, []);
   const split = path.join(folder, `v${chosen}`);
-  const discriminators = [];
-  for (const entry of await fs.readdir(split, { withFileTypes: true })) {
-    if (!entry.isDirectory()) continue;
-    for (const file of await fs.readdir(path.join(split, entry.name))) {
-      if (file.endsWith('.ts') && file !== 'index.ts') {
-        discriminators.push({ [entry.name.split('_')[0]]: entry.name.slice(entry.name.indexOf('_') + 1), [file.split('_')[0]]: file.slice(file.indexOf('_') + 1, -3) });
-      }
-    }
+  const choices = await splitChoices(split);
+  const wanted = [resource, operation, mode].filter((v) => v !== undefined && v !== null);
+  if (wanted.length === 0) return read(path.join(split, 'index.ts'), choices);
+  if (!wanted.every((v) => NAME.test(snake(v)))) throw new WorkerError('missing', 'resource, operation and mode are names like sendMessage');
+  const target = mode
+    ? path.join(split, `mode_${snake(mode)}.ts`)
+    : path.join(split, `resource_${snake(resource)}`, operation ? `operation_${snake(operation)}.ts` : 'index.ts');
+  if (!existsSync(target)) {
+    throw new WorkerError('missing', `${nodeType} v${version} has no definition for ${JSON.stringify({ resource, operation, mode })}; it has ${JSON.stringify(choices.slice(0, 20))}`);
   }
-  const snake = (value) => String(value).replace(/([a-z0-9])([A-Z])/g, '$1_$2').toLowerCase();
-  let target = path.join(split, 'index.ts');
-  if (resource || operation) {
-    const candidate = resource
-      ? path.join(split, `resource_${snake(resource)}`, operation ? `operation_${snake(operation)}.ts` : 'index.ts')
-      : path.join(split, `mode_${snake(operation)}.ts`);
-    if (!NAME.test(snake(resource ?? 'x')) || !NAME.test(snake(operation ?? 'x')) || !existsSync(candidate)) {
-      throw new WorkerError('missing', `${nodeType} v${version ?? chosen} has no definition for resource ${resource} / operation ${operation}`);
-    }
-    target = candidate;
-  }
-  return { file: path.relative(root, target), content: await fs.readFile(target, 'utf8'), discriminators };
+  return read(target, choices);
 }
 
 export const handlers = {
