@@ -392,6 +392,36 @@ class SandboxManager:
             )
         )
 
+    async def execute(
+        self,
+        thread_id: str,
+        workflow: dict[str, Any],
+        *,
+        execution_id: str,
+        pin_data: dict[str, list[Any]] | None = None,
+        start_node: str | None = None,
+        timeout_s: float = 300.0,
+    ) -> dict[str, Any]:
+        """Run a WorkflowJSON on the n8n engine in the sandbox, nodes in `pin_data` replaced by
+        their items: `{ok, status, order, nodes: {name: {status, outputs, error, pinned}},
+        ...}`, or `{ok: False, stage, message}` when it could not finish (timeout, memory)."""
+        return dict(
+            await self.operation(
+                thread_id,
+                "execute",
+                timeout_s=timeout_s,
+                executionId=execution_id,
+                workflow=workflow,
+                pinData=pin_data or {},
+                startNode=start_node,
+                timeoutMs=int(timeout_s * 1000),
+            )
+        )
+
+    async def cancel_execution(self, thread_id: str, execution_id: str) -> None:
+        """Ask a run in progress to stop after its current node."""
+        await self.operation(thread_id, "cancelExecution", executionId=execution_id)
+
     async def operation(
         self, thread_id: str, op: str, *, timeout_s: float = 10.0, **args: Any
     ) -> Any:

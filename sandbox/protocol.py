@@ -45,7 +45,8 @@ class Sandboxes(Protocol):
 
 @runtime_checkable
 class WorkflowToolchain(Protocol):
-    """The SDK toolchain in a thread's sandbox (the Docker manager has it; local does not)."""
+    """The SDK toolchain and the n8n engine in a thread's sandbox (the Docker manager has
+    them; local does not)."""
 
     async def compile(
         self, thread_id: str, path: str, *, timeout_s: float = 5.0, max_bytes: int | None = None
@@ -69,3 +70,16 @@ class WorkflowToolchain(Protocol):
         operation: str | None = None,
         mode: str | None = None,
     ) -> dict[str, Any]: ...
+
+    async def execute(
+        self,
+        thread_id: str,
+        workflow: dict[str, Any],
+        *,
+        execution_id: str,
+        pin_data: dict[str, list[Any]] | None = None,
+        start_node: str | None = None,
+        timeout_s: float = 300.0,
+    ) -> dict[str, Any]: ...
+
+    async def cancel_execution(self, thread_id: str, execution_id: str) -> None: ...

@@ -397,6 +397,14 @@ async def test_the_same_file_built_twice_updates_one_workflow(client: Client) ->
     assert [results[b["toolCallId"]]["workflowId"] for b in builds] == [first.workflow_id] * 2
 
 
+async def test_racing_first_builds_of_one_file_make_one_workflow(client: Client) -> None:
+    await client.write("src/race.workflow.ts", (WORKFLOWS / "switch.workflow.ts").read_text())
+    results = await asyncio.gather(*(client.build("src/race.workflow.ts") for _ in range(4)))
+    assert all(r.success for r in results)
+    assert len({r.workflow_id for r in results}) == 1
+    assert await client.app.runtime.workflows.version_count(results[0].workflow_id) == 4
+
+
 async def test_round_trip_through_workflow_as_code(client: Client) -> None:
     for name in ("manual-set-if.workflow.ts", "ai-agent.workflow.ts"):
         built = await client.upload_and_build(name)

@@ -103,6 +103,9 @@ class WorkflowBuilder:
         self._diagnostics_timeout_s = diagnostics_timeout_s
         self._catalog = catalog
         self._workflows = workflows
+        # One build of a file at a time: two first builds racing must not make two workflows.
+        # Each entry counts its users, so it goes when the last one leaves.
+        self._file_locks: dict[tuple[str, str], tuple[asyncio.Lock, list[int]]] = {}
 
     async def toolchain(self, thread_id: str) -> WorkflowToolchain:
         manager = await self._sandboxes(thread_id)
@@ -120,17 +123,26 @@ class WorkflowBuilder:
         if refusal:
             return _failed(outcome, [BuildIssue(message=refusal, source="input")])
         toolchain = await self.toolchain(request.thread_id)
-        # Looked up while the sandbox compiles.
-        binding = asyncio.ensure_future(
-            self._workflows.binding(request.thread_id, request.file_path)
-        )
+        key = (request.thread_id, posixpath.normpath(request.file_path))
+        lock, users = self._file_locks.setdefault(key, (asyncio.Lock(), [0]))
+        users[0] += 1
         try:
-            return await self._compile_and_save(toolchain, request, outcome, binding)
+            async with lock:
+                # Looked up while the sandbox compiles.
+                binding = asyncio.ensure_future(
+                    self._workflows.binding(request.thread_id, request.file_path)
+                )
+                try:
+                    return await self._compile_and_save(toolchain, request, outcome, binding)
+                finally:
+                    if not binding.done():
+                        binding.cancel()
+                    elif not binding.cancelled():
+                        binding.exception()  # unused after a failed compile: mark it seen
         finally:
-            if not binding.done():
-                binding.cancel()
-            elif not binding.cancelled():
-                binding.exception()  # not needed after a failed compile: mark it seen
+            users[0] -= 1
+            if users[0] == 0:
+                del self._file_locks[key]
 
     async def _compile_and_save(
         self,

@@ -2,7 +2,7 @@
 // lines over one exec stream) and the one-shot runner (run-op.mjs, for when no worker runs).
 //
 // Operations: ping, stats, read, write, strReplace, list, compile, diagnose, toCode,
-// definition. File contents travel as base64 so any bytes survive. Every path is confined to
+// definition, execute, cancelExecution. File contents travel as base64 so any bytes survive. Every path is confined to
 // the workspace, symlinks resolved.
 //
 // compile: esbuild bundles the source to CommonJS here (`@n8n/*` and other packages stay
@@ -13,6 +13,9 @@
 //
 // diagnose: the TypeScript compiler over one file and its imports, with the workspace's
 // tsconfig.json, under a deadline.
+//
+// execute: a WorkflowJSON on the real n8n engine with pin data (execute-thread.cjs), in its own
+// pooled thread under a deadline and a heap cap; cancelExecution stops a run in progress.
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, promises as fs } from 'node:fs';
@@ -136,69 +139,96 @@ async function list(p, recursive, maxEntries) {
   return { entries, truncated };
 }
 
-// -- the compile thread ----------------------------------------------------------------------
+// -- the worker threads ---------------------------------------------------------------------
 
-const COMPILE_THREAD = path.join(path.dirname(fileURLToPath(import.meta.url)), 'compile-thread.cjs');
-let compileThread;
-let threadCalls = 0;
-const threadWaiters = new Map();
+// A worker_thread that takes one call at a time, under a deadline: a call that misses it, or
+// runs out of heap, ends the thread (and only its own call); the next call starts a new one.
+// The thread's stdout goes to stderr: stdout is the worker's protocol channel.
+class PooledThread {
+  #thread;
+  #calls = 0;
+  #waiters = new Map();
+  #queue = Promise.resolve();
 
-function thread() {
-  if (!compileThread) {
-    const started = new Worker(COMPILE_THREAD, {
-      resourceLimits: { maxOldGenerationSizeMb: 256 },
-      workerData: { definitionDirs: Object.values(DEFINITIONS).map((d) => path.resolve(d, '../..')).filter(existsSync) },
+  // `crashStage`: how a call that the thread's death ended is reported.
+  constructor(file, heapMb, workerData, crashStage) {
+    this.file = file;
+    this.heapMb = heapMb;
+    this.workerData = workerData;
+    this.crashStage = crashStage;
+  }
+
+  #start() {
+    if (this.#thread) return this.#thread;
+    const started = new Worker(this.file, {
+      resourceLimits: { maxOldGenerationSizeMb: this.heapMb },
+      workerData: this.workerData,
+      stdout: true,
+      stderr: true,
     });
+    started.stdout.pipe(process.stderr);
+    started.stderr.pipe(process.stderr);
     started.on('message', (message) => {
-      const waiter = threadWaiters.get(message.id);
+      const waiter = this.#waiters.get(message.id);
       if (waiter) {
-        threadWaiters.delete(message.id);
+        this.#waiters.delete(message.id);
         waiter(message);
       }
     });
     started.on('error', (error) => {
-      // Out of memory lands here: every waiting call fails, the next one gets a new thread.
       const reason = error && error.code === 'ERR_WORKER_OUT_OF_MEMORY'
-        ? 'the source used more than 256 MB of memory while loading (a huge allocation at import time?)'
+        ? `ran out of memory: it used more than ${this.heapMb} MB (a huge allocation?)`
         : String((error && error.message) || error);
-      for (const waiter of threadWaiters.values()) waiter({ ok: false, error: { stage: 'load', message: reason } });
-      threadWaiters.clear();
-      if (compileThread === started) compileThread = undefined;
+      for (const waiter of this.#waiters.values()) waiter({ ok: false, error: { stage: this.crashStage, message: reason } });
+      this.#waiters.clear();
+      if (this.#thread === started) this.#thread = undefined;
     });
-    compileThread = started;
+    this.#thread = started;
+    return started;
   }
-  return compileThread;
+
+  call(request, timeoutMs, what) {
+    const result = this.#queue.then(() => this.#call(request, timeoutMs, what));
+    this.#queue = result.catch(() => undefined);
+    return result;
+  }
+
+  // A message past the queue, to the call in progress (a cancellation).
+  post(message) {
+    this.#thread?.postMessage(message);
+  }
+
+  async #call(request, timeoutMs, what) {
+    const id = ++this.#calls;
+    const answer = new Promise((resolve) => this.#waiters.set(id, resolve));
+    this.#start().postMessage({ id, ...request });
+    let timer;
+    const deadline = new Promise((resolve) => {
+      timer = setTimeout(() => resolve(undefined), timeoutMs);
+    });
+    const message = await Promise.race([answer, deadline]);
+    clearTimeout(timer);
+    if (message === undefined) {
+      this.#waiters.delete(id);
+      const stuck = this.#thread;
+      this.#thread = undefined;
+      await stuck.terminate();
+      return { ok: false, stage: 'timeout', message: `${what} did not finish within ${timeoutMs} ms` };
+    }
+    if (!message.ok) return { ok: false, ...message.error };
+    return { ok: true, ...message.result };
+  }
+
+  stop() {
+    this.#thread?.terminate();
+  }
 }
 
-// One call at a time on the one thread: a call that times out terminates the thread and must
-// not take another build down with it. (Warm builds take milliseconds.)
-let threadQueue = Promise.resolve();
-function onThread(request, timeoutMs, what) {
-  const result = threadQueue.then(() => callThread(request, timeoutMs, what));
-  threadQueue = result.catch(() => undefined);
-  return result;
-}
-
-async function callThread(request, timeoutMs, what) {
-  const id = ++threadCalls;
-  const answer = new Promise((resolve) => threadWaiters.set(id, resolve));
-  thread().postMessage({ id, ...request });
-  let timer;
-  const deadline = new Promise((resolve) => {
-    timer = setTimeout(() => resolve(undefined), timeoutMs);
-  });
-  const message = await Promise.race([answer, deadline]);
-  clearTimeout(timer);
-  if (message === undefined) {
-    threadWaiters.delete(id);
-    const stuck = compileThread;
-    compileThread = undefined;
-    await stuck.terminate();
-    return { ok: false, stage: 'timeout', message: `${what} did not finish within ${timeoutMs} ms (an endless loop at import time?)` };
-  }
-  if (!message.ok) return { ok: false, ...message.error };
-  return { ok: true, ...message.result };
-}
+const BIN = path.dirname(fileURLToPath(import.meta.url));
+const compiler = new PooledThread(path.join(BIN, 'compile-thread.cjs'), 256, {
+  definitionDirs: Object.values(DEFINITIONS).map((d) => path.resolve(d, '../..')).filter(existsSync),
+}, 'load');
+const engine = new PooledThread(path.join(BIN, 'execute-thread.cjs'), 384, {}, 'run');
 
 function esbuildMessage(error) {
   const messages = (error.errors || []).map((e) => {
@@ -228,7 +258,7 @@ async function compileSource(resolved, file, source, timeoutMs) {
     if (!workflow || typeof workflow !== 'object' || !Array.isArray(workflow.nodes)) {
       return { ok: false, stage: 'export', message: `${file} is not WorkflowJSON: it needs a "nodes" array` };
     }
-    return onThread({ kind: 'json', workflow, file }, timeoutMs, `validating ${file}`);
+    return compiler.call({ kind: 'json', workflow, file }, timeoutMs, `validating ${file}`);
   }
   let code;
   try {
@@ -247,11 +277,25 @@ async function compileSource(resolved, file, source, timeoutMs) {
   } catch (error) {
     return { ok: false, stage: 'load', message: esbuildMessage(error) };
   }
-  return onThread({ kind: 'module', code, file: resolved, source }, timeoutMs, `loading ${file}`);
+  return compiler.call({ kind: 'module', code, file: resolved, source }, timeoutMs, `loading ${file}`);
 }
 
 async function toCode({ workflow, timeoutMs }) {
-  return onThread({ kind: 'generate', workflow }, timeoutMs, 'generating code');
+  return compiler.call({ kind: 'generate', workflow }, timeoutMs, 'generating code');
+}
+
+// -- workflow runs ---------------------------------------------------------------------------
+
+// Run a WorkflowJSON on the n8n engine with pin data: `{ok, status, order, nodes, ...}`, or
+// `{ok: false, stage, message}` when the run could not finish (timeout, memory, engine error).
+async function execute({ executionId, workflow, pinData, startNode, timeoutMs }) {
+  if (!workflow || !Array.isArray(workflow.nodes)) throw new WorkerError('invalid', 'give a WorkflowJSON with a "nodes" array');
+  return engine.call({ kind: 'execute', executionId, workflow, pinData: pinData || {}, startNode }, timeoutMs, 'the run');
+}
+
+async function cancelExecution({ executionId }) {
+  engine.post({ kind: 'cancel', executionId });
+  return { requested: true };
 }
 
 // -- TypeScript diagnostics ------------------------------------------------------------------
@@ -385,6 +429,8 @@ async function definition({ nodeType, version, resource, operation, mode }) {
 
 export const handlers = {
   compile,
+  execute,
+  cancelExecution,
   diagnose,
   toCode,
   definition,
@@ -429,6 +475,7 @@ export async function handle(request) {
   }
 }
 
-export function stopThread() {
-  if (compileThread) compileThread.terminate();
+export function stopThreads() {
+  compiler.stop();
+  engine.stop();
 }

@@ -3,7 +3,7 @@
 //   node /opt/app/bin/run-op.mjs '{"op":"compile","path":"src/x.workflow.ts",...}'
 //
 // Prints the same reply a worker would, as one JSON line, and exits.
-import { handle, stopThread } from './ops.mjs';
+import { handle, stopThreads } from './ops.mjs';
 
 process.umask(0o002);
 let request;
@@ -14,5 +14,5 @@ try {
 }
 const reply = await handle({ id: 1, ...request });
 process.stdout.write(JSON.stringify(reply) + '\n');
-stopThread();
+stopThreads();
 process.exit(0);

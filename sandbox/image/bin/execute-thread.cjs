@@ -1,0 +1,252 @@
+// The execute thread: runs a WorkflowJSON on the real n8n engine (n8n-core's WorkflowExecute
+// with the node classes of n8n-nodes-base), with pin data, inside the sandbox. It lives in a
+// worker_thread so a run that never ends can be cut off by terminating the thread, and one that
+// allocates without bound hits the thread's heap cap. The engine is loaded once per thread
+// (~0.8 s); warm runs take milliseconds.
+//
+// Requests (from ops.mjs):
+//   {kind: 'execute', executionId, workflow, pinData, startNode?}
+//   {kind: 'cancel', executionId}
+//
+// What the run may not do, it cannot: the sandbox has no network, so an unpinned node with side
+// effects fails on its own; credentials do not exist here, so a node that needs them and is not
+// pinned fails with an error naming them. The Code node runs here too (node:vm, under a
+// per-call timeout): the container is the isolation boundary.
+const { parentPort } = require('node:worker_threads');
+const path = require('node:path');
+const vm = require('node:vm');
+const { Workflow, NodeHelpers } = require('n8n-workflow');
+const { WorkflowExecute, ExecutionLifecycleHooks } = require('n8n-core');
+
+const BASE = 'n8n-nodes-base.';
+const NODES_BASE = path.dirname(require.resolve('n8n-nodes-base/package.json'));
+const KNOWN = require(path.join(NODES_BASE, 'dist/known/nodes.json'));
+const CODE_TIMEOUT_MS = 5000;
+const MAX_ITEMS = 100; // per node output returned to the host
+const running = new Map(); // executionId -> the engine's cancelable run
+
+// A node type whose code is not in the sandbox (the AI nodes ship only their catalog): the
+// engine may hold it, pinned it never runs, unpinned it fails saying what to do.
+function standIn(type) {
+  const message = `node type ${type} cannot run in the sandbox (only n8n-nodes-base nodes do): simulate it with pin data`;
+  return {
+    description: {
+      displayName: type,
+      name: type,
+      group: ['transform'],
+      version: 1,
+      defaults: { name: type },
+      inputs: ['main'],
+      outputs: ['main'],
+      properties: [],
+    },
+    async execute() {
+      throw new Error(message);
+    },
+  };
+}
+
+class NodeTypes {
+  #loaded = new Map();
+
+  #load(type) {
+    const known = type.startsWith(BASE) ? KNOWN[type.slice(BASE.length)] : undefined;
+    if (!known) {
+      if (!this.#loaded.has(type)) this.#loaded.set(type, standIn(type));
+      return this.#loaded.get(type);
+    }
+    if (!this.#loaded.has(type)) {
+      const module = require(path.join(NODES_BASE, known.sourcePath));
+      this.#loaded.set(type, new module[known.className]());
+    }
+    return this.#loaded.get(type);
+  }
+
+  getByName(type) {
+    return this.#load(type);
+  }
+
+  getByNameAndVersion(type, version) {
+    return NodeHelpers.getVersionedNodeType(this.#load(type), version);
+  }
+
+  getKnownTypes() {
+    return {};
+  }
+}
+const nodeTypes = new NodeTypes();
+
+// The Code node hands its program to a task runner; here the runner is node:vm in this thread.
+function codeRunner(logs) {
+  const sandboxConsole = Object.fromEntries(
+    ['log', 'info', 'warn', 'error', 'debug'].map((level) => [
+      level,
+      (...args) => logs.length < 200 && logs.push(`${level}: ${args.map((a) => (typeof a === 'string' ? a : safeJson(a))).join(' ')}`),
+    ]),
+  );
+  const run = (code, context) =>
+    vm.runInContext(`(async () => {\n${code}\n})()`, vm.createContext({ ...context, console: sandboxConsole }), {
+      timeout: CODE_TIMEOUT_MS,
+    });
+  return async (_additionalData, jobType, settings, functions, _input, _node, _workflow, _runData, _runIndex, itemIndex) => {
+    if (jobType !== 'javascript') {
+      return { ok: false, error: { message: `${jobType} code cannot run in the sandbox: simulate this node` } };
+    }
+    try {
+      if (settings.nodeMode === 'runOnceForAllItems') {
+        const proxy = functions.getWorkflowDataProxy(itemIndex);
+        return { ok: true, result: await run(settings.code, { ...proxy, $: proxy.$, items: functions.getInputData() }) };
+      }
+      const results = [];
+      const { startIndex, count } = settings.chunk;
+      for (let index = startIndex; index < startIndex + count; index++) {
+        const proxy = functions.getWorkflowDataProxy(index);
+        const item = functions.getInputData()[index];
+        const result = await run(settings.code, { ...proxy, $: proxy.$, item });
+        if (result) results.push(result);
+      }
+      return { ok: true, result: results };
+    } catch (error) {
+      return { ok: false, error: { message: error.message, stack: error.stack } };
+    }
+  };
+}
+
+function safeJson(value) {
+  try {
+    return JSON.stringify(value);
+  } catch {
+    return String(value);
+  }
+}
+
+function noCredentials(_additionalData, _details, type) {
+  throw new Error(`credentials of type '${type}' are not available in a verification run: simulate this node (pin its output)`);
+}
+
+const credentialsHelper = {
+  getParentTypes: () => [],
+  isCredentialUsableByNode: () => true,
+  runPreAuthentication: async () => {},
+  authenticate: async (_credentials, _type, request) => request,
+  preAuthentication: async () => {},
+  getCredentials: async (...args) => noCredentials(...args),
+  getDecrypted: async (...args) => noCredentials(...args),
+  updateCredentials: async () => {},
+  updateCredentialsOauthTokenData: async () => {},
+  getCredentialsProperties: () => [],
+};
+
+const url = (suffix) => `http://localhost:5678/${suffix}`; // must parse; nothing listens
+
+function additionalData(hooks, executionId, logs) {
+  return {
+    hooks,
+    credentialsHelper,
+    executionId,
+    userId: 'instance-ai',
+    variables: {},
+    currentNodeExecutionIndex: 0,
+    executeWorkflow: async () => {
+      throw new Error('sub-workflows cannot run in a verification run: simulate the Execute Workflow node');
+    },
+    getRunExecutionData: async () => undefined,
+    getRuntimeCredential: async () => undefined,
+    logAiEvent: () => {},
+    startRunnerTask: codeRunner(logs),
+    restApiUrl: url('rest'),
+    instanceBaseUrl: url(''),
+    formBaseUrl: url('form'),
+    formWaitingBaseUrl: url('form-waiting'),
+    formTestBaseUrl: url('form-test'),
+    webhookBaseUrl: url('webhook'),
+    webhookWaitingBaseUrl: url('webhook-waiting'),
+    webhookTestBaseUrl: url('webhook-test'),
+    mcpBaseUrl: url('mcp'),
+    mcpTestBaseUrl: url('mcp-test'),
+  };
+}
+
+const wrap = (items) => (items || []).map((item) => (item && typeof item === 'object' && 'json' in item ? item : { json: item }));
+
+function nodeResult(runs, pinned) {
+  const last = runs.at(-1);
+  const outputs = (last.data?.main ?? []).map((items) => {
+    const list = items ?? [];
+    return { count: list.length, items: list.slice(0, MAX_ITEMS).map((item) => item.json) };
+  });
+  return {
+    status: last.executionStatus ?? (last.error ? 'error' : 'success'),
+    runs: runs.length,
+    executionTimeMs: last.executionTime ?? 0,
+    pinned,
+    outputs,
+    error: last.error ? { message: last.error.message, description: last.error.description ?? undefined } : undefined,
+  };
+}
+
+async function execute({ executionId, workflow: json, pinData: rawPins, startNode: startName }) {
+  const pinData = Object.fromEntries(Object.entries(rawPins || {}).map(([name, items]) => [name, wrap(items)]));
+  const workflow = new Workflow({
+    id: json.id ?? 'verification',
+    name: json.name,
+    nodes: json.nodes,
+    connections: json.connections,
+    active: false,
+    nodeTypes,
+    staticData: {},
+    settings: json.settings ?? {},
+    pinData,
+  });
+  const hooks = new ExecutionLifecycleHooks('manual', executionId, { ...json, active: false });
+  const order = [];
+  hooks.addHandler('nodeExecuteAfter', (name) => order.push(name));
+  const logs = [];
+  const roots = Object.values(workflow.nodes).filter((node) => !node.disabled && workflow.getParentNodes(node.name).length === 0);
+  // A named start node; else the engine's pick, which misses webhook-style roots: then a pinned root.
+  const startNode =
+    (startName && workflow.getNode(startName)) ||
+    workflow.getStartNode() ||
+    roots.find((node) => pinData[node.name]) ||
+    roots[0];
+  const started = Date.now();
+  const run = new WorkflowExecute(additionalData(hooks, executionId, logs), 'manual').run({ workflow, startNode, pinData });
+  running.set(executionId, run);
+  let result;
+  try {
+    result = await run;
+  } catch (error) {
+    if (error && error.name === 'CancelError') {
+      return { status: 'canceled', order, nodes: {}, logs, durationMs: Date.now() - started, error: { message: 'the run was cancelled' } };
+    }
+    throw error;
+  } finally {
+    running.delete(executionId);
+  }
+  const runData = result.data.resultData.runData ?? {};
+  const nodes = Object.fromEntries(Object.entries(runData).map(([name, runs]) => [name, nodeResult(runs, Boolean(pinData[name]))]));
+  const failure = result.data.resultData.error;
+  return {
+    status: result.status,
+    startNode: startNode?.name,
+    order,
+    nodes,
+    lastNodeExecuted: result.data.resultData.lastNodeExecuted,
+    error: failure ? { message: failure.message, node: failure.node?.name ?? result.data.resultData.lastNodeExecuted } : undefined,
+    waitTill: result.waitTill ?? undefined,
+    logs,
+    durationMs: Date.now() - started,
+  };
+}
+
+parentPort.on('message', async (message) => {
+  if (message.kind === 'cancel') {
+    running.get(message.executionId)?.cancel();
+    return;
+  }
+  try {
+    parentPort.postMessage({ id: message.id, ok: true, result: await execute(message) });
+  } catch (error) {
+    parentPort.postMessage({ id: message.id, ok: false, error: { stage: 'run', message: String((error && error.message) || error) } });
+  }
+});

@@ -1,0 +1,165 @@
+"""Workflow runs on the real n8n engine inside a real sandbox: pin data, branches on real
+expressions, the Code node, credentials that do not exist, and runs that must be stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox.docker_provider import DockerProvider
+from sandbox.manager import SandboxManager
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def node(name: str, type_: str, version: float, **parameters: Any) -> dict[str, Any]:
+    return {
+        "id": name,
+        "name": name,
+        "type": f"n8n-nodes-base.{type_}",
+        "typeVersion": version,
+        "position": [0, 0],
+        "parameters": parameters,
+    }
+
+
+def chain(*nodes: dict[str, Any]) -> dict[str, Any]:
+    """A workflow whose nodes run one after another, behind a manual trigger."""
+    all_nodes = [node("Start", "manualTrigger", 1), *nodes]
+    connections = {
+        a["name"]: {"main": [[{"node": b["name"], "type": "main", "index": 0}]]}
+        for a, b in itertools.pairwise(all_nodes)
+    }
+    return {"name": "test", "nodes": all_nodes, "connections": connections, "settings": {}}
+
+
+def code(name: str, program: str) -> dict[str, Any]:
+    return node(name, "code", 2, jsCode=program)
+
+
+@pytest.fixture
+async def manager(provider: DockerProvider) -> Any:
+    manager = SandboxManager(provider)
+    yield manager
+    await manager.close()
+
+
+async def compiled(manager: SandboxManager, source: Path) -> dict[str, Any]:
+    await manager.write_file("t1", f"src/{source.name}", await asyncio.to_thread(source.read_bytes))
+    built = await manager.compile("t1", f"src/{source.name}", timeout_s=20)
+    assert built["ok"], built
+    return built
+
+
+async def test_a_pinned_write_lets_its_downstream_run_on_the_fixture(
+    manager: SandboxManager,
+) -> None:
+    built = await compiled(manager, ROOT / "examples/order-intake.workflow.ts")
+    pins = {**built["fixtures"], "Announce": [{"ok": True, "ts": "1700000000.1"}]}
+    run = await manager.execute("t1", built["workflow"], execution_id="e1", pin_data=pins)
+    assert run["status"] == "success", run
+    assert run["order"] == ["Order Intake", "Prioritise", "Urgent?", "Announce"]
+    prioritised = run["nodes"]["Prioritise"]["outputs"][0]["items"][0]
+    assert prioritised["urgent"] is True and prioritised["orderId"] == "A-7"
+    # The IF took its true branch on the real expression; the false branch got nothing.
+    assert [o["count"] for o in run["nodes"]["Urgent?"]["outputs"]] == [1, 0]
+    assert "Queue" not in run["nodes"]
+    assert run["nodes"]["Announce"]["pinned"] and not run["nodes"]["Prioritise"]["pinned"]
+
+    # Unpinned, the Slack node has no credentials to use: the run fails there, saying so.
+    unpinned = await manager.execute(
+        "t1", built["workflow"], execution_id="e2", pin_data=built["fixtures"]
+    )
+    assert unpinned["status"] == "error"
+    assert unpinned["error"]["node"] == "Announce"
+    assert "credentials" in unpinned["nodes"]["Announce"]["error"]["message"]
+
+
+async def test_switch_branches_and_the_code_node_run_for_real(manager: SandboxManager) -> None:
+    built = await compiled(manager, ROOT / "tests/workflows/switch.workflow.ts")
+    for priority, reached in [("high", "High"), ("normal", "Normal"), ("low", "Low")]:
+        run = await manager.execute(
+            "t1",
+            built["workflow"],
+            execution_id=f"s-{priority}",
+            pin_data={"Start": [{"priority": priority}]},
+        )
+        assert run["status"] == "success"
+        assert set(run["order"]) == {"Start", "By Priority", reached}
+
+    merged = await compiled(manager, ROOT / "tests/workflows/merge-code.workflow.ts")
+    run = await manager.execute("t1", merged["workflow"], execution_id="m")
+    assert run["status"] == "success", run
+    assert run["nodes"]["Total"]["outputs"][0]["items"] == [{"total": 30}]
+
+
+async def test_a_failing_code_node_is_named_and_logs_are_kept(manager: SandboxManager) -> None:
+    run = await manager.execute(
+        "t1",
+        chain(
+            code("Shape", "console.log('shaping', $input.all().length); return [{json: {n: 1}}];"),
+            code("Explode", "throw new Error('amount is missing');"),
+        ),
+        execution_id="c",
+    )
+    assert run["status"] == "error"
+    assert run["error"]["node"] == "Explode"
+    assert "amount is missing" in run["nodes"]["Explode"]["error"]["message"]
+    assert run["logs"] == ["log: shaping 1"]
+
+
+async def test_runs_that_never_end_are_stopped_and_the_sandbox_keeps_serving(
+    manager: SandboxManager,
+) -> None:
+    spin = await manager.execute("t1", chain(code("Spin", "while (true) {}")), execution_id="a")
+    assert spin["status"] == "error"
+    assert "timed out" in spin["nodes"]["Spin"]["error"]["message"]
+
+    forever = chain(code("Forever", "for (;;) { await null; }"))
+    stopped = await manager.execute("t1", forever, execution_id="b", timeout_s=2)
+    assert (stopped["ok"], stopped["stage"]) == (False, "timeout")
+
+    hoard = chain(code("Hoard", "const h = []; for (;;) h.push(new Array(1e6).fill(1));"))
+    exhausted = await manager.execute("t1", hoard, execution_id="c", timeout_s=60)
+    assert (exhausted["ok"], exhausted["stage"]) == (False, "run")
+    assert "384 MB" in exhausted["message"]
+
+    fine = chain(code("Fine", "return [{json: {}}];"))
+    after = await manager.execute("t1", fine, execution_id="d")
+    assert after["status"] == "success"
+
+
+async def test_a_run_can_be_cancelled_mid_way(manager: SandboxManager) -> None:
+    pause = node("Pause", "wait", 1.1, amount=30, unit="seconds")
+    running = asyncio.ensure_future(
+        manager.execute("t1", chain(pause), execution_id="w", timeout_s=120)
+    )
+    await asyncio.sleep(2)  # the engine is warm: the run is in its 30 s wait by now
+    await manager.cancel_execution("t1", "w")
+    run = await asyncio.wait_for(running, timeout=10)
+    assert run["status"] == "canceled"
+
+
+async def test_nodes_that_cannot_run_here_say_to_simulate_them(manager: SandboxManager) -> None:
+    agent = {
+        "id": "a",
+        "name": "Agent",
+        "type": "@n8n/n8n-nodes-langchain.agent",
+        "typeVersion": 3.1,
+        "position": [0, 0],
+        "parameters": {},
+    }
+    run = await manager.execute("t1", chain(agent), execution_id="x")
+    assert run["status"] == "error"
+    assert "simulate it" in run["error"]["message"]
+    pinned = await manager.execute("t1", chain(agent), execution_id="y", pin_data={"Agent": [{}]})
+    assert pinned["status"] == "success"
+    # An AI workflow with its trigger and agent simulated runs; the sub-nodes never do.
+    built = await compiled(manager, ROOT / "tests/workflows/ai-agent.workflow.ts")
+    pins = {"Chat": [{"chatInput": "where is order A-7?"}], "Assistant": [{"output": "shipped"}]}
+    ai = await manager.execute("t1", built["workflow"], execution_id="z", pin_data=pins)
+    assert ai["status"] == "success" and ai["order"] == ["Chat", "Assistant"]
