@@ -418,6 +418,28 @@ class SandboxManager:
             )
         )
 
+    async def output_schema(
+        self,
+        thread_id: str,
+        node_type: str,
+        version: float,
+        *,
+        resource: str | None = None,
+        operation: str | None = None,
+    ) -> dict[str, Any] | None:
+        """The JSON Schema n8n-nodes-base ships for a node version's output (for one
+        resource/operation), or None when it ships none."""
+        found = await self.operation(
+            thread_id,
+            "outputSchema",
+            nodeType=node_type,
+            version=version,
+            resource=resource,
+            operation=operation,
+        )
+        schema = found.get("schema")
+        return dict(schema) if isinstance(schema, dict) else None
+
     async def cancel_execution(self, thread_id: str, execution_id: str) -> None:
         """Ask a run in progress to stop after its current node."""
         await self.operation(thread_id, "cancelExecution", executionId=execution_id)

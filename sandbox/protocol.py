@@ -83,3 +83,13 @@ class WorkflowToolchain(Protocol):
     ) -> dict[str, Any]: ...
 
     async def cancel_execution(self, thread_id: str, execution_id: str) -> None: ...
+
+    async def output_schema(
+        self,
+        thread_id: str,
+        node_type: str,
+        version: float,
+        *,
+        resource: str | None = None,
+        operation: str | None = None,
+    ) -> dict[str, Any] | None: ...

@@ -214,6 +214,38 @@ async def test_workflows_of_several_shapes_build_to_their_graphs(client: Client)
     assert len(await client.workflows()) == len(SHAPES)
 
 
+async def test_a_build_stores_its_fixtures_and_simulation_plan_beside_the_workflow(
+    client: Client,
+) -> None:
+    built = await client.upload_and_build("order-intake.workflow.ts")
+    saved = await client.call("get-workflow", workflowId=built.workflow_id)
+    fixtures, plan = await client.app.runtime.workflows.verification_inputs(saved["versionId"])
+    assert fixtures == {
+        "Order Intake": [{"body": {"orderId": "A-7", "amount": 1200, "customer": "Acme"}}]
+    }
+    assert plan is not None
+    verdicts = {e["nodeName"]: (e["verdict"], e["source"]) for e in plan}
+    assert verdicts == {
+        "Order Intake": ("simulate", "declared"),
+        "Prioritise": ("execute", "rule"),
+        "Urgent?": ("execute", "rule"),
+        "Announce": ("simulate", "rule"),  # posts a Slack message
+        "Queue": ("execute", "rule"),
+    }
+    ai = await client.upload_and_build("ai-agent.workflow.ts")
+    ai_saved = await client.call("get-workflow", workflowId=ai.workflow_id)
+    _, ai_plan = await client.app.runtime.workflows.verification_inputs(ai_saved["versionId"])
+    assert ai_plan == [
+        {
+            "nodeName": "Assistant",
+            "verdict": "simulate",
+            "reason": "its code is not installed in the sandbox",
+            "confidence": "high",
+            "source": "sandbox",
+        }
+    ]
+
+
 FAILURES: dict[str, tuple[str, str, str]] = {
     # name: (source, layer expected first, text the message must contain)
     "syntax": (

@@ -163,3 +163,20 @@ async def test_nodes_that_cannot_run_here_say_to_simulate_them(manager: SandboxM
     pins = {"Chat": [{"chatInput": "where is order A-7?"}], "Assistant": [{"output": "shipped"}]}
     ai = await manager.execute("t1", built["workflow"], execution_id="z", pin_data=pins)
     assert ai["status"] == "success" and ai["order"] == ["Chat", "Assistant"]
+
+
+async def test_output_schemas_shipped_with_the_nodes(manager: SandboxManager) -> None:
+    post = await manager.output_schema(
+        "t1", "n8n-nodes-base.slack", 2.5, resource="message", operation="post"
+    )
+    assert post is not None and "channel" in post["properties"]
+    webhook = await manager.output_schema("t1", "n8n-nodes-base.webhook", 2.1)
+    assert webhook is not None and "body" in webhook["properties"]
+    assert await manager.output_schema("t1", "n8n-nodes-base.noOp", 1) is None
+    assert await manager.output_schema("t1", "@n8n/n8n-nodes-langchain.agent", 3) is None
+    assert (
+        await manager.output_schema(
+            "t1", "n8n-nodes-base.slack", 2.3, resource="../../etc", operation="passwd"
+        )
+        is None
+    )

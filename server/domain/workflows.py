@@ -100,7 +100,7 @@ class WorkflowStore:
             raise NotFoundError(f"workflow {workflow_id!r} does not exist")
         return workflow
 
-    async def list(
+    async def listing(
         self, *, query: str | None = None, limit: int = 50, status: ListStatus = "active"
     ) -> list[WorkflowRow]:
         statement = select(WorkflowRow).order_by(WorkflowRow.updated_at.desc()).limit(limit)
@@ -130,6 +130,8 @@ class WorkflowStore:
         workflow_id: str | None,
         project_id: str | None = None,
         is_supporting: bool = False,
+        fixtures: dict[str, Any] | None = None,
+        simulation_plan: list[dict[str, Any]] | None = None,
     ) -> Workflow:
         """Save a build: a new version of `workflow_id` (WorkflowGoneError if it does not exist
         or is archived), or a new workflow when it is None; the file is bound to it either
@@ -188,6 +190,8 @@ class WorkflowStore:
                     settings=content.settings,
                     source_hash=source_hash,
                     created_at=now,
+                    fixtures=fixtures,
+                    simulation_plan=simulation_plan,
                 )
                 .returning(VERSIONS.c.number)
             )
@@ -238,6 +242,17 @@ class WorkflowStore:
                 row.active_version_id = None  # archiving unpublishes
             row.updated_at = datetime.now(UTC)
         return await self.require(workflow_id)
+
+    async def verification_inputs(
+        self, version_id: str
+    ) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+        """The fixtures a version's source declared and its simulation plan (None when the
+        plan could not be made)."""
+        async with self.db.session() as session:
+            version = await session.get(WorkflowVersionRow, version_id)
+        if version is None:
+            raise NotFoundError(f"workflow version {version_id!r} does not exist")
+        return dict(version.fixtures or {}), version.simulation_plan
 
     async def version_count(self, workflow_id: str) -> int:
         async with self.db.session() as session:

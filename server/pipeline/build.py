@@ -27,9 +27,10 @@ import structlog
 from sandbox.errors import FileTooLargeError, PathEscapeError, WorkspaceFileNotFoundError
 from sandbox.protocol import Sandboxes, WorkflowToolchain
 from server.catalog import CatalogService
-from server.catalog.catalog import Finding
+from server.catalog.catalog import Catalog, Finding
 from server.domain.workflows import Binding, WorkflowContent, WorkflowGoneError, WorkflowStore
 from server.errors import UnavailableError
+from server.pipeline.simulation import BASE, PlanEntry, plan_simulation
 
 log = structlog.get_logger(__name__)
 
@@ -69,10 +70,11 @@ class BuildOutcome:
     remediation: Remediation | None = None
     errors: list[BuildIssue] = field(default_factory=list)
     warnings: list[BuildIssue] = field(default_factory=list)
-    # For verification (not part of the tool's result): the saved version and the fixtures the
-    # source declared.
+    # For verification (not part of the tool's result): the saved version, the fixtures the
+    # source declared, and the simulation plan (None: it could not be made).
     version_id: str | None = None
     fixtures: dict[str, Any] = field(default_factory=dict)
+    simulation_plan: list[PlanEntry] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -181,9 +183,9 @@ class WorkflowBuilder:
             errors += await self._diagnostics(toolchain, request, errors)
         if errors:
             return _failed(outcome, errors)
-        return await self._save(
-            outcome, request, await binding, workflow, compiled.get("fixtures") or {}
-        )
+        fixtures = compiled.get("fixtures") or {}
+        outcome.simulation_plan = _plan(workflow, fixtures, catalog)
+        return await self._save(outcome, request, await binding, workflow, fixtures)
 
     async def _diagnostics(
         self, toolchain: WorkflowToolchain, request: BuildRequest, originals: list[BuildIssue]
@@ -237,6 +239,10 @@ class WorkflowBuilder:
                 workflow_id=target,
                 project_id=request.project_id,
                 is_supporting=request.is_supporting_workflow,
+                fixtures=fixtures,
+                simulation_plan=[e.as_json() for e in outcome.simulation_plan]
+                if outcome.simulation_plan is not None
+                else None,
             )
         except WorkflowGoneError as gone:
             return _blocked(
@@ -268,6 +274,28 @@ def _blocked(outcome: BuildOutcome, gone: WorkflowGoneError, *, bound: bool) -> 
         guidance=f"Workflow {gone.workflow_id} {state}, so this build was not saved. {advice}",
     )
     return outcome
+
+
+def _plan(
+    workflow: dict[str, Any], fixtures: dict[str, Any], catalog: Catalog
+) -> list[PlanEntry] | None:
+    """The simulation plan; a failure to make one never blocks the save (verification then
+    warns that it has no plan)."""
+
+    def is_trigger(type_name: str) -> bool:
+        node_type = catalog.node(type_name)
+        return node_type.is_trigger if node_type else type_name.endswith("Trigger")
+
+    try:
+        return plan_simulation(
+            workflow,
+            declared_outputs=fixtures,
+            is_trigger=is_trigger,
+            runs_in_sandbox=lambda type_name: type_name.startswith(BASE),
+        )
+    except Exception:
+        log.warning("no simulation plan for this build", exc_info=True)
+        return None
 
 
 def _refuse_path(file_path: str) -> str | None:

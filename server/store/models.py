@@ -111,6 +111,11 @@ class WorkflowVersionRow(Base):
     source_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
+    # What verification needs of the build, kept beside (never inside) the workflow: the
+    # fixtures the source declared and the simulation plan (None: it could not be made).
+    fixtures: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    simulation_plan: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+
     __table_args__ = (Index("ux_workflow_versions_number", "workflow_id", "number", unique=True),)
 
 

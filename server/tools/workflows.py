@@ -37,7 +37,9 @@ class ListWorkflowsOutput(ToolModel):
 
 
 async def list_workflows(ctx: ToolContext, args: ListWorkflowsInput) -> ListWorkflowsOutput:
-    rows = await ctx.runtime.workflows.list(query=args.query, limit=args.limit, status=args.status)
+    rows = await ctx.runtime.workflows.listing(
+        query=args.query, limit=args.limit, status=args.status
+    )
     return ListWorkflowsOutput(
         workflows=[
             WorkflowSummary(

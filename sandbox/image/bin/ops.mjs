@@ -2,7 +2,7 @@
 // lines over one exec stream) and the one-shot runner (run-op.mjs, for when no worker runs).
 //
 // Operations: ping, stats, read, write, strReplace, list, compile, diagnose, toCode,
-// definition, execute, cancelExecution. File contents travel as base64 so any bytes survive. Every path is confined to
+// definition, execute, cancelExecution, outputSchema. File contents travel as base64 so any bytes survive. Every path is confined to
 // the workspace, symlinks resolved.
 //
 // compile: esbuild bundles the source to CommonJS here (`@n8n/*` and other packages stay
@@ -427,8 +427,40 @@ async function definition({ nodeType, version, resource, operation, mode }) {
   return read(target, choices);
 }
 
+// -- output schemas ---------------------------------------------------------------------------
+
+const KNOWN_BASE = JSON.parse(await fs.readFile(path.join(NODE_MODULES, 'n8n-nodes-base/dist/known/nodes.json'), 'utf8'));
+const versionOf = (folder) => folder.slice(1).split('.').map(Number);
+const atMost = (a, b) => a[0] < b[0] || (a[0] === b[0] && (a[1] ?? 0) <= (b[1] ?? 0));
+
+// The JSON Schema n8n-nodes-base ships for what a node version's resource/operation outputs
+// (`dist/nodes/<Node>/__schema__/v<x.y.z>/<resource>/<operation>.json`), the newest one not
+// newer than the node version (a version folder holds only what changed in it); `{schema:
+// null}` when there is none.
+async function outputSchema({ nodeType, version, resource, operation }) {
+  const known = typeof nodeType === 'string' && nodeType.startsWith('n8n-nodes-base.') ? KNOWN_BASE[nodeType.slice(15)] : undefined;
+  if (!known || !NAME.test(String(resource ?? 'x')) || !NAME.test(String(operation ?? 'x'))) return { schema: null };
+  const root = path.join(NODE_MODULES, 'n8n-nodes-base', path.dirname(known.sourcePath), '__schema__');
+  const wanted = String(version ?? '1').split('.').map(Number);
+  const folders = (await fs.readdir(root).catch(() => []))
+    .filter((folder) => /^v\d+\.\d+\.\d+$/.test(folder) && atMost(versionOf(folder), wanted))
+    .sort((a, b) => { const [x, y] = [versionOf(a), versionOf(b)]; return x[0] - y[0] || x[1] - y[1] || x[2] - y[2]; });
+  for (const folder of folders.reverse()) {
+    const file = resource
+      ? path.join(root, folder, resource, `${operation}.json`)
+      : path.join(root, folder, `${operation ?? 'output'}.json`);
+    try {
+      return { schema: JSON.parse(await fs.readFile(file, 'utf8')), file: path.relative(NODE_MODULES, file) };
+    } catch (error) {
+      if (error.code !== 'ENOENT') throw error;
+    }
+  }
+  return { schema: null };
+}
+
 export const handlers = {
   compile,
+  outputSchema,
   execute,
   cancelExecution,
   diagnose,
