@@ -254,6 +254,20 @@ class WorkflowStore:
             raise NotFoundError(f"workflow version {version_id!r} does not exist")
         return dict(version.fixtures or {}), version.simulation_plan
 
+    async def version_json(self, version_id: str) -> dict[str, Any]:
+        """One saved version as WorkflowJSON (what an execution of it ran)."""
+        async with self.db.session() as session:
+            version = await session.get(WorkflowVersionRow, version_id)
+        if version is None:
+            raise NotFoundError(f"workflow version {version_id!r} does not exist")
+        return {
+            "id": version.workflow_id,
+            "name": version.name,
+            "nodes": list(version.nodes),
+            "connections": dict(version.connections),
+            "settings": dict(version.settings),
+        }
+
     async def version_count(self, workflow_id: str) -> int:
         async with self.db.session() as session:
             count = await session.scalar(

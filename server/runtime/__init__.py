@@ -6,8 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from server.catalog import CatalogService
+from server.domain.executions import ExecutionStore
 from server.domain.workflows import WorkflowStore
 from server.pipeline.build import WorkflowBuilder
+from server.pipeline.runs import WorkflowRunner
 from server.runtime.events import Event, EventLog
 from server.runtime.sandboxes import SandboxService
 from server.runtime.threads import Threads, ThreadStatus
@@ -29,6 +31,8 @@ class Runtime:
     catalog: CatalogService
     workflows: WorkflowStore
     builder: WorkflowBuilder
+    executions: ExecutionStore
+    runner: WorkflowRunner
 
     @classmethod
     async def open(cls, settings: Settings) -> Runtime:
@@ -49,7 +53,13 @@ class Runtime:
             compile_timeout_s=settings.build_compile_timeout_seconds,
             diagnostics_timeout_s=settings.build_diagnostics_timeout_seconds,
         )
+        executions = ExecutionStore(db)
+        runner = WorkflowRunner(
+            builder=builder, catalog=catalog, workflows=workflows, executions=executions
+        )
         return cls(
+            executions=executions,
+            runner=runner,
             settings=settings,
             db=db,
             events=events,

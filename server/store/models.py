@@ -134,3 +134,27 @@ class SourceBindingRow(Base):
     source_hash: Mapped[str] = mapped_column(String(64))
     version_id: Mapped[str] = mapped_column(String(64))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ExecutionRow(Base):
+    """A workflow run in a thread's sandbox. `result` is what the engine reported: order, per
+    node status, outputs (each cut to 100 items, with counts), errors and logs."""
+
+    __tablename__ = "executions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    workflow_id: Mapped[str] = mapped_column(String(64))
+    version_id: Mapped[str] = mapped_column(String(64))
+    thread_id: Mapped[str] = mapped_column(String(128), index=True)
+    # manual | webhook | trigger | chat
+    mode: Mapped[str] = mapped_column(String(16))
+    # running | success | error | canceled | waiting
+    status: Mapped[str] = mapped_column(String(16))
+    is_verification: Mapped[bool] = mapped_column(Boolean, default=False)
+    trigger_node: Mapped[str | None] = mapped_column(Text, nullable=True)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+    __table_args__ = (Index("ix_executions_workflow_started", "workflow_id", "started_at"),)

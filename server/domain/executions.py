@@ -1,0 +1,116 @@
+"""The execution store: every workflow run, from its start (status `running`) to its end."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select, update
+
+from server.errors import NotFoundError
+from server.runtime.ids import new_id
+from server.store import Database
+from server.store.models import ExecutionRow
+
+FINISHED = ("success", "error", "canceled", "waiting")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Execution:
+    id: str
+    workflow_id: str
+    version_id: str
+    thread_id: str
+    mode: str
+    status: str
+    is_verification: bool
+    trigger_node: str | None
+    started_at: datetime
+    finished_at: datetime | None
+    result: dict[str, Any]
+    error: str | None
+
+    @property
+    def nodes(self) -> dict[str, Any]:
+        return dict(self.result.get("nodes") or {})
+
+    @property
+    def order(self) -> list[str]:
+        return list(self.result.get("order") or [])
+
+
+def _execution(row: ExecutionRow) -> Execution:
+    return Execution(
+        id=row.id,
+        workflow_id=row.workflow_id,
+        version_id=row.version_id,
+        thread_id=row.thread_id,
+        mode=row.mode,
+        status=row.status,
+        is_verification=row.is_verification,
+        trigger_node=row.trigger_node,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        result=dict(row.result or {}),
+        error=row.error,
+    )
+
+
+class ExecutionStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def start(
+        self,
+        *,
+        workflow_id: str,
+        version_id: str,
+        thread_id: str,
+        mode: str,
+        trigger_node: str | None,
+        is_verification: bool = False,
+    ) -> Execution:
+        row = ExecutionRow(
+            id=new_id("exe"),
+            workflow_id=workflow_id,
+            version_id=version_id,
+            thread_id=thread_id,
+            mode=mode,
+            status="running",
+            is_verification=is_verification,
+            trigger_node=trigger_node,
+            started_at=datetime.now(UTC),
+        )
+        async with self.db.session() as session, session.begin():
+            session.add(row)
+        return _execution(row)
+
+    async def finish(
+        self, execution_id: str, *, status: str, result: dict[str, Any], error: str | None
+    ) -> Execution:
+        async with self.db.session() as session, session.begin():
+            await session.execute(
+                update(ExecutionRow)
+                .where(ExecutionRow.id == execution_id)
+                .values(status=status, result=result, error=error, finished_at=datetime.now(UTC))
+            )
+        return await self.require(execution_id)
+
+    async def require(self, execution_id: str) -> Execution:
+        async with self.db.session() as session:
+            row = await session.get(ExecutionRow, execution_id)
+        if row is None:
+            raise NotFoundError(f"execution {execution_id!r} does not exist")
+        return _execution(row)
+
+    async def listing(
+        self, *, workflow_id: str | None = None, status: str | None = None, limit: int = 20
+    ) -> list[Execution]:
+        statement = select(ExecutionRow).order_by(ExecutionRow.started_at.desc()).limit(limit)
+        if workflow_id:
+            statement = statement.where(ExecutionRow.workflow_id == workflow_id)
+        if status:
+            statement = statement.where(ExecutionRow.status == status)
+        async with self.db.session() as session:
+            return [_execution(row) for row in (await session.scalars(statement)).all()]

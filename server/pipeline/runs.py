@@ -1,0 +1,149 @@
+"""Running a saved workflow in its thread's sandbox: the trigger's item shaped per trigger type,
+the fixtures its source declared pinned (as n8n pins a workflow's pinned data in a manual run),
+the run recorded as an execution from start to end, and runs in progress stoppable."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from server.catalog import CatalogService
+from server.domain.executions import Execution, ExecutionStore
+from server.domain.workflows import WorkflowStore
+from server.errors import InvalidArgumentError
+from server.pipeline.build import WorkflowBuilder
+from server.pipeline.trigger_input import shape_trigger_input
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRequest:
+    thread_id: str
+    workflow_id: str
+    input_data: Any = None
+    trigger_node_name: str | None = None
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    # Extra pins (verification fixtures), over the declared ones.
+    pin_data: dict[str, list[Any]] | None = None
+    is_verification: bool = False
+
+
+class WorkflowRunner:
+    def __init__(
+        self,
+        *,
+        builder: WorkflowBuilder,
+        catalog: CatalogService,
+        workflows: WorkflowStore,
+        executions: ExecutionStore,
+    ) -> None:
+        self._builder = builder
+        self._catalog = catalog
+        self._workflows = workflows
+        self._executions = executions
+        self._running: dict[str, str] = {}  # execution id -> thread id
+
+    async def run(self, request: RunRequest) -> Execution:
+        workflow = await self._workflows.require(request.workflow_id)
+        toolchain = await self._builder.toolchain(request.thread_id)
+        declared, _plan = await self._workflows.verification_inputs(workflow.current_version_id)
+        trigger = await self._trigger(workflow.nodes, request.trigger_node_name)
+        pins: dict[str, list[Any]] = {**declared, **(request.pin_data or {})}
+        mode = "manual"
+        if trigger is not None and (request.input_data is not None or trigger["name"] not in pins):
+            shaped = shape_trigger_input(
+                str(trigger["type"]), request.input_data, now=datetime.now(UTC)
+            )
+            pins[trigger["name"]] = [shaped.item]
+            mode = shaped.mode
+        execution = await self._executions.start(
+            workflow_id=workflow.id,
+            version_id=workflow.current_version_id,
+            thread_id=request.thread_id,
+            mode=mode,
+            trigger_node=trigger["name"] if trigger else None,
+            is_verification=request.is_verification,
+        )
+        self._running[execution.id] = request.thread_id
+        try:
+            outcome = await toolchain.execute(
+                request.thread_id,
+                workflow.as_json(),
+                execution_id=execution.id,
+                pin_data=pins,
+                start_node=trigger["name"] if trigger else None,
+                timeout_s=request.timeout_s,
+            )
+        except asyncio.CancelledError:
+            # The caller went away: stop the run too, and record how it ended.
+            with contextlib.suppress(Exception):
+                await toolchain.cancel_execution(request.thread_id, execution.id)
+            await self._executions.finish(
+                execution.id, status="canceled", result={}, error="the caller cancelled the run"
+            )
+            raise
+        except Exception as exc:
+            await self._executions.finish(
+                execution.id, status="error", result={}, error=f"the run failed: {exc}"
+            )
+            raise
+        finally:
+            self._running.pop(execution.id, None)
+        return await self._record(execution.id, outcome, request.timeout_s)
+
+    async def _record(
+        self, execution_id: str, outcome: dict[str, Any], timeout_s: float
+    ) -> Execution:
+        if not outcome.get("ok", True):
+            stage = outcome.get("stage")
+            message = (
+                f"the run did not finish within {timeout_s:g} s and was stopped"
+                if stage == "timeout"
+                else str(outcome.get("message", "the run failed"))
+            )
+            return await self._executions.finish(
+                execution_id, status="error", result={}, error=message
+            )
+        result = {k: v for k, v in outcome.items() if k not in ("ok", "status", "error")}
+        failure = outcome.get("error") or {}
+        error = failure.get("message") if isinstance(failure, dict) else None
+        return await self._executions.finish(
+            execution_id, status=str(outcome.get("status", "error")), result=result, error=error
+        )
+
+    async def stop(self, execution_id: str) -> tuple[bool, str]:
+        thread_id = self._running.get(execution_id)
+        if thread_id is None:
+            execution = await self._executions.require(execution_id)
+            return False, f"execution {execution_id} is not running (status {execution.status})"
+        toolchain = await self._builder.toolchain(thread_id)
+        await toolchain.cancel_execution(thread_id, execution_id)
+        return True, f"execution {execution_id} was asked to stop after its current node"
+
+    async def _trigger(
+        self, nodes: list[dict[str, Any]], wanted: str | None
+    ) -> dict[str, Any] | None:
+        catalog = await self._catalog.get()
+
+        def is_trigger(node: dict[str, Any]) -> bool:
+            known = catalog.node(str(node.get("type")))
+            return bool(known and known.is_trigger) and not node.get("disabled")
+
+        triggers = [n for n in nodes if is_trigger(n)]
+        if wanted is not None:
+            found = next((n for n in triggers if n.get("name") == wanted), None)
+            if found is None:
+                names = ", ".join(str(n.get("name")) for n in triggers) or "none"
+                raise InvalidArgumentError(
+                    f"{wanted!r} is not a trigger of this workflow; its triggers: {names}"
+                )
+            return found
+        return triggers[0] if triggers else None

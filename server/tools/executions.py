@@ -1,0 +1,276 @@
+"""Execution tools: run a saved workflow in the thread's sandbox, and read what runs did."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import Field
+
+from server.domain.executions import Execution
+from server.errors import NotFoundError
+from server.pipeline.runs import RunRequest
+from server.tools.spec import ToolContext, ToolModel, ToolSpec
+
+GROUP = "executions"
+PREVIEW_ITEMS = 10
+
+
+class RunWorkflowInput(ToolModel):
+    workflow_id: str = Field(alias="workflowId", min_length=1)
+    input_data: dict[str, Any] | None = Field(
+        None, alias="inputData", description="Data for the trigger node, shaped per trigger type"
+    )
+    trigger_node_name: str | None = Field(
+        None, alias="triggerNodeName", description="Which trigger to start from (default: first)"
+    )
+    timeout: int = Field(
+        300_000, ge=1_000, le=600_000, description="Max wait in ms; the run is stopped after it"
+    )
+
+
+class ExecutionOutput(ToolModel):
+    execution_id: str = Field(alias="executionId")
+    status: str
+    data: dict[str, Any] | None = Field(
+        None, description=f"Each node's first output, up to {PREVIEW_ITEMS} items"
+    )
+    error: str | None = None
+    started_at: datetime | None = Field(None, alias="startedAt")
+    finished_at: datetime | None = Field(None, alias="finishedAt")
+
+
+def _execution_output(execution: Execution) -> ExecutionOutput:
+    data = {
+        name: (node.get("outputs") or [{}])[0].get("items", [])[:PREVIEW_ITEMS]
+        for name, node in execution.nodes.items()
+    }
+    return ExecutionOutput(
+        execution_id=execution.id,
+        status=execution.status,
+        data=data or None,
+        error=execution.error,
+        started_at=execution.started_at,
+        finished_at=execution.finished_at,
+    )
+
+
+async def run_workflow(ctx: ToolContext, args: RunWorkflowInput) -> ExecutionOutput:
+    execution = await ctx.runtime.runner.run(
+        RunRequest(
+            thread_id=ctx.thread_id,
+            workflow_id=args.workflow_id,
+            input_data=args.input_data,
+            trigger_node_name=args.trigger_node_name,
+            timeout_s=args.timeout / 1000,
+        )
+    )
+    return _execution_output(execution)
+
+
+class ExecutionIdInput(ToolModel):
+    execution_id: str = Field(alias="executionId", min_length=1)
+
+
+async def get_execution(ctx: ToolContext, args: ExecutionIdInput) -> ExecutionOutput:
+    return _execution_output(await ctx.runtime.executions.require(args.execution_id))
+
+
+class ListExecutionsInput(ToolModel):
+    workflow_id: str | None = Field(None, alias="workflowId")
+    status: Literal["success", "error", "running", "waiting", "canceled"] | None = None
+    limit: int = Field(20, ge=1, le=100)
+
+
+class ExecutionSummary(ToolModel):
+    id: str
+    workflow_id: str = Field(alias="workflowId")
+    workflow_name: str | None = Field(alias="workflowName")
+    status: str
+    started_at: datetime = Field(alias="startedAt")
+    finished_at: datetime | None = Field(alias="finishedAt")
+    mode: str
+
+
+class ListExecutionsOutput(ToolModel):
+    executions: list[ExecutionSummary]
+
+
+async def list_executions(ctx: ToolContext, args: ListExecutionsInput) -> ListExecutionsOutput:
+    found = await ctx.runtime.executions.listing(
+        workflow_id=args.workflow_id, status=args.status, limit=args.limit
+    )
+    names: dict[str, str | None] = {}
+    for execution in found:
+        if execution.workflow_id not in names:
+            workflow = await ctx.runtime.workflows.get(execution.workflow_id)
+            names[execution.workflow_id] = workflow.name if workflow else None
+    return ListExecutionsOutput(
+        executions=[
+            ExecutionSummary(
+                id=e.id,
+                workflow_id=e.workflow_id,
+                workflow_name=names[e.workflow_id],
+                status=e.status,
+                started_at=e.started_at,
+                finished_at=e.finished_at,
+                mode=e.mode,
+            )
+            for e in found
+        ]
+    )
+
+
+class FailedNode(ToolModel):
+    name: str
+    type: str | None
+    error: str
+    input_data: list[Any] | None = Field(None, alias="inputData")
+
+
+class TraceEntry(ToolModel):
+    name: str
+    type: str | None
+    status: str
+
+
+class DebugExecutionOutput(ToolModel):
+    execution_id: str = Field(alias="executionId")
+    status: str
+    failed_node: FailedNode | None = Field(None, alias="failedNode")
+    node_trace: list[TraceEntry] = Field(alias="nodeTrace")
+
+
+async def debug_execution(ctx: ToolContext, args: ExecutionIdInput) -> DebugExecutionOutput:
+    execution = await ctx.runtime.executions.require(args.execution_id)
+    workflow = await ctx.runtime.workflows.version_json(execution.version_id)
+    types = {str(n.get("name")): n.get("type") for n in workflow.get("nodes") or []}
+    nodes = execution.nodes
+    trace = [
+        TraceEntry(name=name, type=types.get(name), status=str(nodes[name].get("status")))
+        for name in execution.order
+        if name in nodes
+    ]
+    failed_name = next((t.name for t in trace if t.status == "error"), None)
+    failed = None
+    if failed_name is not None:
+        error = (nodes[failed_name].get("error") or {}).get("message") or execution.error or ""
+        failed = FailedNode(
+            name=failed_name,
+            type=types.get(failed_name),
+            error=error,
+            input_data=_input_of(failed_name, workflow, nodes),
+        )
+    elif execution.status == "error" and execution.error:
+        failed = FailedNode(name=execution.trigger_node or "", type=None, error=execution.error)
+    return DebugExecutionOutput(
+        execution_id=execution.id, status=execution.status, failed_node=failed, node_trace=trace
+    )
+
+
+def _input_of(name: str, workflow: dict[str, Any], nodes: dict[str, Any]) -> list[Any] | None:
+    """What the node received: the items its parents sent down the connections into it."""
+    received: list[Any] = []
+    found = False
+    for source, outputs in (workflow.get("connections") or {}).items():
+        for index, slot in enumerate((outputs or {}).get("main") or []):
+            if any(c.get("node") == name for c in slot or []) and source in nodes:
+                outputs_of_source = nodes[source].get("outputs") or []
+                if index < len(outputs_of_source):
+                    received += outputs_of_source[index].get("items", [])
+                    found = True
+    return received if found else None
+
+
+class NodeOutputInput(ExecutionIdInput):
+    node_name: str = Field(alias="nodeName", min_length=1)
+
+
+class NodeOutputOutput(ToolModel):
+    node_name: str = Field(alias="nodeName")
+    data: list[list[Any]] | None = Field(None, description="Items per output (up to 100 each)")
+    item_counts: list[int] | None = Field(None, alias="itemCounts")
+    error: str | None = None
+
+
+async def get_node_output(ctx: ToolContext, args: NodeOutputInput) -> NodeOutputOutput:
+    execution = await ctx.runtime.executions.require(args.execution_id)
+    node = execution.nodes.get(args.node_name)
+    if node is None:
+        ran = ", ".join(execution.order) or "none"
+        raise NotFoundError(
+            f"node {args.node_name!r} did not run in execution {execution.id}; "
+            f"nodes that ran: {ran}"
+        )
+    outputs = node.get("outputs") or []
+    return NodeOutputOutput(
+        node_name=args.node_name,
+        data=[o.get("items", []) for o in outputs],
+        item_counts=[int(o.get("count", 0)) for o in outputs],
+        error=(node.get("error") or {}).get("message"),
+    )
+
+
+class StopExecutionOutput(ToolModel):
+    success: bool
+    message: str
+
+
+async def stop_execution(ctx: ToolContext, args: ExecutionIdInput) -> StopExecutionOutput:
+    stopped, message = await ctx.runtime.runner.stop(args.execution_id)
+    return StopExecutionOutput(success=stopped, message=message)
+
+
+TOOLS = [
+    ToolSpec(
+        name="run-workflow",
+        description="Run a saved workflow in the sandbox and wait for it (default 5 min, at "
+        "most 10; stopped at the timeout). inputData is shaped for the trigger type (chat, "
+        "form, webhook, schedule). Nodes needing credentials or the network fail here.",
+        group=GROUP,
+        input_model=RunWorkflowInput,
+        output_model=ExecutionOutput,
+        handler=run_workflow,
+    ),
+    ToolSpec(
+        name="get-execution",
+        description="An execution's status and each node's first output, without waiting.",
+        group=GROUP,
+        input_model=ExecutionIdInput,
+        output_model=ExecutionOutput,
+        handler=get_execution,
+    ),
+    ToolSpec(
+        name="list-executions",
+        description="Recent executions, newest first, optionally by workflow and status.",
+        group=GROUP,
+        input_model=ListExecutionsInput,
+        output_model=ListExecutionsOutput,
+        handler=list_executions,
+    ),
+    ToolSpec(
+        name="debug-execution",
+        description="Why an execution failed: the failed node, its error and the items it "
+        "received, and the trace of nodes that ran.",
+        group=GROUP,
+        input_model=ExecutionIdInput,
+        output_model=DebugExecutionOutput,
+        handler=debug_execution,
+    ),
+    ToolSpec(
+        name="get-node-output",
+        description="One node's output items (per output) in an execution.",
+        group=GROUP,
+        input_model=NodeOutputInput,
+        output_model=NodeOutputOutput,
+        handler=get_node_output,
+    ),
+    ToolSpec(
+        name="stop-execution",
+        description="Stop a running execution after its current node.",
+        group=GROUP,
+        input_model=ExecutionIdInput,
+        output_model=StopExecutionOutput,
+        handler=stop_execution,
+    ),
+]
