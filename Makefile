@@ -53,6 +53,7 @@ bench: setup
 	$(BIN)/python -m bench.events
 	$(BIN)/python -m bench.sandbox
 	$(BIN)/python -m bench.build
+	$(BIN)/python -m bench.verify
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -17,20 +17,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import tempfile
 import time
-import uuid
 from pathlib import Path
 
-import grpc
-
-from bench.sandbox import cleanup
+from bench.server import bench_server, time_in_sandbox
 from instance_ai.v1 import pipeline_pb2, pipeline_pb2_grpc, tools_pb2, tools_pb2_grpc
-from sandbox.docker_provider import connect
 from server.api.convert import to_struct
 from server.app import Application
-from server.logs import configure_logging
-from server.settings import load_settings
 
 SOURCE = (
     Path(__file__).resolve().parents[1]
@@ -62,56 +55,37 @@ async def prepare(tools: tools_pb2_grpc.ToolsStub, thread: str) -> None:
 
 async def one_shot_ms(app: Application, thread: str) -> float:
     """One `node --import tsx build.mjs` run, timed inside the container (no exec overhead)."""
-    command = (
-        "s=$(date +%s%N); node --import tsx build.mjs "
-        f"{FILE} --tidy --out /tmp/one-shot.json 2>/dev/null; "
-        "e=$(date +%s%N); echo $(( (e - s) / 1000000 ))"
+    return await time_in_sandbox(
+        app, thread, f"node --import tsx build.mjs {FILE} --tidy --out /tmp/one-shot.json"
     )
-    manager = await app.runtime.sandboxes.for_thread(thread)
-    result = await manager.run_command(thread, command)
-    return float(result.stdout.strip())
 
 
 async def main(rounds: int, threads: int) -> None:
-    configure_logging(level="warning")
-    owner = f"bench-{uuid.uuid4().hex[:8]}"
-    with tempfile.TemporaryDirectory() as data_dir:
-        settings = load_settings(
-            port=0, data_dir=Path(data_dir), sandbox_owner=owner, sandbox_pool_size=0
-        )
-        try:
-            async with (
-                Application(settings) as app,
-                grpc.aio.insecure_channel(f"127.0.0.1:{app.port}") as channel,
-            ):
-                pipeline = pipeline_pb2_grpc.PipelineStub(channel)
-                tools = tools_pb2_grpc.ToolsStub(channel)
-                await prepare(tools, "bench-0")
-                for _ in range(3):  # sandbox, worker, compile thread and SDK warm
-                    await build(pipeline, "bench-0")
-                warm = [await build(pipeline, "bench-0") for _ in range(rounds)]
-                baseline = [await one_shot_ms(app, "bench-0") for _ in range(5)]
+    async with bench_server() as (app, channel):
+        pipeline = pipeline_pb2_grpc.PipelineStub(channel)
+        tools = tools_pb2_grpc.ToolsStub(channel)
+        await prepare(tools, "bench-0")
+        for _ in range(3):  # sandbox, worker, compile thread and SDK warm
+            await build(pipeline, "bench-0")
+        warm = [await build(pipeline, "bench-0") for _ in range(rounds)]
+        baseline = [await one_shot_ms(app, "bench-0") for _ in range(5)]
 
-                alone_started = time.perf_counter()
-                for _ in range(rounds):
-                    await build(pipeline, "bench-0")
-                alone = rounds / (time.perf_counter() - alone_started)
+        alone_started = time.perf_counter()
+        for _ in range(rounds):
+            await build(pipeline, "bench-0")
+        alone = rounds / (time.perf_counter() - alone_started)
 
-                names = [f"bench-{n}" for n in range(threads)]
-                await asyncio.gather(*(prepare(tools, name) for name in names))
-                await asyncio.gather(*(build(pipeline, name) for name in names))
+        names = [f"bench-{n}" for n in range(threads)]
+        await asyncio.gather(*(prepare(tools, name) for name in names))
+        await asyncio.gather(*(build(pipeline, name) for name in names))
 
-                async def builds_in(name: str) -> None:
-                    for _ in range(rounds):
-                        await build(pipeline, name)
+        async def builds_in(name: str) -> None:
+            for _ in range(rounds):
+                await build(pipeline, name)
 
-                together_started = time.perf_counter()
-                await asyncio.gather(*(builds_in(name) for name in names))
-                together = threads * rounds / (time.perf_counter() - together_started)
-        finally:
-            client = connect()
-            cleanup(client, owner)
-            client.close()
+        together_started = time.perf_counter()
+        await asyncio.gather(*(builds_in(name) for name in names))
+        together = threads * rounds / (time.perf_counter() - together_started)
 
     ours, base = statistics.median(warm), statistics.median(baseline)
     p90 = statistics.quantiles(warm, n=10)[-1]

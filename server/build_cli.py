@@ -3,6 +3,7 @@ pipeline and the node catalog."""
 
 from __future__ import annotations
 
+import json
 import posixpath
 from pathlib import Path
 from typing import Annotated, Any
@@ -46,6 +47,9 @@ def build(
     workspace_path: Annotated[
         str | None, typer.Option("--as", help="workspace path to upload to [src/FILE name]")
     ] = None,
+    verify: Annotated[
+        bool, typer.Option("--verify", help="then verify it and print the claim and previews")
+    ] = False,
     server: ServerOption = DEFAULT_SERVER,
     api_key: ApiKeyOption = None,
     tls_ca: TlsCaOption = None,
@@ -61,12 +65,77 @@ def build(
     client = ClientConfig(server=server, api_key=api_key, tls_ca_file=tls_ca)
     response = run_client(upload_and_build(client, thread, target, source, workflow_id), client)
     result = json_format.MessageToDict(response)
+    verified = None
+    if verify and response.success:
+        verified = run_client(verify_workflow(client, thread, response.workflow_id, {}), client)
+    if as_json:
+        out.print_json(data={**result, "verification": verified} if verify else result)
+    else:
+        print_build(response)
+        if verified is not None:
+            print_verification(verified)
+    if not response.success or (verified is not None and not verified["success"]):
+        raise typer.Exit(EXIT_FAILURE)
+
+
+def verify(
+    workflow_id: Annotated[str, typer.Argument(help="a built workflow's id")],
+    thread: ThreadOption = DEFAULT_THREAD,
+    input_data: Annotated[
+        str | None, typer.Option("--input", help="JSON for the trigger, e.g. '{\"body\": {}}'")
+    ] = None,
+    trigger: Annotated[
+        str | None, typer.Option("--trigger", help="verify one trigger (default: each)")
+    ] = None,
+    server: ServerOption = DEFAULT_SERVER,
+    api_key: ApiKeyOption = None,
+    tls_ca: TlsCaOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Verify a built workflow: run it in the sandbox with side effects simulated, and print
+    the claim the evidence supports and what each node produced."""
+    arguments: dict[str, Any] = {}
+    if input_data is not None:
+        try:
+            arguments["inputData"] = json.loads(input_data)
+        except ValueError as exc:
+            err.print(f"instance-ai: --input is not JSON: {exc}", markup=False)
+            raise typer.Exit(EXIT_USAGE) from None
+    if trigger:
+        arguments["triggerNodeName"] = trigger
+    client = ClientConfig(server=server, api_key=api_key, tls_ca_file=tls_ca)
+    result = run_client(verify_workflow(client, thread, workflow_id, arguments), client)
     if as_json:
         out.print_json(data=result)
     else:
-        print_build(response)
-    if not response.success:
+        print_verification(result)
+    if not result["success"]:
         raise typer.Exit(EXIT_FAILURE)
+
+
+async def verify_workflow(
+    client: ClientConfig, thread: str, workflow_id: str, arguments: dict[str, Any]
+) -> dict[str, Any]:
+    return await _call_tool(
+        client, thread, "verify-built-workflow", {"workflowId": workflow_id, **arguments}
+    )
+
+
+def print_verification(result: dict[str, Any]) -> None:
+    claim = (result.get("claim") or {}).get("level", "none")
+    colour = {"verified": "green", "partial": "yellow", "unproven": "yellow"}.get(claim, "red")
+    state = "passed" if result["success"] else "failed"
+    out.print(f"[{colour}]verification {state}[/], claim [bold]{claim}[/] ({result['status']})")
+    for preview in result.get("nodePreviews", []):
+        mark = " (simulated)" if preview.get("simulated") else ""
+        count = int(preview.get("itemCount", 0))
+        out.print(
+            f"  {preview['nodeName']}{mark}: {count} item(s) {preview['preview'][:100]}",
+            markup=False,
+        )
+    if result.get("nodesNotReached"):
+        out.print(f"  not reached: {', '.join(result['nodesNotReached'])}", markup=False)
+    out.print(f"  → {result['guidance']}", markup=False)
 
 
 async def upload_and_build(

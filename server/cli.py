@@ -19,7 +19,16 @@ from instance_ai.v1 import SERVICES, agent_pb2, agent_pb2_grpc
 from server.api.convert import from_struct
 from server.api.errors import RESUME_AFTER_KEY
 from server.app import Application
-from server.build_cli import DEFAULT_THREAD, build, nodes_app, print_build, upload_and_build
+from server.build_cli import (
+    DEFAULT_THREAD,
+    build,
+    nodes_app,
+    print_build,
+    print_verification,
+    upload_and_build,
+    verify,
+    verify_workflow,
+)
 from server.cli_common import (
     EXIT_FAILURE,
     EXIT_USAGE,
@@ -46,6 +55,7 @@ app = typer.Typer(
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(nodes_app, name="nodes")
 app.command()(build)
+app.command()(verify)
 
 
 @app.command()
@@ -58,7 +68,10 @@ def serve(
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error")] = None,
     build_example: Annotated[
         Path | None,
-        typer.Option(help="once serving, build this workflow source through the API and print it"),
+        typer.Option(
+            help="once serving, build and verify this workflow source through the API and "
+            "print the result"
+        ),
     ] = None,
 ) -> None:
     """Run the gRPC server until SIGTERM or SIGINT, then drain in-flight calls."""
@@ -110,8 +123,8 @@ async def _serve(application: Application, example: tuple[str, str] | None = Non
 
 
 async def _build_example(application: Application, example: tuple[str, str]) -> None:
-    """Build `example` through the server's own API, as any client would, and print the
-    outcome. A failure is printed too; the server keeps serving either way."""
+    """Build and verify `example` through the server's own API, as any client would, and print
+    the outcome and the claim. A failure is printed too; the server keeps serving either way."""
     settings = application.settings
     keys = settings.accepted_api_keys()
     host = "127.0.0.1" if _unspecified(settings.host) else settings.host
@@ -127,7 +140,14 @@ async def _build_example(application: Application, example: tuple[str, str]) -> 
         err.print(f"instance-ai: building {name} failed: {exc.details()}", markup=False)
         return
     print_build(response)
-    out.print(f"  (the build's events: instance-ai events {DEFAULT_THREAD})")
+    if response.success:
+        try:
+            print_verification(
+                await verify_workflow(client, DEFAULT_THREAD, response.workflow_id, {})
+            )
+        except grpc.aio.AioRpcError as exc:
+            err.print(f"instance-ai: verifying {name} failed: {exc.details()}", markup=False)
+    out.print(f"  (the events: instance-ai events {DEFAULT_THREAD})")
 
 
 @app.command()

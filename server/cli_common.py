@@ -14,7 +14,7 @@ from rich.console import Console
 from server.client import ClientConfig
 
 out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2

@@ -112,12 +112,6 @@ async def test_health_reports_serving_for_the_server_and_each_service(
             "orchestrator",
         ),
         (
-            lambda ch: pipeline_pb2_grpc.PipelineStub(ch).VerifyWorkflow(
-                pipeline_pb2.VerifyWorkflowRequest()
-            ),
-            "simulated verification",
-        ),
-        (
             lambda ch: browser_pb2_grpc.BrowserStub(ch).CreateConnectLink(
                 browser_pb2.CreateConnectLinkRequest()
             ),

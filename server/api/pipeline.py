@@ -1,18 +1,19 @@
-"""The Pipeline service: BuildWorkflow now; verification and the workflow loop come with the
-verify issue."""
+"""The Pipeline service: typed fronts for the build-workflow, verify-built-workflow,
+report-verification-verdict and get-work-item tools (same path, same events)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import grpc
 
 from instance_ai.v1 import pipeline_pb2, pipeline_pb2_grpc
-from server.errors import NotImplementedCapabilityError
+from server.api.convert import from_struct, to_struct
 from server.runtime import Runtime
 from server.runtime.validation import check_thread_id
 from server.tools.build import BuildIssueModel, BuildWorkflowOutput
-from server.tools.registry import ToolRegistry
-
-VERIFY = "simulated verification and the workflow loop (verify issue)"
+from server.tools.registry import ToolRegistry, dump
+from server.tools.verify import VerdictOutput
 
 
 class PipelineServicer(pipeline_pb2_grpc.PipelineServicer):
@@ -32,29 +33,71 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServicer):
             "workItemId": request.work_item_id or None,
             "isSupportingWorkflow": request.is_supporting_workflow,
         }
-        result = await self._registry.call(
-            self._runtime,
-            request.thread_id,
-            "build-workflow",
-            {k: v for k, v in arguments.items() if v is not None},
-        )
+        result = await self._call(request.thread_id, "build-workflow", arguments)
         assert isinstance(result, BuildWorkflowOutput)
         return _response(result)
 
     async def VerifyWorkflow(
         self, request: pipeline_pb2.VerifyWorkflowRequest, context: grpc.aio.ServicerContext
     ) -> pipeline_pb2.VerifyWorkflowResponse:
-        raise NotImplementedCapabilityError(VERIFY)
+        check_thread_id(request.thread_id)
+        arguments: dict[str, Any] = {
+            "workflowId": request.workflow_id,
+            "workItemId": request.work_item_id or None,
+            "inputData": from_struct(request.input_data)
+            if request.HasField("input_data")
+            else None,
+            "triggerNodeName": request.trigger_node_name or None,
+            "timeout": request.timeout_ms or None,
+            "fixtureOverrides": from_struct(request.fixture_overrides)
+            if request.HasField("fixture_overrides")
+            else None,
+            "allowZeroItemFixtures": request.allow_zero_item_fixtures,
+        }
+        result = await self._call(request.thread_id, "verify-built-workflow", arguments)
+        return pipeline_pb2.VerifyWorkflowResponse(result=to_struct(dump(result)))
 
     async def ReportVerdict(
         self, request: pipeline_pb2.ReportVerdictRequest, context: grpc.aio.ServicerContext
     ) -> pipeline_pb2.ReportVerdictResponse:
-        raise NotImplementedCapabilityError(VERIFY)
+        check_thread_id(request.thread_id)
+        arguments: dict[str, Any] = {
+            "workItemId": request.work_item_id,
+            "workflowId": request.workflow_id,
+            "verdict": request.verdict,
+            "workflowInspection": request.workflow_inspection,
+            "summary": request.summary,
+            "runId": request.run_id or None,
+            "executionId": request.execution_id or None,
+            "failureSignature": request.failure_signature or None,
+            "failedNodeName": request.failed_node_name or None,
+            "diagnosis": request.diagnosis or None,
+            "patch": request.patch or None,
+            "remediation": from_struct(request.remediation)
+            if request.HasField("remediation")
+            else None,
+        }
+        result = await self._call(request.thread_id, "report-verification-verdict", arguments)
+        assert isinstance(result, VerdictOutput)
+        response = pipeline_pb2.ReportVerdictResponse(
+            guidance=result.guidance, action=result.action, phase=result.phase, status=result.status
+        )
+        if result.claim is not None:
+            response.claim.CopyFrom(to_struct(result.claim))
+        return response
 
     async def GetWorkItem(
         self, request: pipeline_pb2.GetWorkItemRequest, context: grpc.aio.ServicerContext
     ) -> pipeline_pb2.GetWorkItemResponse:
-        raise NotImplementedCapabilityError(VERIFY)
+        check_thread_id(request.thread_id)
+        result = await self._call(
+            request.thread_id, "get-work-item", {"workItemId": request.work_item_id}
+        )
+        return pipeline_pb2.GetWorkItemResponse(work_item=to_struct(dump(result)))
+
+    async def _call(self, thread_id: str, tool: str, arguments: dict[str, Any]) -> Any:
+        present = {k: v for k, v in arguments.items() if v is not None}
+        return await self._registry.call(self._runtime, thread_id, tool, present)
 
 
 def _issue(issue: BuildIssueModel) -> pipeline_pb2.BuildIssue:

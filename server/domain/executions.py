@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 
 from server.errors import NotFoundError
 from server.runtime.ids import new_id
@@ -90,12 +90,12 @@ class ExecutionStore:
         self, execution_id: str, *, status: str, result: dict[str, Any], error: str | None
     ) -> Execution:
         async with self.db.session() as session, session.begin():
-            await session.execute(
-                update(ExecutionRow)
-                .where(ExecutionRow.id == execution_id)
-                .values(status=status, result=result, error=error, finished_at=datetime.now(UTC))
-            )
-        return await self.require(execution_id)
+            row = await session.get(ExecutionRow, execution_id)
+            if row is None:
+                raise NotFoundError(f"execution {execution_id!r} does not exist")
+            row.status, row.result, row.error = status, result, error
+            row.finished_at = datetime.now(UTC)
+            return _execution(row)
 
     async def require(self, execution_id: str) -> Execution:
         async with self.db.session() as session:

@@ -17,7 +17,7 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from server.errors import NotFoundError
+from server.errors import InvalidArgumentError, NotFoundError
 from server.runtime.ids import new_id
 from server.store import Database
 from server.store.models import SourceBindingRow, WorkflowRow, WorkflowVersionRow
@@ -267,6 +267,55 @@ class WorkflowStore:
             "connections": dict(version.connections),
             "settings": dict(version.settings),
         }
+
+    async def replace_credentials(
+        self, workflow_id: str, credentials: dict[str, dict[str, Any]]
+    ) -> list[str]:
+        """Set credentials on named nodes, all or none, as a new version (fixtures and plan
+        carried over). Unknown node names are refused before anything changes."""
+        now = datetime.now(UTC)
+        async with self.db.session() as session, session.begin():
+            row = await session.get(WorkflowRow, workflow_id, with_for_update=True)
+            if row is None or row.is_archived:
+                raise WorkflowGoneError(workflow_id, archived=row is not None)
+            current = await session.get(WorkflowVersionRow, row.current_version_id)
+            assert current is not None  # written with the row
+            nodes = [dict(n) for n in current.nodes]
+            names = {str(n.get("name")) for n in nodes}
+            unknown = sorted(set(credentials) - names)
+            if unknown:
+                raise InvalidArgumentError(
+                    f"workflow {workflow_id} has no node named {', '.join(unknown)}; "
+                    f"its nodes: {', '.join(sorted(names))}"
+                )
+            for node in nodes:
+                if node.get("name") in credentials:
+                    node["credentials"] = {
+                        **(node.get("credentials") or {}),
+                        **credentials[str(node["name"])],
+                    }
+            number = await session.scalar(
+                select(func.max(WorkflowVersionRow.number)).where(
+                    WorkflowVersionRow.workflow_id == workflow_id
+                )
+            )
+            version = WorkflowVersionRow(
+                id=new_id("ver"),
+                workflow_id=workflow_id,
+                number=(number or 0) + 1,
+                name=current.name,
+                nodes=nodes,
+                connections=current.connections,
+                settings=current.settings,
+                source_hash=current.source_hash,
+                created_at=now,
+                fixtures=current.fixtures,
+                simulation_plan=current.simulation_plan,
+            )
+            session.add(version)
+            row.current_version_id = version.id
+            row.updated_at = now
+        return [str(n["name"]) for n in nodes if n.get("name") in credentials]
 
     async def version_count(self, workflow_id: str) -> int:
         async with self.db.session() as session:

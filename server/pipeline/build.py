@@ -30,6 +30,7 @@ from server.catalog import CatalogService
 from server.catalog.catalog import Catalog, Finding
 from server.domain.workflows import Binding, WorkflowContent, WorkflowGoneError, WorkflowStore
 from server.errors import UnavailableError
+from server.pipeline.loop import Remediation
 from server.pipeline.simulation import BASE, PlanEntry, plan_simulation
 
 log = structlog.get_logger(__name__)
@@ -49,14 +50,6 @@ class BuildIssue:
     line: int | None = None
     column: int | None = None
     file: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Remediation:
-    category: str  # code_fixable | needs_setup | blocked
-    should_edit: bool
-    guidance: str
-    reason: str | None = None
 
 
 @dataclass(kw_only=True)

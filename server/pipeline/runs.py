@@ -14,7 +14,7 @@ import structlog
 
 from server.catalog import CatalogService
 from server.domain.executions import Execution, ExecutionStore
-from server.domain.workflows import WorkflowStore
+from server.domain.workflows import Workflow, WorkflowStore
 from server.errors import InvalidArgumentError
 from server.pipeline.build import WorkflowBuilder
 from server.pipeline.trigger_input import shape_trigger_input
@@ -34,6 +34,9 @@ class RunRequest:
     # Extra pins (verification fixtures), over the declared ones.
     pin_data: dict[str, list[Any]] | None = None
     is_verification: bool = False
+    # Already loaded by the caller (verification): not read again.
+    workflow: Workflow | None = None
+    declared: dict[str, list[Any]] | None = None
 
 
 class WorkflowRunner:
@@ -52,9 +55,11 @@ class WorkflowRunner:
         self._running: dict[str, str] = {}  # execution id -> thread id
 
     async def run(self, request: RunRequest) -> Execution:
-        workflow = await self._workflows.require(request.workflow_id)
+        workflow = request.workflow or await self._workflows.require(request.workflow_id)
         toolchain = await self._builder.toolchain(request.thread_id)
-        declared, _plan = await self._workflows.verification_inputs(workflow.current_version_id)
+        declared = request.declared
+        if declared is None:
+            declared, _plan = await self._workflows.verification_inputs(workflow.current_version_id)
         trigger = await self._trigger(workflow.nodes, request.trigger_node_name)
         pins: dict[str, list[Any]] = {**declared, **(request.pin_data or {})}
         mode = "manual"

@@ -230,11 +230,12 @@ def _plan_node(
             node_name=name, verdict=verdict, reason=reason, confidence=confidence, source=source
         )
 
+    if is_trigger(type_name) and type_name in SUPPORTED_TRIGGERS:
+        # Fed by the run's trigger input (a declared fixture is its default input).
+        return None
     if name in declared:
         return entry("simulate", "the source declares its verification output", "high", "declared")
     if is_trigger(type_name):
-        if type_name in SUPPORTED_TRIGGERS:
-            return None  # fed by the trigger input of the run
         return entry("simulate", "this trigger cannot be fired in a test run", "high", "trigger")
     models = feeds.get("ai_languageModel", [])
     if models and not any(nodes.get(model, {}).get("credentials") for model in models):

@@ -7,9 +7,12 @@ from dataclasses import dataclass
 
 from server.catalog import CatalogService
 from server.domain.executions import ExecutionStore
+from server.domain.work_items import WorkItemStore
 from server.domain.workflows import WorkflowStore
 from server.pipeline.build import WorkflowBuilder
 from server.pipeline.runs import WorkflowRunner
+from server.pipeline.verify import Verifier
+from server.pipeline.work import WorkLoop
 from server.runtime.events import Event, EventLog
 from server.runtime.sandboxes import SandboxService
 from server.runtime.threads import Threads, ThreadStatus
@@ -33,6 +36,8 @@ class Runtime:
     builder: WorkflowBuilder
     executions: ExecutionStore
     runner: WorkflowRunner
+    loop: WorkLoop
+    verifier: Verifier
 
     @classmethod
     async def open(cls, settings: Settings) -> Runtime:
@@ -57,9 +62,15 @@ class Runtime:
         runner = WorkflowRunner(
             builder=builder, catalog=catalog, workflows=workflows, executions=executions
         )
+        loop = WorkLoop(WorkItemStore(db))
+        verifier = Verifier(
+            builder=builder, catalog=catalog, workflows=workflows, runner=runner, loop=loop
+        )
         return cls(
             executions=executions,
             runner=runner,
+            loop=loop,
+            verifier=verifier,
             settings=settings,
             db=db,
             events=events,

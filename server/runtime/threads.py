@@ -15,7 +15,7 @@ from server.runtime.events import EventLog
 from server.runtime.ids import new_id
 from server.runtime.validation import check_thread_id
 from server.store import Database
-from server.store.models import EventRow, RunRow, SourceBindingRow, ThreadRow
+from server.store.models import EventRow, RunRow, SourceBindingRow, ThreadRow, WorkItemRow
 from server.store.threads import ensure_threads, get_thread
 
 # A run in one of these holds the thread (a partial unique index enforces one per thread).
@@ -94,9 +94,8 @@ class Threads:
             # connection having foreign keys switched on.
             await session.execute(delete(EventRow).where(EventRow.thread_id == thread_id))
             await session.execute(delete(RunRow).where(RunRow.thread_id == thread_id))
-            await session.execute(
-                delete(SourceBindingRow).where(SourceBindingRow.thread_id == thread_id)
-            )
+            for table in (SourceBindingRow, WorkItemRow):
+                await session.execute(delete(table).where(table.thread_id == thread_id))
             await session.execute(delete(ThreadRow).where(ThreadRow.id == thread_id))
         self._known.discard(thread_id)
         self.events.end_subscriptions(

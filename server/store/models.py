@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -15,9 +15,22 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    TypeDecorator,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timestamps come back timezone-aware, in UTC, on every backend (SQLite drops the zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
 
 
 class Base(DeclarativeBase):
@@ -32,7 +45,7 @@ class ThreadRow(Base):
     __tablename__ = "threads"
 
     id: Mapped[str] = mapped_column(String(128), primary_key=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     last_event_id: Mapped[int] = mapped_column(BigInteger, default=0)
     title: Mapped[str | None] = mapped_column(Text, nullable=True)
 
@@ -44,8 +57,8 @@ class RunRow(Base):
     thread_id: Mapped[str] = mapped_column(ForeignKey("threads.id", ondelete="CASCADE"), index=True)
     # active | suspended | completed | cancelled | error | interrupted
     status: Mapped[str] = mapped_column(String(16))
-    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
 
     __table_args__ = (
@@ -70,7 +83,7 @@ class EventRow(Base):
     type: Mapped[str] = mapped_column(String(64))
     run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     agent_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    ts: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    ts: Mapped[datetime] = mapped_column(UTCDateTime())
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
 
     __table_args__ = (Index("ix_events_run", "run_id"),)
@@ -89,8 +102,8 @@ class WorkflowRow(Base):
     is_supporting: Mapped[bool] = mapped_column(Boolean, default=False)
     current_version_id: Mapped[str] = mapped_column(String(64))
     active_version_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
     __table_args__ = (Index("ix_workflows_updated", "updated_at"),)
 
@@ -109,7 +122,7 @@ class WorkflowVersionRow(Base):
     connections: Mapped[dict[str, Any]] = mapped_column(JSON)
     settings: Mapped[dict[str, Any]] = mapped_column(JSON)
     source_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
     # What verification needs of the build, kept beside (never inside) the workflow: the
     # fixtures the source declared and the simulation plan (None: it could not be made).
@@ -133,7 +146,7 @@ class SourceBindingRow(Base):
     workflow_id: Mapped[str] = mapped_column(String(64), index=True)
     source_hash: Mapped[str] = mapped_column(String(64))
     version_id: Mapped[str] = mapped_column(String(64))
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
 class ExecutionRow(Base):
@@ -152,9 +165,25 @@ class ExecutionRow(Base):
     status: Mapped[str] = mapped_column(String(16))
     is_verification: Mapped[bool] = mapped_column(Boolean, default=False)
     trigger_node: Mapped[str | None] = mapped_column(Text, nullable=True)
-    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
 
     __table_args__ = (Index("ix_executions_workflow_started", "workflow_id", "started_at"),)
+
+
+class WorkItemRow(Base):
+    """One workflow being built, verified and repaired in a thread: the loop's state and the
+    latest build outcome (what verification needs, and what it found)."""
+
+    __tablename__ = "work_items"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    thread_id: Mapped[str] = mapped_column(ForeignKey("threads.id", ondelete="CASCADE"), index=True)
+    workflow_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    source_file_path: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+    state: Mapped[dict[str, Any]] = mapped_column(JSON)
+    outcome: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())

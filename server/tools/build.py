@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import asdict
 
 from pydantic import Field
@@ -43,6 +44,7 @@ class RemediationModel(ToolModel):
     should_edit: bool = Field(alias="shouldEdit")
     guidance: str
     reason: str | None = None
+    remaining_submit_fixes: int | None = Field(None, alias="remainingSubmitFixes")
 
 
 class BuildWorkflowOutput(ToolModel):
@@ -74,17 +76,25 @@ class BuildWorkflowOutput(ToolModel):
 
 
 async def build_workflow(ctx: ToolContext, args: BuildWorkflowInput) -> BuildWorkflowOutput:
-    outcome = await ctx.runtime.builder.build(
-        BuildRequest(
-            thread_id=ctx.thread_id,
-            file_path=args.file_path,
-            workflow_id=args.workflow_id or None,
-            project_id=args.project_id or None,
-            name=args.name or None,
-            work_item_id=args.work_item_id or None,
-            is_supporting_workflow=args.is_supporting_workflow,
-        )
+    request = BuildRequest(
+        thread_id=ctx.thread_id,
+        file_path=args.file_path,
+        workflow_id=args.workflow_id or None,
+        project_id=args.project_id or None,
+        name=args.name or None,
+        work_item_id=args.work_item_id or None,
+        is_supporting_workflow=args.is_supporting_workflow,
     )
+    if request.work_item_id:  # an unknown work item is refused before anything is built
+        await ctx.runtime.loop.load(ctx.thread_id, request.work_item_id)
+    # The file's work item is looked up while the build runs.
+    item = asyncio.ensure_future(ctx.runtime.loop.item_for_build(request))
+    try:
+        outcome = await ctx.runtime.builder.build(request)
+    finally:
+        if not item.done():
+            await asyncio.wait([item])
+    outcome = await ctx.runtime.loop.after_build(request, outcome, await item)
     return BuildWorkflowOutput.of(outcome)
 
 

@@ -18,7 +18,7 @@ from sandbox.errors import SandboxError
 from server.errors import InstanceAIError, InvalidArgumentError, NotFoundError
 from server.runtime import Runtime
 from server.runtime.ids import new_id
-from server.tools import build, executions, nodes, workflows, workspace
+from server.tools import build, executions, nodes, verify, workflows, workspace
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
 # Event payloads stay small: long strings are cut, oversized values summarised.
@@ -133,5 +133,12 @@ def _cut_strings(value: Any) -> Any:
 
 def default_registry() -> ToolRegistry:
     return ToolRegistry(
-        [*workspace.TOOLS, *build.TOOLS, *workflows.TOOLS, *executions.TOOLS, *nodes.TOOLS]
+        [
+            *workspace.TOOLS,
+            *build.TOOLS,
+            *verify.TOOLS,
+            *workflows.TOOLS,
+            *executions.TOOLS,
+            *nodes.TOOLS,
+        ]
     )

@@ -192,16 +192,22 @@ class VerifyWorkflowRequest(_message.Message):
     TRIGGER_NODE_NAME_FIELD_NUMBER: _builtins.int
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     FIXTURE_OVERRIDES_FIELD_NUMBER: _builtins.int
+    ALLOW_ZERO_ITEM_FIXTURES_FIELD_NUMBER: _builtins.int
     thread_id: _builtins.str
     work_item_id: _builtins.str
+    """Empty: the workflow's latest work item in the thread."""
     workflow_id: _builtins.str
     trigger_node_name: _builtins.str
+    """Empty: each trigger in turn."""
     timeout_ms: _builtins.int
-    """Milliseconds, 1 s to 10 min; 0 means the default of 5 min."""
+    """Milliseconds per pass, 1 s to 10 min; 0 means the default of 5 min."""
+    allow_zero_item_fixtures: _builtins.bool
     @_builtins.property
     def input_data(self) -> _struct_pb2.Struct: ...
     @_builtins.property
-    def fixture_overrides(self) -> _struct_pb2.Struct: ...
+    def fixture_overrides(self) -> _struct_pb2.Struct:
+        """Items for simulated nodes, by node name: {"Node": [{...}, ...]}."""
+
     def __init__(
         self,
         *,
@@ -212,10 +218,11 @@ class VerifyWorkflowRequest(_message.Message):
         trigger_node_name: _builtins.str = ...,
         timeout_ms: _builtins.int = ...,
         fixture_overrides: _struct_pb2.Struct | None = ...,
+        allow_zero_item_fixtures: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["fixture_overrides", b"fixture_overrides", "input_data", b"input_data"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fixture_overrides", b"fixture_overrides", "input_data", b"input_data", "thread_id", b"thread_id", "timeout_ms", b"timeout_ms", "trigger_node_name", b"trigger_node_name", "work_item_id", b"work_item_id", "workflow_id", b"workflow_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_zero_item_fixtures", b"allow_zero_item_fixtures", "fixture_overrides", b"fixture_overrides", "input_data", b"input_data", "thread_id", b"thread_id", "timeout_ms", b"timeout_ms", "trigger_node_name", b"trigger_node_name", "work_item_id", b"work_item_id", "workflow_id", b"workflow_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -256,6 +263,12 @@ class ReportVerdictRequest(_message.Message):
     FAILED_NODE_NAME_FIELD_NUMBER: _builtins.int
     PATCH_FIELD_NUMBER: _builtins.int
     DIAGNOSIS_FIELD_NUMBER: _builtins.int
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    WORKFLOW_INSPECTION_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    REMEDIATION_FIELD_NUMBER: _builtins.int
     thread_id: _builtins.str
     work_item_id: _builtins.str
     verdict: _builtins.str
@@ -264,6 +277,16 @@ class ReportVerdictRequest(_message.Message):
     failed_node_name: _builtins.str
     patch: _builtins.str
     diagnosis: _builtins.str
+    workflow_id: _builtins.str
+    workflow_inspection: _builtins.str
+    """What was checked in the saved workflow and the run (required)."""
+    summary: _builtins.str
+    execution_id: _builtins.str
+    run_id: _builtins.str
+    @_builtins.property
+    def remediation(self) -> _struct_pb2.Struct:
+        """{category, shouldEdit, guidance, reason?}: a remediation that says stop editing wins."""
+
     def __init__(
         self,
         *,
@@ -274,10 +297,16 @@ class ReportVerdictRequest(_message.Message):
         failed_node_name: _builtins.str = ...,
         patch: _builtins.str = ...,
         diagnosis: _builtins.str = ...,
+        workflow_id: _builtins.str = ...,
+        workflow_inspection: _builtins.str = ...,
+        summary: _builtins.str = ...,
+        execution_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        remediation: _struct_pb2.Struct | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["remediation", b"remediation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["diagnosis", b"diagnosis", "failed_node_name", b"failed_node_name", "failure_signature", b"failure_signature", "patch", b"patch", "thread_id", b"thread_id", "verdict", b"verdict", "work_item_id", b"work_item_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["diagnosis", b"diagnosis", "execution_id", b"execution_id", "failed_node_name", b"failed_node_name", "failure_signature", b"failure_signature", "patch", b"patch", "remediation", b"remediation", "run_id", b"run_id", "summary", b"summary", "thread_id", b"thread_id", "verdict", b"verdict", "work_item_id", b"work_item_id", "workflow_id", b"workflow_id", "workflow_inspection", b"workflow_inspection"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -288,15 +317,31 @@ class ReportVerdictResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     GUIDANCE_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    CLAIM_FIELD_NUMBER: _builtins.int
     guidance: _builtins.str
+    action: _builtins.str
+    """The loop's next step: continue_building, verify, patch, rebuild, done, blocked, ignored."""
+    phase: _builtins.str
+    status: _builtins.str
+    @_builtins.property
+    def claim(self) -> _struct_pb2.Struct:
+        """The claim the verification evidence supports (never upgraded by a verdict)."""
+
     def __init__(
         self,
         *,
         guidance: _builtins.str = ...,
+        action: _builtins.str = ...,
+        phase: _builtins.str = ...,
+        status: _builtins.str = ...,
+        claim: _struct_pb2.Struct | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["claim", b"claim"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["guidance", b"guidance"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "claim", b"claim", "guidance", b"guidance", "phase", b"phase", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

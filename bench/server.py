@@ -1,0 +1,49 @@
+"""A server for benchmarks: real gRPC on loopback, real Docker sandboxes under a throw-away
+owner label (everything it made is removed afterwards), and a timer inside the sandbox."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+
+from bench.sandbox import cleanup
+from sandbox.docker_provider import connect
+from server.app import Application
+from server.logs import configure_logging
+from server.settings import load_settings
+
+
+@contextlib.asynccontextmanager
+async def bench_server() -> AsyncIterator[tuple[Application, grpc.aio.Channel]]:
+    configure_logging(level="warning")
+    owner = f"bench-{uuid.uuid4().hex[:8]}"
+    with tempfile.TemporaryDirectory() as data_dir:
+        settings = load_settings(
+            port=0, data_dir=Path(data_dir), sandbox_owner=owner, sandbox_pool_size=0
+        )
+        try:
+            async with (
+                Application(settings) as app,
+                grpc.aio.insecure_channel(f"127.0.0.1:{app.port}") as channel,
+            ):
+                yield app, channel
+        finally:
+            client = connect()
+            cleanup(client, owner)
+            client.close()
+
+
+async def time_in_sandbox(app: Application, thread: str, command: str) -> float:
+    """Milliseconds `command` takes, measured inside the thread's container (no exec cost)."""
+    manager = await app.runtime.sandboxes.for_thread(thread)
+    timed = (
+        f"s=$(date +%s%N); {command} >/dev/null 2>&1; e=$(date +%s%N); "
+        "echo $(( (e - s) / 1000000 ))"
+    )
+    result = await manager.run_command(thread, timed)
+    return float(result.stdout.strip())

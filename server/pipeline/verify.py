@@ -1,0 +1,354 @@
+"""Verification: run the saved workflow in the sandbox with its side effects simulated, and
+say what the run proves.
+
+Nodes the build's simulation plan marks `simulate` are pinned with fixtures (declared by the
+source, else derived from the node's shipped output schema; overrides only for simulated
+nodes). Each trigger gets a pass with its input shaped for its type; coverage is the union of
+the passes. The claim, the failure class and the remediation come from the evidence, never from
+what a model says about the run. The record is kept on the work item, where the verdict report
+reads it back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from server.catalog import CatalogService
+from server.domain.executions import Execution
+from server.domain.workflows import Workflow, WorkflowStore
+from server.errors import InvalidArgumentError
+from server.pipeline.build import WorkflowBuilder
+from server.pipeline.claim import claim_from_evidence, classify_failure
+from server.pipeline.fixtures import simulation_fixtures
+from server.pipeline.loop import Remediation
+from server.pipeline.runs import RunRequest, WorkflowRunner
+from server.pipeline.simulation import main_flow_nodes
+from server.pipeline.work import WorkLoop
+
+MAX_PREVIEW_CHARS = 600
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyRequest:
+    thread_id: str
+    workflow_id: str
+    work_item_id: str | None = None
+    input_data: Any = None
+    trigger_node_name: str | None = None
+    timeout_s: float = 300.0
+    fixture_overrides: dict[str, list[Any]] | None = None
+    allow_zero_item_fixtures: bool = False
+
+
+class Verifier:
+    def __init__(
+        self,
+        *,
+        builder: WorkflowBuilder,
+        catalog: CatalogService,
+        workflows: WorkflowStore,
+        runner: WorkflowRunner,
+        loop: WorkLoop,
+    ) -> None:
+        self._builder = builder
+        self._catalog = catalog
+        self._workflows = workflows
+        self._runner = runner
+        self._loop = loop
+
+    async def verify(self, request: VerifyRequest) -> dict[str, Any]:
+        workflow = await self._workflows.require(request.workflow_id)
+        work_item_id = request.work_item_id
+        fix_targets: list[str] = []
+        if not work_item_id:
+            latest = await self._loop.latest_for_workflow(request.thread_id, workflow.id)
+            work_item_id = latest.id if latest is not None else None
+        if work_item_id:
+            _item, state = await self._loop.load(request.thread_id, work_item_id)
+            # The node the last repair targeted must be exercised for real to count as proven.
+            fix_targets = [state.last_failed_node_name] if state.last_failed_node_name else []
+        declared, plan = await self._workflows.verification_inputs(workflow.current_version_id)
+        simulated = [e["nodeName"] for e in plan or [] if e["verdict"] == "simulate"]
+        refusal = _check_overrides(request, simulated)
+        if refusal is not None:
+            return {"workItemId": work_item_id, "success": False, **refusal}
+        triggers = await self._triggers(workflow, request.trigger_node_name)
+        if work_item_id:
+            await self._loop.verification_started(request.thread_id, work_item_id)
+        try:
+            fixtures = await self._fixtures(request, workflow, simulated, declared)
+            runs = [
+                await self._runner.run(
+                    RunRequest(
+                        thread_id=request.thread_id,
+                        workflow_id=workflow.id,
+                        input_data=request.input_data,
+                        trigger_node_name=trigger,
+                        timeout_s=request.timeout_s,
+                        pin_data=fixtures,
+                        is_verification=True,
+                        workflow=workflow,
+                        declared=declared,
+                    )
+                )
+                for trigger in triggers
+            ]
+        except BaseException as exc:
+            # The record must not stay `running`: it would hold the obligation open forever.
+            if work_item_id:
+                failed = {"attempted": True, "success": False, "status": "error", "error": str(exc)}
+                await asyncio.shield(
+                    self._loop.verification_finished(request.thread_id, work_item_id, failed)
+                )
+            raise
+        result = self._result(workflow, plan, simulated, runs, work_item_id, fix_targets)
+        if work_item_id:
+            await self._loop.verification_finished(
+                request.thread_id, work_item_id, _record(result, runs)
+            )
+        return result
+
+    async def _fixtures(
+        self,
+        request: VerifyRequest,
+        workflow: Workflow,
+        simulated: list[str],
+        declared: dict[str, list[Any]],
+    ) -> dict[str, list[Any]]:
+        toolchain = await self._builder.toolchain(request.thread_id)
+        nodes = {str(n.get("name")): n for n in workflow.nodes}
+        schemas: dict[str, dict[str, Any] | None] = {}
+        for name in simulated:
+            node = nodes.get(name, {})
+            if name in declared or not str(node.get("type", "")).startswith("n8n-nodes-base."):
+                continue
+            parameters = node.get("parameters") or {}
+            schemas[name] = await toolchain.output_schema(
+                request.thread_id,
+                str(node["type"]),
+                float(node.get("typeVersion", 1)),
+                resource=parameters.get("resource"),
+                operation=parameters.get("operation"),
+            )
+        fixtures = simulation_fixtures(
+            {"nodes": workflow.nodes, "connections": workflow.connections},
+            simulated,
+            declared=declared,
+            schemas=schemas,
+        )
+        return {**fixtures, **(request.fixture_overrides or {})}
+
+    async def _triggers(self, workflow: Workflow, wanted: str | None) -> list[str | None]:
+        catalog = await self._catalog.get()
+        triggers = [
+            str(n["name"])
+            for n in workflow.nodes
+            if not n.get("disabled")
+            and (known := catalog.node(str(n.get("type")))) is not None
+            and known.is_trigger
+        ]
+        if wanted is not None:
+            if wanted not in triggers:
+                names = ", ".join(triggers) or "none"
+                raise InvalidArgumentError(
+                    f"{wanted!r} is not a trigger of this workflow; its triggers: {names}"
+                )
+            return [wanted]
+        return list(triggers) or [None]
+
+    def _result(
+        self,
+        workflow: Workflow,
+        plan: list[dict[str, Any]] | None,
+        simulated: list[str],
+        runs: list[Execution],
+        work_item_id: str | None,
+        fix_targets: list[str],
+    ) -> dict[str, Any]:
+        ran = {name: node for run in runs for name, node in run.nodes.items()}
+        reached = [name for name in ran if ran[name].get("status") != "error"]
+        errors = [
+            {"nodeName": name, "message": (node.get("error") or {}).get("message", "")}
+            for run in runs
+            for name, node in run.nodes.items()
+            if node.get("error")
+        ]
+        failed_runs = [run for run in runs if run.status != "success"]
+        waiting = any(run.status == "waiting" for run in runs)
+        success = not errors and not failed_runs
+        planned = (
+            [e["nodeName"] for e in plan]
+            if plan is not None
+            else sorted(main_flow_nodes({"connections": workflow.connections}))
+        )
+        simulated_ran = [n for n in simulated if n in ran]
+        claim = claim_from_evidence(
+            succeeded=success,
+            planned_nodes=planned,
+            reached=reached,
+            simulated=simulated_ran,
+            fix_targets=fix_targets,
+        )
+        last = runs[-1]
+        result: dict[str, Any] = {
+            "workItemId": work_item_id,
+            "executionId": last.id,
+            "executionIds": [run.id for run in runs],
+            "success": success,
+            "status": "error" if failed_runs and not waiting else last.status,
+            "nodesExecuted": len(ran),
+            "lastNodeExecuted": last.order[-1] if last.order else None,
+            "nodePreviews": [_preview(name, ran[name], name in simulated) for name in ran],
+            "simulatedNodes": simulated_ran,
+            "simulationNote": _simulation_note(simulated_ran, plan),
+            "nodeErrors": errors,
+            "nodesNotReached": claim.nodes_not_reached,
+            "claim": claim.as_json(),
+        }
+        if not success:
+            result |= _failure(errors, failed_runs, waiting and plan is not None)
+        result["guidance"] = _guidance(result)
+        return result
+
+
+def _check_overrides(request: VerifyRequest, simulated: list[str]) -> dict[str, Any] | None:
+    for name, items in (request.fixture_overrides or {}).items():
+        if name not in simulated:
+            return _blocked(
+                "invalid_fixture_override",
+                f"'{name}' is not simulated in this workflow's plan, so its output cannot be "
+                f"overridden; simulated nodes: {', '.join(simulated) or 'none'}",
+            )
+        if not items and not request.allow_zero_item_fixtures:
+            return _blocked(
+                "zero_item_fixture_override",
+                f"the override for '{name}' has no items, which stops everything after it; "
+                "give at least one item (or allow zero-item fixtures explicitly)",
+            )
+    return None
+
+
+def _blocked(reason: str, guidance: str) -> dict[str, Any]:
+    remediation = Remediation(
+        category="blocked", should_edit=False, guidance=guidance, reason=reason
+    )
+    return {
+        "status": "not_run",
+        "remediation": _remediation_json(remediation),
+        "guidance": guidance,
+    }
+
+
+def _remediation_json(remediation: Remediation) -> dict[str, Any]:
+    return {
+        "category": remediation.category,
+        "shouldEdit": remediation.should_edit,
+        "guidance": remediation.guidance,
+        "reason": remediation.reason,
+    }
+
+
+def _failure(
+    errors: list[dict[str, str]], failed_runs: list[Execution], user_action_waiting: bool
+) -> dict[str, Any]:
+    if user_action_waiting:
+        remediation = Remediation(
+            category="needs_setup",
+            should_edit=False,
+            reason="unsimulated_user_action_node",
+            guidance="The run stopped at a node that waits for a person; do not edit the code: "
+            "what follows it needs a manual test.",
+        )
+        return {"remediation": _remediation_json(remediation), "failureSignature": "waiting"}
+    node = errors[0]["nodeName"] if errors else None
+    message = errors[0]["message"] if errors else (failed_runs[0].error or "the run failed")
+    found = classify_failure(message)
+    where = f"node '{node}'" if node else "the run"
+    remediation = Remediation(
+        category=found.category,
+        should_edit=found.should_edit,
+        reason=found.reason,
+        guidance=f"{where} failed: {message}"
+        + (" Fix that node in the source and build again." if found.should_edit else ""),
+    )
+    return {
+        "remediation": _remediation_json(remediation),
+        "failedNodeName": node,
+        "failureSignature": _signature(node, message),
+        "error": message,
+    }
+
+
+def _signature(node: str | None, message: str) -> str:
+    """Stable across runs: digits and quoted values vary, the failure does not."""
+    normal = re.sub(r"\d+", "N", re.sub(r"'[^']*'|\"[^\"]*\"", "…", message.splitlines()[0]))
+    return f"{node or 'run'}:{normal[:120]}"
+
+
+def _preview(name: str, node: dict[str, Any], simulated: bool) -> dict[str, Any]:
+    outputs = node.get("outputs") or []
+    items = outputs[0].get("items", []) if outputs else []
+    text = json.dumps(items)
+    return {
+        "nodeName": name,
+        "itemCount": sum(int(o.get("count", 0)) for o in outputs),
+        "preview": text[:MAX_PREVIEW_CHARS],
+        "truncated": len(text) > MAX_PREVIEW_CHARS,
+        "chars": len(text),
+        "simulated": simulated,
+    }
+
+
+def _simulation_note(simulated: list[str], plan: list[dict[str, Any]] | None) -> str:
+    if plan is None:
+        return "No simulation plan was made for this build: nothing was simulated."
+    if not simulated:
+        return "Nothing was simulated: every node that ran, ran for real (in the sandbox)."
+    return (
+        f"Simulated with fixtures, not run: {', '.join(simulated)}. Tell the user these were "
+        "not exercised for real."
+    )
+
+
+def _guidance(result: dict[str, Any]) -> str:
+    level = result["claim"]["level"]
+    if result["success"]:
+        lead = {
+            "verified": "Verified: every planned node ran for real.",
+            "partial": "Partly verified: some nodes were simulated or not reached "
+            f"({', '.join(result['simulatedNodes'] + result['nodesNotReached'])}); do not call "
+            "the workflow verified or ready to publish; offer a live test.",
+        }.get(level, "Not proven: the nodes a repair targeted were not exercised.")
+        return f"{lead} Report it with report-verification-verdict (verdict: verified)."
+    failed = result.get("failedNodeName")
+    if failed:
+        return (
+            f"Verification failed at '{failed}'. Report it with report-verification-verdict "
+            "(verdict needs_patch, failedNodeName and failureSignature as given), then edit the "
+            "same source file and build it again."
+        )
+    return f"Verification did not pass: {result['remediation']['guidance']}"
+
+
+def _record(result: dict[str, Any], runs: list[Execution]) -> dict[str, Any]:
+    return {
+        "attempted": True,
+        "success": result["success"],
+        "executionId": result["executionId"],
+        "status": result["status"],
+        "failureSignature": result.get("failureSignature"),
+        "remediationCategory": (result.get("remediation") or {}).get("category"),
+        "claim": result["claim"],
+        "evidence": {
+            "nodesExecuted": result["nodesExecuted"],
+            "triggerNodeName": runs[-1].trigger_node,
+            "nodesNotReached": result["nodesNotReached"],
+            "nodeErrors": result["nodeErrors"],
+        },
+        "verifiedAt": datetime.now(UTC).isoformat(),
+    }
