@@ -46,6 +46,8 @@ def test_each_claim_level(
         ("429 Too Many Requests", "blocked", "external_service_or_timeout"),
         ("502 Bad Gateway", "blocked", "external_service_or_timeout"),
         ("the request timed out", "blocked", "external_service_or_timeout"),
+        ("getaddrinfo ENOTFOUND api.example.com", "blocked", "external_service_or_timeout"),
+        ("The service refused the connection", "blocked", "external_service_or_timeout"),
         (
             "Cannot read properties of undefined (reading 'amount')",
             "code_fixable",

@@ -84,7 +84,13 @@ class FailureClass:
 
 
 _SETUP = re.compile(r"credential|unauthori[sz]ed|forbidden|\b401\b|\b403\b|free tier|quota", re.I)
-_EXTERNAL = re.compile(r"\b429\b|rate limit|\b502\b|bad gateway|timed out", re.I)
+# The sandbox has no network: a node that reaches out fails with one of the resolver/socket
+# errors, which no edit of the workflow can fix there.
+_EXTERNAL = re.compile(
+    r"\b429\b|rate limit|\b502\b|bad gateway|timed out"
+    r"|ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ENETUNREACH|getaddrinfo|refused the connection",
+    re.I,
+)
 
 
 def classify_failure(
