@@ -324,7 +324,11 @@ def _guidance(result: dict[str, Any]) -> str:
             f"({', '.join(result['simulatedNodes'] + result['nodesNotReached'])}); do not call "
             "the workflow verified or ready to publish; offer a live test.",
         }.get(level, "Not proven: the nodes a repair targeted were not exercised.")
-        return f"{lead} Report it with report-verification-verdict (verdict: verified)."
+        claim_note = "" if level == "verified" else f"; the claim stays {level}"
+        return (
+            f"{lead} Report it with report-verification-verdict (verdict verified: the run "
+            f"passed{claim_note})."
+        )
     failed = result.get("failedNodeName")
     if failed:
         return (
