@@ -148,6 +148,17 @@ class Catalog:
     def node(self, name: str) -> NodeType | None:
         return self.nodes.get(name)
 
+    def is_trigger(self, type_name: str) -> bool:
+        """Whether a node type starts workflows (unknown types: judged by their name)."""
+        node_type = self.nodes.get(type_name)
+        return node_type.is_trigger if node_type else type_name.endswith("Trigger")
+
+    def triggers(self, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The enabled trigger nodes of a workflow, in order."""
+        return [
+            n for n in nodes if not n.get("disabled") and self.is_trigger(str(n.get("type", "")))
+        ]
+
     def similar_nodes(self, name: str, limit: int = 3) -> list[str]:
         short = name.rsplit(".", 1)[-1].lower()
         by_short = {n.rsplit(".", 1)[-1].lower(): n for n in self.nodes}

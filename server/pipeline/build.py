@@ -275,15 +275,11 @@ def _plan(
     """The simulation plan; a failure to make one never blocks the save (verification then
     warns that it has no plan)."""
 
-    def is_trigger(type_name: str) -> bool:
-        node_type = catalog.node(type_name)
-        return node_type.is_trigger if node_type else type_name.endswith("Trigger")
-
     try:
         return plan_simulation(
             workflow,
             declared_outputs=fixtures,
-            is_trigger=is_trigger,
+            is_trigger=catalog.is_trigger,
             runs_in_sandbox=lambda type_name: type_name.startswith(BASE),
         )
     except Exception:

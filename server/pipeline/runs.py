@@ -136,19 +136,18 @@ class WorkflowRunner:
     async def _trigger(
         self, nodes: list[dict[str, Any]], wanted: str | None
     ) -> dict[str, Any] | None:
-        catalog = await self._catalog.get()
+        triggers = (await self._catalog.get()).triggers(nodes)
+        if wanted is None:
+            return triggers[0] if triggers else None
+        return named_trigger(triggers, wanted)
 
-        def is_trigger(node: dict[str, Any]) -> bool:
-            known = catalog.node(str(node.get("type")))
-            return bool(known and known.is_trigger) and not node.get("disabled")
 
-        triggers = [n for n in nodes if is_trigger(n)]
-        if wanted is not None:
-            found = next((n for n in triggers if n.get("name") == wanted), None)
-            if found is None:
-                names = ", ".join(str(n.get("name")) for n in triggers) or "none"
-                raise InvalidArgumentError(
-                    f"{wanted!r} is not a trigger of this workflow; its triggers: {names}"
-                )
-            return found
-        return triggers[0] if triggers else None
+def named_trigger(triggers: list[dict[str, Any]], wanted: str) -> dict[str, Any]:
+    """The trigger called `wanted`, or InvalidArgumentError listing the ones there are."""
+    found = next((n for n in triggers if n.get("name") == wanted), None)
+    if found is None:
+        names = ", ".join(str(n.get("name")) for n in triggers) or "none"
+        raise InvalidArgumentError(
+            f"{wanted!r} is not a trigger of this workflow; its triggers: {names}"
+        )
+    return found

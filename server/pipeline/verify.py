@@ -21,12 +21,11 @@ from typing import Any
 from server.catalog import CatalogService
 from server.domain.executions import Execution
 from server.domain.workflows import Workflow, WorkflowStore
-from server.errors import InvalidArgumentError
 from server.pipeline.build import WorkflowBuilder
 from server.pipeline.claim import claim_from_evidence, classify_failure
 from server.pipeline.fixtures import simulation_fixtures
 from server.pipeline.loop import Remediation
-from server.pipeline.runs import RunRequest, WorkflowRunner
+from server.pipeline.runs import RunRequest, WorkflowRunner, named_trigger
 from server.pipeline.simulation import main_flow_nodes
 from server.pipeline.work import WorkLoop
 
@@ -144,22 +143,11 @@ class Verifier:
         return {**fixtures, **(request.fixture_overrides or {})}
 
     async def _triggers(self, workflow: Workflow, wanted: str | None) -> list[str | None]:
-        catalog = await self._catalog.get()
-        triggers = [
-            str(n["name"])
-            for n in workflow.nodes
-            if not n.get("disabled")
-            and (known := catalog.node(str(n.get("type")))) is not None
-            and known.is_trigger
-        ]
+        """The triggers to verify: the one named, else each in turn (none: one pass)."""
+        triggers = (await self._catalog.get()).triggers(workflow.nodes)
         if wanted is not None:
-            if wanted not in triggers:
-                names = ", ".join(triggers) or "none"
-                raise InvalidArgumentError(
-                    f"{wanted!r} is not a trigger of this workflow; its triggers: {names}"
-                )
-            return [wanted]
-        return list(triggers) or [None]
+            return [str(named_trigger(triggers, wanted)["name"])]
+        return [str(n["name"]) for n in triggers] or [None]
 
     def _result(
         self,
