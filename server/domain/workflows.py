@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from server.errors import InvalidArgumentError, NotFoundError
 from server.runtime.ids import new_id
@@ -173,27 +173,15 @@ class WorkflowStore:
                     )
                     raise WorkflowGoneError(workflow_id, archived=archived is not None)
                 row = dict(found)
-            next_number = (
-                select(func.coalesce(func.max(VERSIONS.c.number), 0) + 1)
-                .where(VERSIONS.c.workflow_id == workflow_id)
-                .scalar_subquery()
-            )
-            number = await conn.scalar(
-                insert(VERSIONS)
-                .values(
-                    id=version_id,
-                    workflow_id=workflow_id,
-                    number=next_number,
-                    name=content.name,
-                    nodes=content.nodes,
-                    connections=content.connections,
-                    settings=content.settings,
-                    source_hash=source_hash,
-                    created_at=now,
-                    fixtures=fixtures,
-                    simulation_plan=simulation_plan,
-                )
-                .returning(VERSIONS.c.number)
+            number = await _add_version(
+                conn,
+                workflow_id=workflow_id,
+                version_id=version_id,
+                content=content,
+                source_hash=source_hash,
+                fixtures=fixtures,
+                simulation_plan=simulation_plan,
+                now=now,
             )
             upsert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(
                 BINDINGS
@@ -224,7 +212,7 @@ class WorkflowStore:
             is_supporting=row["is_supporting"],
             active_version_id=row["active_version_id"],
             current_version_id=version_id,
-            version_number=int(number or 1),
+            version_number=number,
             created_at=row["created_at"],
             updated_at=now,
             nodes=content.nodes,
@@ -274,13 +262,27 @@ class WorkflowStore:
         """Set credentials on named nodes, all or none, as a new version (fixtures and plan
         carried over). Unknown node names are refused before anything changes."""
         now = datetime.now(UTC)
-        async with self.db.session() as session, session.begin():
-            row = await session.get(WorkflowRow, workflow_id, with_for_update=True)
+        version_id = new_id("ver")
+        async with self.db.engine.begin() as conn:
+            row = (
+                await conn.execute(
+                    select(WORKFLOWS.c.current_version_id, WORKFLOWS.c.is_archived)
+                    .where(WORKFLOWS.c.id == workflow_id)
+                    .with_for_update()
+                )
+            ).first()
             if row is None or row.is_archived:
                 raise WorkflowGoneError(workflow_id, archived=row is not None)
-            current = await session.get(WorkflowVersionRow, row.current_version_id)
-            assert current is not None  # written with the row
-            nodes = [dict(n) for n in current.nodes]
+            current = (
+                (
+                    await conn.execute(
+                        select(VERSIONS).where(VERSIONS.c.id == row.current_version_id)
+                    )
+                )
+                .mappings()
+                .one()
+            )
+            nodes = [dict(n) for n in current["nodes"]]
             names = {str(n.get("name")) for n in nodes}
             unknown = sorted(set(credentials) - names)
             if unknown:
@@ -294,27 +296,26 @@ class WorkflowStore:
                         **(node.get("credentials") or {}),
                         **credentials[str(node["name"])],
                     }
-            number = await session.scalar(
-                select(func.max(WorkflowVersionRow.number)).where(
-                    WorkflowVersionRow.workflow_id == workflow_id
-                )
-            )
-            version = WorkflowVersionRow(
-                id=new_id("ver"),
+            await _add_version(
+                conn,
                 workflow_id=workflow_id,
-                number=(number or 0) + 1,
-                name=current.name,
-                nodes=nodes,
-                connections=current.connections,
-                settings=current.settings,
-                source_hash=current.source_hash,
-                created_at=now,
-                fixtures=current.fixtures,
-                simulation_plan=current.simulation_plan,
+                version_id=version_id,
+                content=WorkflowContent(
+                    name=current["name"],
+                    nodes=nodes,
+                    connections=current["connections"],
+                    settings=current["settings"],
+                ),
+                source_hash=current["source_hash"],
+                fixtures=current["fixtures"],
+                simulation_plan=current["simulation_plan"],
+                now=now,
             )
-            session.add(version)
-            row.current_version_id = version.id
-            row.updated_at = now
+            await conn.execute(
+                update(WORKFLOWS)
+                .where(WORKFLOWS.c.id == workflow_id)
+                .values(current_version_id=version_id, updated_at=now)
+            )
         return [str(n["name"]) for n in nodes if n.get("name") in credentials]
 
     async def version_count(self, workflow_id: str) -> int:
@@ -323,6 +324,44 @@ class WorkflowStore:
                 select(func.count()).where(WorkflowVersionRow.workflow_id == workflow_id)
             )
             return int(count or 0)
+
+
+async def _add_version(
+    conn: AsyncConnection,
+    *,
+    workflow_id: str,
+    version_id: str,
+    content: WorkflowContent,
+    source_hash: str | None,
+    fixtures: dict[str, Any] | None,
+    simulation_plan: list[dict[str, Any]] | None,
+    now: datetime,
+) -> int:
+    """Insert the next version of a workflow (numbered max + 1 in the same statement; the
+    unique index refuses a duplicate) and return its number."""
+    next_number = (
+        select(func.coalesce(func.max(VERSIONS.c.number), 0) + 1)
+        .where(VERSIONS.c.workflow_id == workflow_id)
+        .scalar_subquery()
+    )
+    number = await conn.scalar(
+        insert(VERSIONS)
+        .values(
+            id=version_id,
+            workflow_id=workflow_id,
+            number=next_number,
+            name=content.name,
+            nodes=content.nodes,
+            connections=content.connections,
+            settings=content.settings,
+            source_hash=source_hash,
+            created_at=now,
+            fixtures=fixtures,
+            simulation_plan=simulation_plan,
+        )
+        .returning(VERSIONS.c.number)
+    )
+    return int(number or 1)
 
 
 async def _load(session: AsyncSession, workflow_id: str) -> Workflow | None:

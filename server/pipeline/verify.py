@@ -20,11 +20,12 @@ from typing import Any
 
 from server.catalog import CatalogService
 from server.domain.executions import Execution
+from server.domain.work_items import WorkItem
 from server.domain.workflows import Workflow, WorkflowStore
 from server.pipeline.build import WorkflowBuilder
 from server.pipeline.claim import claim_from_evidence, classify_failure
 from server.pipeline.fixtures import simulation_fixtures
-from server.pipeline.loop import Remediation
+from server.pipeline.loop import LoopState, Remediation
 from server.pipeline.runs import RunRequest, WorkflowRunner, named_trigger
 from server.pipeline.simulation import main_flow_nodes
 from server.pipeline.work import WorkLoop
@@ -62,15 +63,15 @@ class Verifier:
 
     async def verify(self, request: VerifyRequest) -> dict[str, Any]:
         workflow = await self._workflows.require(request.workflow_id)
-        work_item_id = request.work_item_id
-        fix_targets: list[str] = []
-        if not work_item_id:
-            latest = await self._loop.latest_for_workflow(request.thread_id, workflow.id)
-            work_item_id = latest.id if latest is not None else None
-        if work_item_id:
-            _item, state = await self._loop.load(request.thread_id, work_item_id)
-            # The node the last repair targeted must be exercised for real to count as proven.
-            fix_targets = [state.last_failed_node_name] if state.last_failed_node_name else []
+        found: tuple[WorkItem, LoopState] | None
+        if request.work_item_id:
+            found = await self._loop.load(request.thread_id, request.work_item_id)
+        else:
+            found = await self._loop.latest_for_workflow(request.thread_id, workflow.id)
+        work_item_id = found[0].id if found is not None else None
+        state = found[1] if found is not None else None
+        # The node the last repair targeted must be exercised for real to count as proven.
+        fix_targets = [state.last_failed_node_name] if state and state.last_failed_node_name else []
         declared, plan = await self._workflows.verification_inputs(workflow.current_version_id)
         simulated = [e["nodeName"] for e in plan or [] if e["verdict"] == "simulate"]
         refusal = _check_overrides(request, simulated)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from server.domain.work_items import WorkItem, WorkItemStore
+from server.errors import InvalidArgumentError
 from server.pipeline.build import BuildOutcome, BuildRequest
 from server.pipeline.loop import (
     Action,
@@ -45,13 +46,17 @@ class WorkLoop:
     def __init__(self, items: WorkItemStore) -> None:
         self.items = items
 
-    async def load(self, thread_id: str, work_item_id: str) -> tuple[WorkItem, LoopState]:
+    async def load(
+        self, thread_id: str, work_item_id: str, *, workflow_id: str | None = None
+    ) -> tuple[WorkItem, LoopState]:
+        """The work item and its loop state; with `workflow_id`, refused unless the item
+        builds that workflow."""
         item = await self.items.require(work_item_id, thread_id=thread_id)
+        if workflow_id is not None and item.workflow_id and item.workflow_id != workflow_id:
+            raise InvalidArgumentError(
+                f"work item {work_item_id} builds workflow {item.workflow_id}, not {workflow_id}"
+            )
         return item, _state(item)
-
-    async def item_for_build(self, request: BuildRequest) -> tuple[LoopState, dict[str, Any]]:
-        """The work item a build of this file moves (looked up while the build runs)."""
-        return await self._item_for_build(request)
 
     async def after_build(
         self,
@@ -61,7 +66,7 @@ class WorkLoop:
     ) -> BuildOutcome:
         """Move the file's work item by this build; the outcome gets the work item id and the
         loop's remediation (budgets stamped, or blocked when they are used up)."""
-        state, previous = item or await self._item_for_build(request)
+        state, previous = item or await self.item_for_build(request)
         state, _action = on_build(
             state,
             BuildReport(
@@ -89,7 +94,9 @@ class WorkLoop:
             outcome.remediation = state.last_remediation or outcome.remediation
         return outcome
 
-    async def _item_for_build(self, request: BuildRequest) -> tuple[LoopState, dict[str, Any]]:
+    async def item_for_build(self, request: BuildRequest) -> tuple[LoopState, dict[str, Any]]:
+        """The work item a build of this file moves: the one named, the file's unsettled one,
+        or a new one."""
         if request.work_item_id:
             item, state = await self.load(request.thread_id, request.work_item_id)
             return state, item.outcome
@@ -122,13 +129,16 @@ class WorkLoop:
         await self.items.save(_item(state, {**item.outcome, "verification": record}))
 
     async def report_verdict(
-        self, thread_id: str, work_item_id: str, report: VerdictReport
+        self, thread_id: str, work_item_id: str, workflow_id: str, report: VerdictReport
     ) -> tuple[LoopState, Action, dict[str, Any]]:
-        item, state = await self.load(thread_id, work_item_id)
+        item, state = await self.load(thread_id, work_item_id, workflow_id=workflow_id)
         state, action = on_verdict(state, report)
         if action.kind != "ignored":
             await self.items.save(_item(state, item.outcome))
         return state, action, item.outcome
 
-    async def latest_for_workflow(self, thread_id: str, workflow_id: str) -> WorkItem | None:
-        return await self.items.latest_for_workflow(thread_id, workflow_id)
+    async def latest_for_workflow(
+        self, thread_id: str, workflow_id: str
+    ) -> tuple[WorkItem, LoopState] | None:
+        item = await self.items.latest_for_workflow(thread_id, workflow_id)
+        return (item, _state(item)) if item is not None else None

@@ -7,7 +7,6 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from server.errors import InvalidArgumentError
 from server.pipeline.loop import (
     MAX_POST_SUBMIT_REMEDIATION_SUBMITS,
     MAX_PRE_SAVE_SUBMIT_FAILURES,
@@ -119,12 +118,6 @@ class VerdictOutput(ToolModel):
 
 
 async def report_verification_verdict(ctx: ToolContext, args: VerdictInput) -> VerdictOutput:
-    item, _ = await ctx.runtime.loop.load(ctx.thread_id, args.work_item_id)
-    if item.workflow_id and item.workflow_id != args.workflow_id:
-        raise InvalidArgumentError(
-            f"work item {args.work_item_id} builds workflow {item.workflow_id}, "
-            f"not {args.workflow_id}"
-        )
     remediation = (
         Remediation(
             category=args.remediation.category,
@@ -138,6 +131,7 @@ async def report_verification_verdict(ctx: ToolContext, args: VerdictInput) -> V
     state, action, outcome = await ctx.runtime.loop.report_verdict(
         ctx.thread_id,
         args.work_item_id,
+        args.workflow_id,
         VerdictReport(
             verdict=args.verdict,
             run_id=args.run_id,
@@ -285,12 +279,7 @@ class ApplyCredentialsOutput(ToolModel):
 async def apply_workflow_credentials(
     ctx: ToolContext, args: ApplyCredentialsInput
 ) -> ApplyCredentialsOutput:
-    item, _ = await ctx.runtime.loop.load(ctx.thread_id, args.work_item_id)
-    if item.workflow_id and item.workflow_id != args.workflow_id:
-        raise InvalidArgumentError(
-            f"work item {args.work_item_id} builds workflow {item.workflow_id}, "
-            f"not {args.workflow_id}"
-        )
+    await ctx.runtime.loop.load(ctx.thread_id, args.work_item_id, workflow_id=args.workflow_id)
     mapping = {
         node: {kind: ref.model_dump() for kind, ref in refs.items()}
         for node, refs in args.credentials.items()
