@@ -6,10 +6,12 @@ import enum
 
 import structlog
 
+from server.agent import Agent, provider_from_settings
 from server.api.server import GrpcServer, start_grpc_server
 from server.errors import UnavailableError
 from server.runtime import Runtime
 from server.settings import Settings
+from server.tools.registry import default_registry
 
 log = structlog.get_logger(__name__)
 
@@ -27,6 +29,7 @@ class Application:
         self.settings = settings
         self._state = _State.NEW
         self._runtime: Runtime | None = None
+        self._agent: Agent | None = None
         self._grpc: GrpcServer | None = None
 
     @property
@@ -34,6 +37,12 @@ class Application:
         if self._runtime is None:
             raise RuntimeError("the application is not running")
         return self._runtime
+
+    @property
+    def agent(self) -> Agent:
+        if self._agent is None:
+            raise RuntimeError("the application is not running")
+        return self._agent
 
     @property
     def grpc(self) -> GrpcServer:
@@ -54,9 +63,13 @@ class Application:
             raise RuntimeError("an Application cannot be restarted; make a new one")
         self._state = _State.RUNNING
         self._runtime = await Runtime.open(self.settings)
+        registry = default_registry()
+        self._agent = Agent(self._runtime, registry, provider_from_settings(self.settings))
         try:
-            self._grpc = await start_grpc_server(self._runtime)
+            await self._agent.start()
+            self._grpc = await start_grpc_server(self._runtime, self._agent, registry)
         except RuntimeError as exc:  # grpc raises RuntimeError when it cannot bind
+            await self._agent.close()
             await self._runtime.close()
             self._state = _State.STOPPED
             raise UnavailableError(
@@ -77,6 +90,8 @@ class Application:
             self.runtime.events.end_live()
             log.info("draining in-flight calls", grace_seconds=grace)
             await self._grpc.server.stop(grace)
+        if self._agent is not None:
+            await self._agent.close()
         await self.runtime.close()
         log.info("stopped")
 

@@ -24,6 +24,32 @@ ENV_PREFIX = "INSTANCE_AI_"
 CONFIG_FILE_ENV = ENV_PREFIX + "CONFIG_FILE"
 DATABASE_FILE_NAME = "instance-ai.db"
 
+PermissionMode = Literal["require_approval", "always_allow", "blocked"]
+# The HITL-gated actions; each defaults to require_approval.
+GATED_ACTIONS = [
+    "createWorkflow",
+    "updateWorkflow",
+    "runWorkflow",
+    "publishWorkflow",
+    "deleteWorkflow",
+    "createCredential",
+    "deleteCredential",
+    "createFolder",
+    "deleteFolder",
+    "moveWorkflowToFolder",
+    "tagWorkflow",
+    "createDataTable",
+    "deleteDataTable",
+    "mutateDataTableSchema",
+    "mutateDataTableRows",
+    "cleanupTestExecutions",
+    "readFilesystem",
+    "fetchUrl",
+    "webSearch",
+    "restoreWorkflowVersion",
+    "executeMcpTool",
+]
+
 # The --config flag, read while settings are built (the environment variable is the fallback).
 _config_file: ContextVar[Path | None] = ContextVar("config_file", default=None)
 
@@ -102,6 +128,34 @@ class Settings(BaseSettings):
     build_diagnostics_timeout_seconds: float = Field(
         5.0, gt=0, le=120, description="deadline for the TypeScript check of a failed build"
     )
+    model: str | None = Field(
+        None, description="model the agent uses, e.g. claude-sonnet-4-5; unset: no agent"
+    )
+    anthropic_api_key: SecretStr | None = Field(
+        None, description="API key for the model (else the SDK reads ANTHROPIC_API_KEY)"
+    )
+    anthropic_base_url: str | None = Field(None, description="Messages API base URL")
+    model_max_tokens: int = Field(8192, ge=1, le=200_000, description="per model turn")
+    model_timeout_seconds: float = Field(600, gt=0, le=3600, description="per model request")
+    model_max_retries: int = Field(
+        3, ge=0, le=10, description="retries of a failed model request (429/5xx, dead stream)"
+    )
+    agent_max_steps: int = Field(50, ge=1, le=1000, description="model turns per run")
+    agent_history_token_budget: int = Field(
+        150_000, ge=1000, description="history sent with each model request, in tokens"
+    )
+    agent_tool_result_max_tokens: int = Field(
+        50_000, ge=100, description="larger tool results go to the workspace, by reference"
+    )
+    background_task_limit: int = Field(5, ge=1, le=100, description="running per thread")
+    confirmation_timeout_seconds: float = Field(
+        86_400, ge=0, description="unanswered confirmations are denied after this; 0: never"
+    )
+    confirmation_sweep_interval_seconds: float = Field(60, gt=0)
+    permissions: dict[str, PermissionMode] = Field(
+        default_factory=dict,
+        description='HITL mode per action, JSON, e.g. {"runWorkflow": "always_allow"}',
+    )
     subscriber_buffer: int = Field(
         4096, ge=512, le=1_000_000, description="live events held per slow subscriber"
     )
@@ -111,6 +165,14 @@ class Settings(BaseSettings):
     def _split_keys(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [key.strip() for key in value.split(",") if key.strip()]
+        return value
+
+    @field_validator("permissions")
+    @classmethod
+    def _known_actions(cls, value: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(value) - set(GATED_ACTIONS))
+        if unknown:
+            raise ValueError(f"unknown actions {unknown}; known: {', '.join(GATED_ACTIONS)}")
         return value
 
     @field_validator("database_url")

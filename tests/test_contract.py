@@ -102,16 +102,6 @@ async def test_health_reports_serving_for_the_server_and_each_service(
     ("make_call", "needs"),
     [
         (
-            lambda ch: agent_pb2_grpc.AgentStub(ch).SendMessage(
-                agent_pb2.SendMessageRequest(thread_id="t1", message="build me a workflow")
-            ),
-            "orchestrator",
-        ),
-        (
-            lambda ch: agent_pb2_grpc.AgentStub(ch).Confirm(agent_pb2.ConfirmRequest()),
-            "orchestrator",
-        ),
-        (
             lambda ch: browser_pb2_grpc.BrowserStub(ch).CreateConnectLink(
                 browser_pb2.CreateConnectLinkRequest()
             ),

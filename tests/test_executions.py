@@ -18,7 +18,9 @@ from tests.test_build import ROOT, WORKFLOWS, Client
 
 @pytest.fixture
 async def client(make_docker_settings: Callable[..., Settings]) -> AsyncIterator[Client]:
-    async with serving(make_docker_settings()) as (app, channel):
+    # Direct calls of a gated tool need the permission (see test_agent_loop for approvals).
+    settings = make_docker_settings(permissions={"runWorkflow": "always_allow"})
+    async with serving(settings) as (app, channel):
         yield Client(app, channel)
 
 

@@ -8,17 +8,17 @@ from contextlib import aclosing
 import grpc
 
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc
-from server.api.convert import event_to_proto, thread_status_to_proto
-from server.errors import NotImplementedCapabilityError
+from server.agent import Agent
+from server.api.convert import event_to_proto, from_struct, thread_status_to_proto
+from server.errors import InvalidArgumentError
 from server.runtime import Runtime
 from server.runtime.validation import check_chat_message, check_thread_id, parse_cursor
 
-ORCHESTRATOR = "the orchestrator (agent loop, model provider, HITL and background tasks)"
-
 
 class AgentServicer(agent_pb2_grpc.AgentServicer):
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, agent: Agent) -> None:
         self._runtime = runtime
+        self._agent = agent
 
     async def SendMessage(
         self, request: agent_pb2.SendMessageRequest, context: grpc.aio.ServicerContext
@@ -30,7 +30,10 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             max_chars=limits.max_chat_message_chars,
             setting="INSTANCE_AI_MAX_CHAT_MESSAGE_CHARS",
         )
-        raise NotImplementedCapabilityError(ORCHESTRATOR)
+        run_id = await self._agent.send_message(
+            request.thread_id, request.message, request.message_id
+        )
+        return agent_pb2.SendMessageResponse(run_id=run_id)
 
     async def StreamEvents(
         self, request: agent_pb2.StreamEventsRequest, context: grpc.aio.ServicerContext
@@ -46,23 +49,40 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
     async def Confirm(
         self, request: agent_pb2.ConfirmRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.ConfirmResponse:
-        raise NotImplementedCapabilityError(ORCHESTRATOR)
+        check_thread_id(request.thread_id)
+        if not request.request_id:
+            raise InvalidArgumentError("request_id is required: the requestId of the card")
+        run_id = await self._agent.confirm(
+            request.thread_id, request.request_id, from_struct(request.resume)
+        )
+        return agent_pb2.ConfirmResponse(run_id=run_id)
 
     async def CancelRun(
         self, request: agent_pb2.CancelRunRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.CancelRunResponse:
-        run_id = await self._runtime.threads.cancel_run(request.thread_id)
+        check_thread_id(request.thread_id)
+        run_id = await self._agent.cancel_run(request.thread_id)
         return agent_pb2.CancelRunResponse(run_id=run_id or "", cancelled=run_id is not None)
 
     async def CancelTask(
         self, request: agent_pb2.CancelTaskRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.CancelTaskResponse:
-        raise NotImplementedCapabilityError(ORCHESTRATOR)
+        check_thread_id(request.thread_id)
+        _check_task_id(request.task_id)
+        cancelled = await self._runtime.background.cancel(request.thread_id, request.task_id)
+        return agent_pb2.CancelTaskResponse(cancelled=cancelled)
 
     async def CorrectTask(
         self, request: agent_pb2.CorrectTaskRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.CorrectTaskResponse:
-        raise NotImplementedCapabilityError(ORCHESTRATOR)
+        check_thread_id(request.thread_id)
+        _check_task_id(request.task_id)
+        if not request.correction.strip():
+            raise InvalidArgumentError("correction is empty: say what the task should change")
+        result = self._runtime.background.correct(
+            request.thread_id, request.task_id, request.correction
+        )
+        return agent_pb2.CorrectTaskResponse(result=result)
 
     async def GetThreadStatus(
         self, request: agent_pb2.GetThreadStatusRequest, context: grpc.aio.ServicerContext
@@ -75,3 +95,8 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
     ) -> agent_pb2.DeleteThreadResponse:
         await self._runtime.threads.delete(request.thread_id)
         return agent_pb2.DeleteThreadResponse()
+
+
+def _check_task_id(task_id: str) -> None:
+    if not task_id:
+        raise InvalidArgumentError("task_id is required (from GetThreadStatus.background_tasks)")

@@ -20,6 +20,7 @@ from instance_ai.v1 import (
     workspace_pb2,
     workspace_pb2_grpc,
 )
+from server.agent import Agent
 from server.api.agent import AgentServicer
 from server.api.interceptors import AuthInterceptor, ErrorInterceptor
 from server.api.pipeline import PipelineServicer
@@ -28,7 +29,7 @@ from server.api.unimplemented import add_pending_services
 from server.api.workspace import WorkspaceServicer
 from server.runtime import Runtime
 from server.settings import Settings
-from server.tools.registry import default_registry
+from server.tools.registry import ToolRegistry
 
 log = structlog.get_logger(__name__)
 
@@ -67,7 +68,7 @@ def listen_host(settings: Settings, keys: list[str]) -> str:
     return "127.0.0.1"
 
 
-async def start_grpc_server(runtime: Runtime) -> GrpcServer:
+async def start_grpc_server(runtime: Runtime, agent: Agent, registry: ToolRegistry) -> GrpcServer:
     settings = runtime.settings
     keys = settings.accepted_api_keys()
     interceptors: list[grpc.aio.ServerInterceptor] = []
@@ -85,9 +86,8 @@ async def start_grpc_server(runtime: Runtime) -> GrpcServer:
             ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
         ],
     )
-    agent_pb2_grpc.add_AgentServicer_to_server(AgentServicer(runtime), server)
+    agent_pb2_grpc.add_AgentServicer_to_server(AgentServicer(runtime, agent), server)
     workspace_pb2_grpc.add_WorkspaceServicer_to_server(WorkspaceServicer(runtime), server)
-    registry = default_registry()
     tools_pb2_grpc.add_ToolsServicer_to_server(ToolsServicer(runtime, registry), server)
     pipeline_pb2_grpc.add_PipelineServicer_to_server(PipelineServicer(runtime, registry), server)
     services = [

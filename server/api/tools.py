@@ -25,10 +25,10 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
                     name=spec.name,
                     description=spec.description,
                     group=spec.group,
-                    input_schema=to_struct(self._registry.input_schema(spec)),
+                    input_schema=to_struct(schema),
                     hitl_action=spec.hitl_action or "",
                 )
-                for spec in self._registry.specs()
+                for spec, schema in self._registry.listed(self._runtime)
             ]
         )
 

@@ -1,5 +1,6 @@
 """The runtime: the durable per-thread event log, threads and runs, and the services built on
-them (sandboxes, the catalog, the workflow store, the builder). One per server process."""
+them (sandboxes, the catalog, the workflow store, the builder, the conversation history,
+HITL confirmations, plans and background tasks). One per server process."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ from server.pipeline.build import WorkflowBuilder
 from server.pipeline.runs import WorkflowRunner
 from server.pipeline.verify import Verifier
 from server.pipeline.work import WorkLoop
+from server.runtime.background import BackgroundTasks
+from server.runtime.conversation import Conversation
 from server.runtime.events import Event, EventLog
+from server.runtime.hitl import Hitl
+from server.runtime.plans import Plans
 from server.runtime.sandboxes import SandboxService
 from server.runtime.threads import Threads, ThreadStatus
 from server.settings import Settings
@@ -38,13 +43,18 @@ class Runtime:
     runner: WorkflowRunner
     loop: WorkLoop
     verifier: Verifier
+    conversation: Conversation
+    hitl: Hitl
+    plans: Plans
+    background: BackgroundTasks
 
     @classmethod
     async def open(cls, settings: Settings) -> Runtime:
         db = await Database.open(settings.resolved_database_url)
         events = EventLog(db=db, subscriber_buffer=settings.subscriber_buffer)
         events.start()
-        threads = Threads(db=db, events=events)
+        background = BackgroundTasks(events=events, limit=settings.background_task_limit)
+        threads = Threads(db=db, events=events, background=background.running)
         sandboxes = SandboxService(settings, db, thread_known=threads.exists)
         threads.on_deleted = sandboxes.destroy
         await sandboxes.start()
@@ -67,6 +77,10 @@ class Runtime:
             builder=builder, catalog=catalog, workflows=workflows, runner=runner, loop=loop
         )
         return cls(
+            conversation=Conversation(db=db),
+            hitl=Hitl(db=db, events=events, modes=dict(settings.permissions)),
+            plans=Plans(db=db, events=events),
+            background=background,
             executions=executions,
             runner=runner,
             loop=loop,
@@ -82,6 +96,7 @@ class Runtime:
         )
 
     async def close(self) -> None:
+        await self.background.cancel_all()
         await self.sandboxes.close()
         await self.events.close()
         await self.db.close()

@@ -324,6 +324,28 @@ class EventLog:
                 return
             cursor = page[-1].id or cursor
 
+    async def unfinished_tool_calls(self, thread_id: str, run_id: str) -> list[str]:
+        """Tool calls of a run with a `tool-call` but no `tool-result` / `tool-error`."""
+        column = EVENTS.c
+        async with self.db.engine.connect() as conn:
+            rows = await conn.execute(
+                select(column.type, column.payload)
+                .where(
+                    column.thread_id == thread_id,
+                    column.run_id == run_id,
+                    column.type.in_(("tool-call", "tool-result", "tool-error")),
+                )
+                .order_by(column.id)
+            )
+            open_calls: dict[str, None] = {}
+            for kind, payload in rows:
+                call_id = payload.get("toolCallId", "")
+                if kind == "tool-call":
+                    open_calls[call_id] = None
+                else:
+                    open_calls.pop(call_id, None)
+        return list(open_calls)
+
     def _forget(self, subscription: _Subscription) -> None:
         subscribers = self._subscribers.get(subscription.thread_id)
         if subscribers is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -15,7 +16,17 @@ from server.runtime.events import EventLog
 from server.runtime.ids import new_id
 from server.runtime.validation import check_thread_id
 from server.store import Database
-from server.store.models import EventRow, RunRow, SourceBindingRow, ThreadRow, WorkItemRow
+from server.store.models import (
+    ConfirmationRow,
+    EventRow,
+    MessageRow,
+    PermissionRow,
+    PlanRow,
+    RunRow,
+    SourceBindingRow,
+    ThreadRow,
+    WorkItemRow,
+)
 from server.store.threads import ensure_threads, get_thread
 
 # A run in one of these holds the thread (a partial unique index enforces one per thread).
@@ -34,6 +45,27 @@ class BackgroundTaskInfo:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RunInfo:
+    id: str
+    thread_id: str
+    status: str
+    kind: str
+    message_group_id: str | None
+    state: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, row: RunRow) -> RunInfo:
+        return cls(
+            id=row.id,
+            thread_id=row.thread_id,
+            status=row.status,
+            kind=row.kind,
+            message_group_id=row.message_group_id,
+            state=row.state,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class ThreadStatus:
     thread_id: str
     has_active_run: bool
@@ -47,12 +79,18 @@ async def _nothing(_thread_id: str) -> None:
     return None
 
 
+def _no_tasks(_thread_id: str) -> list[BackgroundTaskInfo]:
+    return []
+
+
 @dataclass(kw_only=True)
 class Threads:
     db: Database
     events: EventLog
     # Called after a thread is deleted, e.g. to destroy its sandbox.
     on_deleted: Callable[[str], Awaitable[None]] = _nothing
+    # The thread's running background tasks (they live in memory, see background.py).
+    background: Callable[[str], list[BackgroundTaskInfo]] = _no_tasks
     _known: set[str] = field(default_factory=set)
 
     async def exists(self, thread_id: str) -> bool:
@@ -83,6 +121,7 @@ class Threads:
             is_suspended=run is not None and run.status == "suspended",
             active_run_id=run.id if run is not None else None,
             last_event_id=thread.last_event_id,
+            background_tasks=self.background(thread_id),
         )
 
     async def delete(self, thread_id: str) -> None:
@@ -94,7 +133,14 @@ class Threads:
             # connection having foreign keys switched on.
             await session.execute(delete(EventRow).where(EventRow.thread_id == thread_id))
             await session.execute(delete(RunRow).where(RunRow.thread_id == thread_id))
-            for table in (SourceBindingRow, WorkItemRow):
+            for table in (
+                SourceBindingRow,
+                WorkItemRow,
+                MessageRow,
+                ConfirmationRow,
+                PermissionRow,
+                PlanRow,
+            ):
                 await session.execute(delete(table).where(table.thread_id == thread_id))
             await session.execute(delete(ThreadRow).where(ThreadRow.id == thread_id))
         self._known.discard(thread_id)
@@ -104,7 +150,14 @@ class Threads:
         )
         await self.on_deleted(thread_id)
 
-    async def start_run(self, thread_id: str, *, message_id: str | None = None) -> str:
+    async def start_run(
+        self,
+        thread_id: str,
+        *,
+        message_id: str | None = None,
+        kind: str = "chat",
+        message_group_id: str | None = None,
+    ) -> str:
         """Open a run (creating the thread if new) and announce it with `run-start`."""
         check_thread_id(thread_id)
         run_id = new_id("run")
@@ -117,6 +170,8 @@ class Threads:
                         thread_id=thread_id,
                         status="active",
                         started_at=datetime.now(UTC),
+                        kind=kind,
+                        message_group_id=message_group_id,
                     )
                 )
         except IntegrityError:
@@ -124,10 +179,38 @@ class Threads:
                 f"thread {thread_id!r} already has an active run; wait for it to finish or "
                 "cancel it with CancelRun"
             ) from None
-        await self.events.append(
-            thread_id, "run-start", {"messageId": message_id or ""}, run_id=run_id
-        )
+        payload = {"messageId": message_id or ""}
+        if message_group_id:
+            payload["messageGroupId"] = message_group_id
+        await self.events.append(thread_id, "run-start", payload, run_id=run_id)
         return run_id
+
+    async def run(self, run_id: str) -> RunInfo | None:
+        async with self.db.session() as session:
+            row = await session.get(RunRow, run_id)
+            return RunInfo.of(row) if row else None
+
+    async def open_runs(self) -> list[RunInfo]:
+        """Every active or suspended run (recovery at start-up)."""
+        async with self.db.session() as session:
+            rows = await session.execute(select(RunRow).where(RunRow.status.in_(OPEN_RUN_STATES)))
+            return [RunInfo.of(row) for row in rows.scalars()]
+
+    async def save_state(
+        self, run_id: str, state: dict[str, Any] | None, *, status: str | None = None
+    ) -> bool:
+        """Store an open run's loop state (and move it between active and suspended).
+        False if the run is no longer open (cancelled meanwhile)."""
+        values: dict[str, Any] = {"state": state}
+        if status is not None:
+            values["status"] = status
+        async with self.db.session() as session, session.begin():
+            changed = await session.execute(
+                update(RunRow)
+                .where(RunRow.id == run_id, RunRow.status.in_(OPEN_RUN_STATES))
+                .values(**values)
+            )
+        return bool(changed.rowcount)  # type: ignore[attr-defined]
 
     async def finish_run(
         self, thread_id: str, run_id: str, *, status: str, reason: str | None = None

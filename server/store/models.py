@@ -60,6 +60,12 @@ class RunRow(Base):
     started_at: Mapped[datetime] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # chat (a user message) | follow-up (started by the service, e.g. when a plan settles)
+    kind: Mapped[str] = mapped_column(String(16), default="chat")
+    message_group_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # The agent loop's resumable state: the tool calls of the current step, the results in
+    # so far, and the call that is waiting for a person (see server/agent/loop.py).
+    state: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
     __table_args__ = (
         # One open (active or suspended) run per thread, enforced by the database itself.
@@ -186,4 +192,69 @@ class WorkItemRow(Base):
     state: Mapped[dict[str, Any]] = mapped_column(JSON)
     outcome: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class MessageRow(Base):
+    """One message of a thread's conversation with the model, in the Messages API shape
+    (`content` is a list of blocks). Rows are appended in order; `seq` orders them."""
+
+    __tablename__ = "thread_messages"
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    thread_id: Mapped[str] = mapped_column(ForeignKey("threads.id", ondelete="CASCADE"))
+    run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    role: Mapped[str] = mapped_column(String(16))
+    content: Mapped[list[Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index("ix_thread_messages_thread", "thread_id", "seq"),)
+
+
+class ConfirmationRow(Base):
+    """A question put to a person (HITL card) by a suspended run."""
+
+    __tablename__ = "confirmations"
+
+    request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    thread_id: Mapped[str] = mapped_column(ForeignKey("threads.id", ondelete="CASCADE"), index=True)
+    run_id: Mapped[str] = mapped_column(String(64), index=True)
+    tool_call_id: Mapped[str] = mapped_column(String(128))
+    tool_name: Mapped[str] = mapped_column(String(64))
+    # The confirmation-request payload as published.
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # pending | answered | expired | cancelled
+    status: Mapped[str] = mapped_column(String(16))
+    answer: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class PermissionRow(Base):
+    """An "always allow" a person gave for one HITL action in one thread."""
+
+    __tablename__ = "thread_permissions"
+
+    thread_id: Mapped[str] = mapped_column(
+        ForeignKey("threads.id", ondelete="CASCADE"), primary_key=True
+    )
+    action: Mapped[str] = mapped_column(String(64), primary_key=True)
+    mode: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class PlanRow(Base):
+    """A thread's planned task graph (one per thread) and its visible checklist."""
+
+    __tablename__ = "plans"
+
+    thread_id: Mapped[str] = mapped_column(
+        ForeignKey("threads.id", ondelete="CASCADE"), primary_key=True
+    )
+    plan_run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    message_group_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # awaiting_approval | active | awaiting_replan | completed | cancelled | none (checklist only)
+    status: Mapped[str] = mapped_column(String(32))
+    tasks: Mapped[list[Any]] = mapped_column(JSON)
+    checklist: Mapped[list[Any]] = mapped_column(JSON)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -231,6 +231,7 @@ TOOLS = [
         input_model=RunWorkflowInput,
         output_model=ExecutionOutput,
         handler=run_workflow,
+        hitl_action="runWorkflow",
     ),
     ToolSpec(
         name="get-execution",

@@ -1,12 +1,11 @@
-"""What a tool is: input and output models, a handler, and metadata. The registry (built with
-the orchestrator) collects these, derives provider schemas from the input models and
-validates calls against them."""
+"""What a tool is: input and output models, a handler, and metadata. The registry collects
+these, derives provider schemas from the input models and validates calls against them."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -19,10 +18,45 @@ class ToolModel(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_by_name=True, validate_by_alias=True)
 
 
+class Suspend(Exception):
+    """Raised by a handler that needs a person's answer. The loop persists the run, publishes
+    `confirmation-request` with `question` merged into the payload (`inputType`, `message`,
+    `severity`, `questions`, `tasks` ...) and calls the handler again with the answer in
+    `ToolContext.resume`."""
+
+    def __init__(self, question: dict[str, Any]) -> None:
+        super().__init__(question.get("message", "waiting for an answer"))
+        self.question = question
+
+
+class Orchestration(Protocol):
+    """What orchestration tools reach of the agent layer (implemented in `server/agent`)."""
+
+    async def schedule_plan(self, thread_id: str, run_id: str | None) -> int:
+        """Start the approved plan's ready tasks; returns how many started."""
+        ...
+
+    async def delegate(
+        self, thread_id: str, run_id: str | None, *, role: str, briefing: str, key: str | None
+    ) -> dict[str, Any]:
+        """Start a background agent; returns `{status, taskId?, agentId?}`."""
+        ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class ToolContext:
     runtime: Runtime
     thread_id: str
+    run_id: str | None = None
+    agent_id: str | None = None
+    tool_call_id: str | None = None
+    # The user message this run answers; a denied plan may not be resubmitted within it.
+    message_group_id: str | None = None
+    # chat | follow-up | replan | background: what started the run.
+    run_kind: str = "direct"
+    # The person's answer, when a suspended call is resumed (see hitl.parse_resume).
+    resume: dict[str, Any] | None = None
+    orchestration: Orchestration | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,8 +64,12 @@ class ToolSpec:
     name: str
     description: str
     group: str
-    input_model: type[ToolModel]
+    # A ToolModel subclass, or an annotated union of them (a tool with modes).
+    input_model: Any
     output_model: type[ToolModel]
     handler: Callable[[ToolContext, Any], Awaitable[ToolModel]]
-    # The HITL permission gating the tool, if any (e.g. "deleteWorkflow").
+    # The HITL permission gating the tool, if any (e.g. "runWorkflow").
     hitl_action: str | None = None
+    severity: str = "warning"
+    # Registered only where this holds (e.g. a search provider is configured).
+    condition: Callable[[Runtime], bool] | None = None

@@ -1,0 +1,849 @@
+"""The agent loop: messages in, model stream out, tool calls executed, results appended, until
+the model stops, the step budget is spent or a tool waits for a person.
+
+A run's whole resumable state is the thread's message history (persisted as it grows) plus
+the tool calls of the current step (`RunState`, kept on the run row). So a suspended run
+survives a restart and resumes on `Confirm`, and a run that was cut off mid-step can have its
+open calls closed with an honest result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import structlog
+
+from server.agent.prompt import background_prompt, orchestrator_prompt
+from server.agent.provider import (
+    ModelError,
+    ModelProvider,
+    ModelRequest,
+    ModelTurn,
+    StreamCallbacks,
+)
+from server.errors import FailedPreconditionError, NotFoundError
+from server.runtime import Runtime
+from server.runtime.background import TaskHandle
+from server.runtime.conversation import estimate_tokens, repair
+from server.runtime.hitl import DENIED_BY_TIMEOUT, Confirmation, parse_resume
+from server.runtime.ids import new_id
+from server.runtime.threads import RunInfo
+from server.tools.registry import ToolInputError, ToolRegistry, blocked_message, describe, dump
+from server.tools.spec import Orchestration, Suspend, ToolContext, ToolSpec
+
+log = structlog.get_logger(__name__)
+
+ORCHESTRATOR = "orchestrator"
+ORCHESTRATION_GROUP = "orchestration"
+# Tools that may suspend on their own (they ask the person something).
+ASKING_TOOLS = ("create-tasks", "ask-user")
+NO_MODEL = (
+    "no model is configured: set INSTANCE_AI_MODEL (e.g. claude-sonnet-4-5) and "
+    "INSTANCE_AI_ANTHROPIC_API_KEY (or ANTHROPIC_API_KEY); everything else works without one"
+)
+OFFLOAD_DIR = ".tool-results"
+
+
+@dataclass(kw_only=True)
+class RunState:
+    """The tool calls of the step in progress; persisted on the run row."""
+
+    steps: int = 0
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The call waiting for a person: {toolCallId, requestId, gate: approval|tool}.
+    suspended: dict[str, Any] | None = None
+
+    @classmethod
+    def load(cls, value: dict[str, Any] | None) -> RunState:
+        return cls(**value) if value else cls()
+
+    def dump(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "pending": self.pending,
+            "results": self.results,
+            "suspended": self.suspended,
+        }
+
+    def open_calls(self) -> list[dict[str, Any]]:
+        return [c for c in self.pending if c["id"] not in self.results]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunScope:
+    """Who is running: the thread's orchestrator run, or a background agent."""
+
+    thread_id: str
+    run_id: str | None
+    agent_id: str
+    kind: str
+    message_group_id: str | None = None
+
+    @property
+    def background(self) -> bool:
+        return self.kind == "background"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Suspension:
+    question: dict[str, Any]
+    gate: str  # approval (the loop asks) | tool (the tool asks)
+
+
+Outcome = dict[str, Any] | Suspension  # a tool_result block's {content, is_error}, or a wait
+
+
+class Agent(Orchestration):
+    def __init__(
+        self, runtime: Runtime, registry: ToolRegistry, provider: ModelProvider | None
+    ) -> None:
+        self.runtime = runtime
+        self.settings = runtime.settings
+        self.registry = registry
+        self.provider = provider
+        self._drives: dict[str, asyncio.Task[None]] = {}
+        self._follow_ups: dict[str, list[tuple[str, str]]] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+        self._starting: set[asyncio.Future[None]] = set()
+        self._closing = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.recover()
+        if self.settings.confirmation_timeout_seconds > 0:
+            self._sweeper = asyncio.create_task(self._sweep_forever())
+
+    async def close(self) -> None:
+        """Stop the sweeper and every driven run; runs end as interrupted (shutdown)."""
+        self._closing = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+        drives = dict(self._drives)
+        for task in drives.values():
+            task.cancel()
+        await asyncio.gather(*drives.values(), return_exceptions=True)
+        await self.runtime.background.cancel_all()
+        for run in await self.runtime.threads.open_runs():
+            if run.status == "active":
+                await self._interrupt(run, reason="server_shutdown")
+        if self.provider is not None:
+            await self.provider.close()
+
+    async def recover(self) -> None:
+        """Runs that were active when the process died are closed as interrupted; suspended
+        runs stay suspended and resume on Confirm."""
+        for run in await self.runtime.threads.open_runs():
+            if run.status == "active":
+                await self._interrupt(run, reason="crash_interrupted")
+
+    async def _interrupt(self, run: RunInfo, *, reason: str) -> None:
+        events = self.runtime.events
+        for call_id in await events.unfinished_tool_calls(run.thread_id, run.id):
+            await events.append(
+                run.thread_id,
+                "tool-interrupted",
+                {"toolCallId": call_id, "error": "the server stopped during this call"},
+                run_id=run.id,
+            )
+        await self._close_calls(run, "Interrupted: the server stopped before this call finished.")
+        await self.runtime.hitl.close_run(run.id)
+        await self.runtime.threads.finish_run(
+            run.thread_id, run.id, status="interrupted", reason=reason
+        )
+
+    # -- entry points ---------------------------------------------------------------------
+
+    def _require_provider(self) -> ModelProvider:
+        if self.provider is None:
+            raise FailedPreconditionError(NO_MODEL)
+        return self.provider
+
+    async def send_message(self, thread_id: str, text: str, message_id: str = "") -> str:
+        self._require_provider()
+        return await self._start_run(thread_id, text, kind="chat", message_id=message_id)
+
+    async def _start_run(
+        self, thread_id: str, text: str, *, kind: str, message_id: str = ""
+    ) -> str:
+        group = new_id("mg")
+        threads = self.runtime.threads
+        run_id = await threads.start_run(
+            thread_id, message_id=message_id, kind=kind, message_group_id=group
+        )
+        try:
+            content = [{"type": "text", "text": self._with_running_tasks(thread_id, text)}]
+            await self.runtime.conversation.append(
+                thread_id, run_id, [{"role": "user", "content": content}]
+            )
+        except BaseException:
+            await threads.finish_run(thread_id, run_id, status="error", reason="store_failed")
+            raise
+        scope = RunScope(
+            thread_id=thread_id,
+            run_id=run_id,
+            agent_id=ORCHESTRATOR,
+            kind=kind,
+            message_group_id=group,
+        )
+        self._launch(scope, RunState(), answer=None)
+        return run_id
+
+    def _with_running_tasks(self, thread_id: str, text: str) -> str:
+        running = self.runtime.background.running(thread_id)
+        if not running:
+            return text
+        lines = "\n".join(
+            f"- {t.task_id} ({t.role}), started {t.started_at:%H:%M:%S}" for t in running
+        )
+        return f"<running-tasks>\n{lines}\n</running-tasks>\n\n{text}"
+
+    async def confirm(self, thread_id: str, request_id: str, resume: dict[str, Any]) -> str:
+        answer = parse_resume(resume)
+        found = await self.runtime.hitl.get(request_id)
+        if found.thread_id != thread_id:
+            raise NotFoundError(f"thread {thread_id!r} has no confirmation request {request_id!r}")
+        if found.status != "pending":
+            raise FailedPreconditionError(
+                f"confirmation request {request_id!r} was already resolved ({found.status})"
+            )
+        self._require_provider()
+        await self._resume(found, answer, status="answered")
+        return found.run_id
+
+    async def _resume(self, found: Confirmation, answer: dict[str, Any], *, status: str) -> None:
+        confirmation = await self.runtime.hitl.answer(
+            found.thread_id, found.request_id, answer, status=status
+        )
+        run = await self.runtime.threads.run(confirmation.run_id)
+        if run is None or run.status != "suspended":
+            raise FailedPreconditionError(f"run {confirmation.run_id!r} is not waiting any more")
+        await self.runtime.threads.save_state(run.id, run.state, status="active")
+        scope = RunScope(
+            thread_id=run.thread_id,
+            run_id=run.id,
+            agent_id=ORCHESTRATOR,
+            kind=run.kind,
+            message_group_id=run.message_group_id,
+        )
+        self._launch(scope, RunState.load(run.state), answer=answer)
+
+    async def cancel_run(self, thread_id: str) -> str | None:
+        """Cancel the thread's open run (idempotent): the model stream and running tools are
+        aborted, background tasks stopped, open calls closed, `run-finish{cancelled}`."""
+        status = await self.runtime.threads.status(thread_id)
+        drive = self._drives.get(thread_id)
+        if drive is not None:
+            drive.cancel()
+            await asyncio.gather(drive, return_exceptions=True)
+        await self.runtime.background.cancel_thread(thread_id)
+        self._follow_ups.pop(thread_id, None)
+        plan = await self.runtime.plans.get(thread_id)
+        if plan is not None and plan.status in ("active", "awaiting_approval"):
+            await self.runtime.plans.set_status(thread_id, "cancelled", run_id=status.active_run_id)
+        if status.active_run_id is None:
+            return None
+        run = await self.runtime.threads.run(status.active_run_id)
+        if run is None:
+            return None
+        await self._close_calls(run, "Cancelled by the user.")
+        await self.runtime.hitl.close_run(run.id)
+        finished = await self.runtime.threads.finish_run(
+            thread_id, run.id, status="cancelled", reason="user_cancelled"
+        )
+        return run.id if finished else None
+
+    # -- driving a run --------------------------------------------------------------------
+
+    def _launch(self, scope: RunScope, state: RunState, *, answer: dict[str, Any] | None) -> None:
+        task = asyncio.create_task(self._drive(scope, state, answer))
+        self._drives[scope.thread_id] = task
+
+        def done(_: asyncio.Task[None]) -> None:
+            if self._drives.get(scope.thread_id) is task:
+                del self._drives[scope.thread_id]
+
+        task.add_done_callback(done)
+
+    async def _drive(self, scope: RunScope, state: RunState, answer: dict[str, Any] | None) -> None:
+        try:
+            if answer is not None:
+                await self._resume_call(scope, state, answer)
+            if state.pending and await self._run_calls(scope, state):
+                return  # waiting for a person again
+            await self._steps(scope, state)
+        except asyncio.CancelledError:
+            raise  # the canceller closes the run
+        except _StillWaiting:
+            return
+        except ModelError as exc:
+            await self._fail(scope, str(exc), status_code=exc.status_code)
+        except Exception as exc:
+            log.exception("agent run failed", run_id=scope.run_id)
+            await self._fail(scope, describe(exc), status_code=None)
+
+    async def _steps(self, scope: RunScope, state: RunState) -> None:
+        """Model turn, tool calls, repeat: until the model stops, the budget is spent, a call
+        waits for a person or the run was cancelled."""
+        assert scope.run_id is not None
+        while True:
+            if state.steps >= self.settings.agent_max_steps:
+                await self._finish(scope, "completed", "max_steps")
+                return
+            state.steps += 1
+            turn = await self._model_turn(scope, await self._history(scope.thread_id))
+            if turn.content:
+                await self.runtime.conversation.append(
+                    scope.thread_id, scope.run_id, [{"role": "assistant", "content": turn.content}]
+                )
+            await self._publish_text(scope, turn)
+            if not turn.tool_uses:
+                await self._finish(scope, "completed", None)
+                return
+            state.pending = [_call_of(block, turn) for block in turn.tool_uses]
+            state.results = {}
+            if not await self.runtime.threads.save_state(scope.run_id, state.dump()):
+                return  # cancelled meanwhile
+            if await self._run_calls(scope, state):
+                return
+
+    async def _finish(self, scope: RunScope, status: str, reason: str | None) -> None:
+        assert scope.run_id is not None
+        self.runtime.events.publish_live(
+            scope.thread_id, "status", {"message": ""}, run_id=scope.run_id
+        )
+        await self.runtime.threads.save_state(scope.run_id, None)
+        await self.runtime.threads.finish_run(
+            scope.thread_id, scope.run_id, status=status, reason=reason
+        )
+        self._next_follow_up(scope.thread_id)
+
+    async def _fail(self, scope: RunScope, message: str, *, status_code: int | None) -> None:
+        assert scope.run_id is not None
+        payload: dict[str, Any] = {"content": message}
+        if status_code is not None:
+            payload["statusCode"] = status_code
+        if self.provider is not None:
+            payload["provider"] = self.provider.name
+        await self.runtime.events.append(
+            scope.thread_id, "error", payload, run_id=scope.run_id, agent_id=scope.agent_id
+        )
+        run = await self.runtime.threads.run(scope.run_id)
+        if run is not None:
+            await self._close_calls(run, f"Not run: the run failed ({message}).")
+        await self._finish(scope, "error", message)
+
+    async def _history(self, thread_id: str) -> list[dict[str, Any]]:
+        return repair(
+            await self.runtime.conversation.window(
+                thread_id, token_budget=self.settings.agent_history_token_budget
+            )
+        )
+
+    # -- the model ------------------------------------------------------------------------
+
+    def _tools_for(self, scope: RunScope) -> list[dict[str, Any]]:
+        return [
+            {"name": spec.name, "description": spec.description, "input_schema": schema}
+            for spec, schema in self.registry.listed(self.runtime)
+            if not (scope.background and spec.group == ORCHESTRATION_GROUP)
+        ]
+
+    async def _model_turn(self, scope: RunScope, messages: list[dict[str, Any]]) -> ModelTurn:
+        """One assistant turn, streamed live; a stream that dies is retried from scratch
+        (its live deltas are superseded by the durable text-block of the attempt that
+        succeeds, keyed by responseId)."""
+        provider = self._require_provider()
+        system = background_prompt(scope.kind) if scope.background else orchestrator_prompt()
+        request = ModelRequest(
+            system=system,
+            messages=messages,
+            tools=self._tools_for(scope),
+            max_tokens=self.settings.model_max_tokens,
+        )
+        events = self.runtime.events
+        where = {"run_id": scope.run_id, "agent_id": scope.agent_id}
+        response_id = ""
+
+        def on_start(message_id: str) -> None:
+            nonlocal response_id
+            response_id = message_id
+
+        def on_text(text: str) -> None:
+            events.publish_live(
+                scope.thread_id, "text-delta", {"text": text, "responseId": response_id}, **where
+            )
+
+        def on_tool_start(call_id: str, name: str) -> None:
+            events.publish_live(
+                scope.thread_id,
+                "tool-input-start",
+                {"toolCallId": call_id, "toolName": name},
+                **where,
+            )
+
+        callbacks = StreamCallbacks(on_start=on_start, on_text=on_text, on_tool_start=on_tool_start)
+        attempts = self.settings.model_max_retries + 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return await provider.complete(request, callbacks)
+            except ModelError as exc:
+                if not exc.retryable or attempt == attempts:
+                    raise
+                log.warning("model turn failed; retrying", attempt=attempt, error=str(exc))
+                await asyncio.sleep(min(0.25 * 2**attempt, 8.0))
+        raise AssertionError("unreachable")
+
+    async def _publish_text(self, scope: RunScope, turn: ModelTurn) -> None:
+        if turn.text:
+            await self.runtime.events.append(
+                scope.thread_id,
+                "text-block",
+                {"text": turn.text, "responseId": turn.message_id},
+                run_id=scope.run_id,
+                agent_id=scope.agent_id,
+            )
+
+    # -- tool calls -----------------------------------------------------------------------
+
+    async def _run_calls(self, scope: RunScope, state: RunState) -> bool:
+        """Run the step's open calls: those that cannot wait for a person concurrently, the
+        rest one by one. True when one suspended the run (its state is saved)."""
+        assert scope.run_id is not None
+        calls = state.open_calls()
+        may_wait = [c for c in calls if await self._may_wait(scope, c)]
+        direct = [c for c in calls if c not in may_wait]
+        outcomes = await asyncio.gather(*(self._call(scope, c) for c in direct))
+        for call, outcome in zip(direct, outcomes, strict=True):
+            assert not isinstance(outcome, Suspension)
+            state.results[call["id"]] = outcome
+        for call in may_wait:
+            outcome = await self._call(scope, call)
+            if isinstance(outcome, Suspension):
+                await self._suspend(scope, state, call, outcome)
+                return True
+            state.results[call["id"]] = outcome
+        await self._append_results(scope, state)
+        return False
+
+    async def _may_wait(self, scope: RunScope, call: dict[str, Any]) -> bool:
+        spec = self._spec(call["name"])
+        if spec is None or scope.background:
+            return False
+        if spec.name in ASKING_TOOLS:
+            return True
+        if spec.hitl_action is None:
+            return False
+        return await self.runtime.hitl.mode(scope.thread_id, spec.hitl_action) == "require_approval"
+
+    def _spec(self, name: str) -> ToolSpec | None:
+        try:
+            return self.registry.get(name)
+        except NotFoundError:
+            return None
+
+    async def _call(
+        self,
+        scope: RunScope,
+        call: dict[str, Any],
+        *,
+        answer: dict[str, Any] | None = None,
+        gate: str | None = None,
+    ) -> Outcome:
+        """One tool call, to a tool_result block's content, or a suspension. A resumed call
+        (`gate` set) was announced before it waited."""
+        announce = gate is None
+        ctx = ToolContext(
+            runtime=self.runtime,
+            thread_id=scope.thread_id,
+            run_id=scope.run_id,
+            agent_id=scope.agent_id,
+            tool_call_id=call["id"],
+            message_group_id=scope.message_group_id,
+            run_kind=scope.kind,
+            resume=answer if gate == "tool" else None,
+            orchestration=self,
+        )
+        checked = await self._check(ctx, scope, call, announce)
+        if isinstance(checked, dict):
+            return checked
+        spec, args = checked
+        if gate != "approval":
+            refused = await self._gate(ctx, scope, spec, call, announce)
+            if refused is not None:
+                return refused
+        elif answer is not None:
+            if not answer.get("approved"):
+                return await self._refuse(ctx, call, False, _denied(spec.name, answer))
+            if answer.get("scope") == "session" and spec.hitl_action is not None:
+                await self.runtime.hitl.always_allow(scope.thread_id, spec.hitl_action)
+        try:
+            result = await self.registry.execute(ctx, spec, args, call["input"], announce=announce)
+        except Suspend as wait:
+            if scope.background:
+                return {
+                    "content": "This tool needs the user, which a background task cannot ask.",
+                    "is_error": True,
+                }
+            return Suspension(gate="tool", question=wait.question)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return {"content": describe(exc), "is_error": True}
+        return {"content": await self._content(scope, call["id"], dump(result)), "is_error": False}
+
+    async def _check(
+        self, ctx: ToolContext, scope: RunScope, call: dict[str, Any], announce: bool
+    ) -> tuple[ToolSpec, Any] | dict[str, Any]:
+        """The tool and its validated arguments, or a correctable error for the model."""
+        spec = self._spec(call["name"])
+        offered = {t["name"] for t in self._tools_for(scope)}
+        if spec is None or spec.name not in offered:
+            error = f"Unknown tool {call['name']!r}; use one of your tools."
+            return await self._refuse(ctx, call, announce, error)
+        if call.get("malformed"):
+            error = f"{call['malformed']}. Call {spec.name} again with a JSON object."
+            return await self._refuse(ctx, call, announce, error)
+        try:
+            return spec, self.registry.parse(spec, call["input"])
+        except ToolInputError as exc:
+            return await self._refuse(ctx, call, announce, str(exc))
+
+    async def _gate(
+        self,
+        ctx: ToolContext,
+        scope: RunScope,
+        spec: ToolSpec,
+        call: dict[str, Any],
+        announce: bool,
+    ) -> Outcome | None:
+        """The permission rule of a gated tool: None to go ahead, else a refusal or a wait
+        for the person's approval."""
+        if spec.hitl_action is None:
+            return None
+        mode = await self.runtime.hitl.mode(scope.thread_id, spec.hitl_action)
+        if mode == "blocked":
+            return await self._refuse(ctx, call, announce, blocked_message(spec))
+        if mode == "always_allow":
+            return None
+        if scope.background:
+            return await self._refuse(
+                ctx,
+                call,
+                announce,
+                f"{spec.name} needs the user's approval, which a background task cannot ask "
+                "for; report back that it is needed.",
+            )
+        await self._announce(ctx, call)
+        question = {"inputType": "approval", "severity": spec.severity}
+        return Suspension(gate="approval", question=question | {"message": f"Allow {spec.name}?"})
+
+    async def _announce(self, ctx: ToolContext, call: dict[str, Any]) -> None:
+        await self.runtime.events.append(
+            ctx.thread_id,
+            "tool-call",
+            {"toolCallId": call["id"], "toolName": call["name"], "args": call["input"]},
+            run_id=ctx.run_id,
+            agent_id=ctx.agent_id,
+        )
+
+    async def _refuse(
+        self, ctx: ToolContext, call: dict[str, Any], announce: bool, error: str
+    ) -> dict[str, Any]:
+        """A correctable error for the model, recorded like any failed call."""
+        if announce:
+            await self._announce(ctx, call)
+        await self.registry.record_error(ctx, call["id"], error)
+        return {"content": error, "is_error": True}
+
+    async def _content(self, scope: RunScope, call_id: str, result: dict[str, Any]) -> str:
+        """The result as the model reads it; too large → stored in the workspace, pointed to."""
+        text = json.dumps(result, ensure_ascii=False)
+        if estimate_tokens(text) <= self.settings.agent_tool_result_max_tokens:
+            return text
+        path = f"{OFFLOAD_DIR}/{call_id}.json"
+        try:
+            manager = await self.runtime.sandboxes.for_thread(scope.thread_id)
+            await manager.write_file(scope.thread_id, path, text.encode())
+        except Exception as exc:  # no workspace: cut instead
+            keep = self.settings.agent_tool_result_max_tokens * 4
+            log.warning("could not store a large tool result", error=str(exc))
+            return text[:keep] + f"… [cut: {len(text) - keep} more characters]"
+        return json.dumps(
+            {
+                "_offloaded": True,
+                "path": path,
+                "chars": len(text),
+                "requiredAction": {
+                    "toolName": "workspace_read_tool_result",
+                    "input": {"path": path, "view": "describe"},
+                },
+            }
+        )
+
+    async def _suspend(
+        self, scope: RunScope, state: RunState, call: dict[str, Any], wait: Suspension
+    ) -> None:
+        assert scope.run_id is not None
+        confirmation = await self.runtime.hitl.request(
+            thread_id=scope.thread_id,
+            run_id=scope.run_id,
+            agent_id=scope.agent_id,
+            tool_call_id=call["id"],
+            tool_name=call["name"],
+            args=call["input"],
+            question=wait.question,
+        )
+        state.suspended = {
+            "toolCallId": call["id"],
+            "requestId": confirmation.request_id,
+            "gate": wait.gate,
+        }
+        # Waiting is recorded before the card is shown, so an answer always finds the run
+        # suspended; a crash in between leaves an active run, which recovery interrupts.
+        await self.runtime.threads.save_state(scope.run_id, state.dump(), status="suspended")
+        await self.runtime.hitl.publish(confirmation, agent_id=scope.agent_id)
+
+    async def _resume_call(self, scope: RunScope, state: RunState, answer: dict[str, Any]) -> None:
+        waiting = state.suspended
+        state.suspended = None
+        if waiting is None:
+            return
+        call = next(c for c in state.pending if c["id"] == waiting["toolCallId"])
+        outcome = await self._call(scope, call, answer=answer, gate=waiting["gate"])
+        if isinstance(outcome, Suspension):  # asked again (e.g. a revised question)
+            await self._suspend(scope, state, call, outcome)
+            raise _StillWaiting
+        state.results[call["id"]] = outcome
+
+    async def _append_results(self, scope: RunScope, state: RunState) -> None:
+        assert scope.run_id is not None
+        blocks = [
+            {"type": "tool_result", "tool_use_id": c["id"], **state.results[c["id"]]}
+            for c in state.pending
+        ]
+        await self.runtime.conversation.append(
+            scope.thread_id, scope.run_id, [{"role": "user", "content": blocks}]
+        )
+        state.pending, state.results = [], {}
+        await self.runtime.threads.save_state(scope.run_id, state.dump())
+
+    async def _close_calls(self, run: RunInfo, error: str) -> None:
+        """Give every open call of the run's step a result, so the history stays valid."""
+        state = RunState.load(run.state)
+        if not state.pending:
+            return
+        for call in state.open_calls():
+            state.results[call["id"]] = {"content": error, "is_error": True}
+        scope = RunScope(
+            thread_id=run.thread_id, run_id=run.id, agent_id=ORCHESTRATOR, kind=run.kind
+        )
+        await self._append_results(scope, state)
+
+    # -- confirmations that nobody answers -------------------------------------------------
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.confirmation_sweep_interval_seconds)
+            try:
+                await self.sweep_confirmations()
+            except Exception:
+                log.exception("confirmation sweep failed")
+
+    async def sweep_confirmations(self) -> int:
+        """Deny confirmations older than the timeout; their runs go on with the denial."""
+        age = timedelta(seconds=self.settings.confirmation_timeout_seconds)
+        expired = await self.runtime.hitl.older_than(age)
+        for found in expired:
+            try:
+                if self.provider is None:
+                    await self.runtime.hitl.answer(
+                        found.thread_id, found.request_id, DENIED_BY_TIMEOUT, status="expired"
+                    )
+                    await self.runtime.threads.finish_run(
+                        found.thread_id,
+                        found.run_id,
+                        status="cancelled",
+                        reason="confirmation_timeout",
+                    )
+                else:
+                    await self._resume(found, parse_resume(DENIED_BY_TIMEOUT), status="expired")
+            except FailedPreconditionError:
+                continue  # answered meanwhile
+        return len(expired)
+
+    # -- background agents, plans and follow-ups (the Orchestration port) ------------------
+
+    async def delegate(
+        self, thread_id: str, run_id: str | None, *, role: str, briefing: str, key: str | None
+    ) -> dict[str, Any]:
+        spawned = await self.runtime.background.spawn(
+            thread_id,
+            role=role,
+            body=self._background_body(role, briefing),
+            run_id=run_id,
+            title=briefing[:80],
+            key=key,
+        )
+        return {"status": spawned.status, "taskId": spawned.task_id, "agentId": spawned.agent_id}
+
+    def _background_body(self, role: str, briefing: str) -> Callable[[TaskHandle], Awaitable[str]]:
+        async def body(handle: TaskHandle) -> str:
+            return await self._background_run(handle, role, briefing)
+
+        return body
+
+    async def _background_run(self, handle: TaskHandle, role: str, briefing: str) -> str:
+        """A detached agent: its own message list (not the thread's history), domain tools
+        only, no questions to the person; corrections join before each model turn."""
+        scope = RunScope(
+            thread_id=handle.thread_id,
+            run_id=handle.run_id,
+            agent_id=handle.agent_id,
+            kind="background",
+        )
+        messages: list[dict[str, Any]] = [
+            {"role": "user", "content": [{"type": "text", "text": briefing}]}
+        ]
+        text = ""
+        for _ in range(self.settings.agent_max_steps):
+            corrections = handle.drain_corrections()
+            if corrections:
+                messages[-1]["content"] = [
+                    *messages[-1]["content"],
+                    *({"type": "text", "text": f"Correction: {c}"} for c in corrections),
+                ]
+            turn = await self._model_turn(scope, messages)
+            await self._publish_text(scope, turn)
+            text = turn.text or text
+            if not turn.tool_uses:
+                return text
+            messages.append({"role": "assistant", "content": turn.content})
+            calls = [_call_of(block, turn) for block in turn.tool_uses]
+            outcomes = await asyncio.gather(*(self._call(scope, c) for c in calls))
+            messages.append(
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": c["id"], **o}
+                        for c, o in zip(calls, outcomes, strict=True)
+                        if not isinstance(o, Suspension)
+                    ],
+                }
+            )
+        return text or "stopped: step budget spent"
+
+    async def schedule_plan(self, thread_id: str, run_id: str | None) -> int:
+        """Start the plan's ready tasks as background agents; when the plan settles, start
+        the follow-up run (replan after a failure, synthesize when all succeeded)."""
+        background = self.runtime.background
+        slots = background.limit - len(background.running(thread_id))
+        tick = await self.runtime.plans.tick(thread_id, available_slots=slots)
+        if tick.action == "replan":
+            failed = "; ".join(
+                f"{t['id']} ({t['title']}): {t.get('error', 'failed')}" for t in tick.tasks
+            )
+            await self.follow_up(
+                thread_id,
+                f'<planned-task-follow-up type="replan">Planned tasks failed: {failed}. '
+                "Revise the remaining work with create-tasks (planningContext.source "
+                '"replan") or explain to the user.</planned-task-follow-up>',
+                kind="replan",
+            )
+            return 0
+        if tick.action == "synthesize":
+            results = "\n".join(f"- {t['title']}: {t.get('result', '')}" for t in tick.tasks)
+            await self.follow_up(
+                thread_id,
+                f'<planned-task-follow-up type="synthesize">Every planned task finished:\n'
+                f"{results}\nSummarise the outcome for the user.</planned-task-follow-up>",
+                kind="follow-up",
+            )
+            return 0
+        started = 0
+        for task in tick.tasks:
+            await self.runtime.plans.update_task(
+                thread_id, task["id"], run_id=run_id, status="running"
+            )
+            spawned = await background.spawn(
+                thread_id,
+                role=task["kind"],
+                body=self._background_body(task["kind"], task["spec"]),
+                run_id=run_id,
+                title=task["title"],
+                key=f"planned:{task['id']}",
+                on_settled=self._planned_task_settled(task["id"]),
+            )
+            if spawned.status == "started":
+                started += 1
+            else:
+                await self.runtime.plans.update_task(
+                    thread_id, task["id"], run_id=run_id, status="planned"
+                )
+        return started
+
+    def _planned_task_settled(
+        self, task_id: str
+    ) -> Callable[[TaskHandle, str | None, str | None], Awaitable[None]]:
+        async def settled(handle: TaskHandle, result: str | None, error: str | None) -> None:
+            changes: dict[str, Any] = (
+                {"status": "failed", "error": error}
+                if error
+                else {"status": "succeeded", "result": result or ""}
+            )
+            await self.runtime.plans.update_task(
+                handle.thread_id, task_id, run_id=handle.run_id, **changes
+            )
+            if not self._closing:
+                await self.schedule_plan(handle.thread_id, handle.run_id)
+
+        return settled
+
+    async def follow_up(self, thread_id: str, text: str, *, kind: str) -> None:
+        """A run the service starts itself; queued while the thread has an open run."""
+        if self._closing or self.provider is None:
+            return
+        self._follow_ups.setdefault(thread_id, []).append((text, kind))
+        status = await self.runtime.threads.status(thread_id)
+        if status.active_run_id is None:
+            self._next_follow_up(thread_id)
+
+    def _next_follow_up(self, thread_id: str) -> None:
+        queued = self._follow_ups.get(thread_id)
+        if not queued or self._closing:
+            return
+        text, kind = queued.pop(0)
+
+        async def start() -> None:
+            try:
+                await self._start_run(thread_id, text, kind=kind)
+            except FailedPreconditionError:  # a user's run got there first: wait for it
+                self._follow_ups.setdefault(thread_id, []).insert(0, (text, kind))
+
+        task = asyncio.ensure_future(start())
+        self._starting.add(task)
+        task.add_done_callback(self._starting.discard)
+
+
+class _StillWaiting(Exception):
+    """A resumed call suspended again; the run stays suspended."""
+
+
+def _call_of(block: dict[str, Any], turn: ModelTurn) -> dict[str, Any]:
+    call = {"id": block["id"], "name": block["name"], "input": block.get("input") or {}}
+    if block["id"] in turn.malformed:
+        call["malformed"] = turn.malformed[block["id"]]
+    return call
+
+
+def _denied(tool: str, answer: dict[str, Any]) -> str:
+    feedback = answer.get("userInput")
+    text = f"The user denied {tool}; do not retry it in this turn."
+    return f"{text} They said: {feedback}" if feedback else text

@@ -1,0 +1,180 @@
+"""Background tasks: detached agents working for a thread while its conversation goes on.
+
+At most `limit` run per thread. A task may be deduplicated by key (its planned task id, else
+role and workflow), corrected while it runs (the corrections queue wakes it), and cancelled
+from the tool, `Agent.CancelTask`, `CancelRun` or shutdown. Cancelling removes the task at
+once and calls no completion callback, so cleanup belongs in the task's own `finally`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Literal
+
+import structlog
+
+from server.runtime.events import EventLog
+from server.runtime.ids import new_id
+from server.runtime.threads import BackgroundTaskInfo
+
+log = structlog.get_logger(__name__)
+
+CorrectionResult = Literal["queued", "task-completed", "task-not-found"]
+
+
+@dataclass(kw_only=True)
+class TaskHandle:
+    """What a running task sees of itself."""
+
+    task_id: str
+    agent_id: str
+    thread_id: str
+    run_id: str | None
+    corrections: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
+
+    def drain_corrections(self) -> list[str]:
+        drained = []
+        while not self.corrections.empty():
+            drained.append(self.corrections.get_nowait())
+        return drained
+
+
+TaskBody = Callable[[TaskHandle], Awaitable[str]]
+Settled = Callable[[TaskHandle, str | None, str | None], Awaitable[None]]
+
+
+@dataclass(kw_only=True)
+class _Running:
+    handle: TaskHandle
+    role: str
+    key: str | None
+    started_at: datetime
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spawned:
+    status: Literal["started", "limit-reached", "duplicate"]
+    task_id: str | None = None
+    agent_id: str | None = None
+
+
+@dataclass(kw_only=True)
+class BackgroundTasks:
+    events: EventLog
+    limit: int = 5
+    _threads: dict[str, dict[str, _Running]] = field(default_factory=dict)
+    _finished: set[str] = field(default_factory=set)
+
+    def running(self, thread_id: str) -> list[BackgroundTaskInfo]:
+        return [
+            BackgroundTaskInfo(
+                task_id=r.handle.task_id,
+                role=r.role,
+                agent_id=r.handle.agent_id,
+                status="running",
+                started_at=r.started_at,
+                run_id=r.handle.run_id,
+            )
+            for r in self._threads.get(thread_id, {}).values()
+        ]
+
+    async def spawn(
+        self,
+        thread_id: str,
+        *,
+        role: str,
+        body: TaskBody,
+        run_id: str | None,
+        title: str = "",
+        key: str | None = None,
+        on_settled: Settled | None = None,
+    ) -> Spawned:
+        tasks = self._threads.setdefault(thread_id, {})
+        if key is not None:
+            for existing in tasks.values():
+                if existing.key == key:
+                    return Spawned(
+                        status="duplicate",
+                        task_id=existing.handle.task_id,
+                        agent_id=existing.handle.agent_id,
+                    )
+        if len(tasks) >= self.limit:
+            return Spawned(status="limit-reached")
+        handle = TaskHandle(
+            task_id=new_id("task"), agent_id=new_id("agent"), thread_id=thread_id, run_id=run_id
+        )
+        running = _Running(handle=handle, role=role, key=key, started_at=datetime.now(UTC))
+        tasks[handle.task_id] = running
+        await self.events.append(
+            thread_id,
+            "agent-spawned",
+            {"parentId": "orchestrator", "role": role, "taskId": handle.task_id, "title": title},
+            run_id=run_id,
+            agent_id=handle.agent_id,
+        )
+        running.task = asyncio.create_task(self._run(running, body, on_settled))
+        return Spawned(status="started", task_id=handle.task_id, agent_id=handle.agent_id)
+
+    async def _run(self, running: _Running, body: TaskBody, on_settled: Settled | None) -> None:
+        handle = running.handle
+        result: str | None = None
+        error: str | None = None
+        try:
+            result = await body(handle)
+        except asyncio.CancelledError:
+            raise  # cancel() already removed the task and said so
+        except Exception as exc:
+            log.warning("background task failed", task_id=handle.task_id, error=str(exc))
+            error = str(exc) or type(exc).__name__
+        self._forget(handle)
+        payload = {"role": running.role, "result": result or "", "status": "completed"}
+        if error is not None:
+            payload |= {"error": error, "status": "failed"}
+        await self.events.append(
+            handle.thread_id,
+            "agent-completed",
+            payload,
+            run_id=handle.run_id,
+            agent_id=handle.agent_id,
+        )
+        if on_settled is not None:
+            await on_settled(handle, result, error)
+
+    def _forget(self, handle: TaskHandle) -> None:
+        self._threads.get(handle.thread_id, {}).pop(handle.task_id, None)
+        self._finished.add(handle.task_id)
+
+    def correct(self, thread_id: str, task_id: str, correction: str) -> CorrectionResult:
+        running = self._threads.get(thread_id, {}).get(task_id)
+        if running is None:
+            return "task-completed" if task_id in self._finished else "task-not-found"
+        running.handle.corrections.put_nowait(correction)
+        return "queued"
+
+    async def cancel(self, thread_id: str, task_id: str) -> bool:
+        running = self._threads.get(thread_id, {}).get(task_id)
+        if running is None:
+            return False
+        self._forget(running.handle)
+        if running.task is not None:
+            running.task.cancel()
+            await asyncio.gather(running.task, return_exceptions=True)
+        await self.events.append(
+            thread_id,
+            "agent-completed",
+            {"role": running.role, "result": "", "status": "cancelled"},
+            run_id=running.handle.run_id,
+            agent_id=running.handle.agent_id,
+        )
+        return True
+
+    async def cancel_thread(self, thread_id: str) -> int:
+        ids = list(self._threads.get(thread_id, {}))
+        return sum([await self.cancel(thread_id, task_id) for task_id in ids])
+
+    async def cancel_all(self) -> None:
+        for thread_id in list(self._threads):
+            await self.cancel_thread(thread_id)

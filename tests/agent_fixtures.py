@@ -1,0 +1,133 @@
+"""Shared pieces of the agent tests: the Messages API stand-in, settings pointing at it, and a
+small client that sends messages, follows a thread's events and answers cards over gRPC."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+import pytest
+
+from instance_ai.v1 import agent_pb2, agent_pb2_grpc, tools_pb2_grpc
+from server.api.convert import from_struct, to_struct
+from server.settings import Settings
+from tests.fake_model import FakeMessagesAPI
+
+Event = dict[str, Any]
+
+
+@pytest.fixture
+async def model() -> AsyncIterator[FakeMessagesAPI]:
+    fake = FakeMessagesAPI()
+    await fake.start()
+    yield fake
+    await fake.close()
+
+
+def with_model(fake: FakeMessagesAPI, **overrides: Any) -> dict[str, Any]:
+    """Settings values that point the service at the stand-in model."""
+    return {
+        "model": "claude-test",
+        "anthropic_api_key": "sk-test-key",
+        "anthropic_base_url": fake.url,
+        "model_max_retries": 1,
+    } | overrides
+
+
+@pytest.fixture
+def model_settings(
+    make_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> Callable[..., Settings]:
+    def make(**overrides: Any) -> Settings:
+        return make_settings(**with_model(model, **overrides))
+
+    return make
+
+
+class Chat:
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.agent = agent_pb2_grpc.AgentStub(channel)
+        self.tools = tools_pb2_grpc.ToolsStub(channel)
+
+    async def send(self, thread: str, text: str) -> str:
+        response = await self.agent.SendMessage(
+            agent_pb2.SendMessageRequest(thread_id=thread, message=text)
+        )
+        return str(response.run_id)
+
+    async def confirm(self, thread: str, request_id: str, **resume: Any) -> str:
+        response = await self.agent.Confirm(
+            agent_pb2.ConfirmRequest(
+                thread_id=thread, request_id=request_id, resume=to_struct(resume)
+            )
+        )
+        return str(response.run_id)
+
+    async def events(self, thread: str) -> list[Event]:
+        call = self.agent.StreamEvents(agent_pb2.StreamEventsRequest(thread_id=thread))
+        return [_event(r.event) async for r in call]
+
+    async def until(
+        self, thread: str, predicate: Callable[[Event], bool], *, within: float = 60
+    ) -> list[Event]:
+        """The thread's durable events up to and including the first that matches."""
+        seen: list[Event] = []
+
+        async def follow() -> list[Event]:
+            call = self.agent.StreamEvents(
+                agent_pb2.StreamEventsRequest(thread_id=thread, follow=True)
+            )
+            async for response in call:
+                event = _event(response.event)
+                if event["id"] is None:
+                    continue
+                seen.append(event)
+                if predicate(event):
+                    call.cancel()
+                    return seen
+            raise AssertionError("the stream ended first")
+
+        try:
+            return await asyncio.wait_for(follow(), within)
+        except TimeoutError:
+            raise AssertionError(
+                f"no matching event in {within}s; saw {[e['type'] for e in seen]}"
+            ) from None
+
+    async def finished(self, thread: str, run_id: str, *, within: float = 60) -> list[Event]:
+        return await self.until(
+            thread, lambda e: e["type"] == "run-finish" and e["run_id"] == run_id, within=within
+        )
+
+    async def card(self, thread: str, *, within: float = 60) -> Event:
+        events = await self.until(
+            thread, lambda e: e["type"] == "confirmation-request", within=within
+        )
+        return dict(events[-1]["payload"])
+
+    async def status(self, thread: str) -> agent_pb2.GetThreadStatusResponse:
+        request = agent_pb2.GetThreadStatusRequest(thread_id=thread)
+        status: agent_pb2.GetThreadStatusResponse = await self.agent.GetThreadStatus(request)
+        return status
+
+
+def _event(event: Any) -> Event:
+    return {
+        "id": event.id if event.HasField("id") else None,
+        "type": event.type,
+        "run_id": event.run_id,
+        "agent_id": event.agent_id,
+        "payload": from_struct(event.payload),
+    }
+
+
+def of_type(events: list[Event], kind: str) -> list[dict[str, Any]]:
+    return [e["payload"] for e in events if e["type"] == kind]
+
+
+def last_tool_results(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tool_result blocks of a request's last message."""
+    content = request["messages"][-1]["content"]
+    return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]

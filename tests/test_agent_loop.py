@@ -1,0 +1,318 @@
+"""The agent loop over real gRPC, with the real Anthropic SDK talking to the local Messages API
+stand-in (tests/fake_model.py), which refuses what the real API refuses."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import jsonschema
+import pytest
+
+from instance_ai.v1 import agent_pb2, tools_pb2
+from server.api.convert import from_struct
+from server.settings import Settings
+from tests.agent_fixtures import Chat, last_tool_results, model, model_settings, of_type
+from tests.conftest import serving
+from tests.fake_model import FakeMessagesAPI, Turn, text, tool, tool_problem, use
+
+__all__ = ["model", "model_settings"]  # fixtures, shared
+
+
+async def test_a_message_streams_text_and_finishes_with_history_kept(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    model.script(text("Hello! What should the workflow do?"), text("Noted: every Monday."))
+    async with serving(model_settings()) as (_app, channel):
+        chat = Chat(channel)
+        run_id = await chat.send("t1", "build me a workflow")
+        events = await chat.finished("t1", run_id)
+        assert [e["type"] for e in events] == ["run-start", "text-block", "run-finish"]
+        assert of_type(events, "text-block")[0]["text"] == "Hello! What should the workflow do?"
+        assert of_type(events, "run-finish") == [{"status": "completed"}]
+        second = await chat.send("t1", "weekly, on Mondays")
+        await chat.finished("t1", second)
+    # The second request carries the whole conversation, in order, with the system prompt.
+    messages = model.requests[1]["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    assert messages[1]["content"][0]["text"] == "Hello! What should the workflow do?"
+    assert (
+        "build → verify" in model.requests[1]["system"].lower()
+        or "verify" in model.requests[1]["system"]
+    )
+
+
+async def test_every_tool_schema_passes_the_provider_rules(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    model.script(text("ok"))
+    async with serving(model_settings()) as (_app, channel):
+        chat = Chat(channel)
+        listed = await chat.tools.ListTools(tools_pb2.ListToolsRequest())
+        tools = [
+            {
+                "name": t.name,
+                "description": t.description,
+                "input_schema": from_struct(t.input_schema),
+            }
+            for t in listed.tools
+        ]
+        assert tool_problem(tools) is None
+        for definition in tools:
+            jsonschema.Draft202012Validator.check_schema(definition["input_schema"])
+            assert "$ref" not in json.dumps(definition["input_schema"])
+        names = {t["name"] for t in tools}
+        assert {
+            "create-tasks",
+            "update-tasks",
+            "ask-user",
+            "build-workflow",
+            "workspace_read_file",
+        } <= names
+        run_id = await chat.send("t1", "hi")
+        await chat.finished("t1", run_id)
+    # The real request carried every tool, and the stand-in accepted it.
+    assert model.rejected == []
+    assert {t["name"] for t in model.requests[0]["tools"]} == names
+
+
+async def test_a_second_message_while_a_run_is_active_is_refused(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    release = asyncio.Event()
+    model.script(Turn(blocks=[{"type": "text", "text": "thinking about it"}], hold=release))
+    async with serving(model_settings()) as (_app, channel):
+        chat = Chat(channel)
+        run_id = await chat.send("t1", "first")
+        with pytest.raises(grpc.aio.AioRpcError) as busy:
+            await chat.send("t1", "second")
+        assert busy.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert "CancelRun" in (busy.value.details() or "")
+        release.set()
+        events = await chat.finished("t1", run_id)
+        assert of_type(events, "run-finish") == [{"status": "completed"}]
+
+
+async def test_cancel_mid_stream_aborts_the_model_and_the_thread_goes_on(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    never = asyncio.Event()
+    model.script(
+        Turn(blocks=[{"type": "text", "text": "a long answer"}], hold=never), text("fresh start")
+    )
+    async with serving(model_settings()) as (_app, channel):
+        chat = Chat(channel)
+        run_id = await chat.send("t1", "go")
+        while not model.requests:
+            await asyncio.sleep(0.02)
+        cancelled = await chat.agent.CancelRun(agent_pb2.CancelRunRequest(thread_id="t1"))
+        assert (cancelled.run_id, cancelled.cancelled) == (run_id, True)
+        again = await chat.agent.CancelRun(agent_pb2.CancelRunRequest(thread_id="t1"))
+        assert (again.run_id, again.cancelled) == ("", False)  # idempotent
+        events = await chat.finished("t1", run_id)
+        assert of_type(events, "run-finish") == [
+            {"status": "cancelled", "reason": "user_cancelled"}
+        ]
+        assert not (await chat.status("t1")).has_active_run
+        for _ in range(100):
+            if model.aborted:
+                break
+            await asyncio.sleep(0.02)
+        assert model.aborted == 1  # the stream was really closed
+        next_run = await chat.send("t1", "again")
+        assert (
+            of_type(await chat.finished("t1", next_run), "text-block")[-1]["text"] == "fresh start"
+        )
+
+
+async def test_a_stream_that_dies_is_retried_then_fails_with_the_providers_message(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    model.script(
+        Turn(blocks=[{"type": "text", "text": "half an ans"}], fault="die"), text("recovered")
+    )
+    model.script(*[Turn(blocks=[{"type": "text", "text": "broken"}], fault="die")] * 2)
+    model.script(Turn(fault=400))
+    async with serving(model_settings(model_max_retries=1)) as (_app, channel):
+        chat = Chat(channel)
+        run_id = await chat.send("t1", "first")
+        events = await chat.finished("t1", run_id)
+        assert of_type(events, "text-block")[-1]["text"] == "recovered"
+        assert of_type(events, "run-finish") == [{"status": "completed"}]
+
+        failing = await chat.send("t1", "second")
+        events = await chat.finished("t1", failing)
+        finish = of_type(events, "run-finish")[-1]
+        assert finish["status"] == "error"
+        assert "peer closed connection" in finish["reason"]  # the transport's own words
+        assert of_type(events, "error")[-1]["provider"] == "anthropic"
+
+        refused = await chat.send("t1", "third")
+        events = await chat.finished("t1", refused)
+        error = of_type(events, "error")[-1]
+        assert error["statusCode"] == 400 and "scripted failure" in error["content"]
+    assert len(model.requests) == 2 + 2 + 1  # a 400 is not retried
+
+
+async def test_bad_tool_calls_become_correctable_errors_for_the_model(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    model.script(
+        Turn(
+            blocks=[
+                use("no-such-tool", {}),
+                use("update-tasks", '{"tasks": [{"id": "a",'),
+                use("update-tasks", {"tasks": [{"id": "a", "description": "x", "status": "nope"}]}),
+                use(
+                    "update-tasks",
+                    {"tasks": [{"id": "a", "description": "Write it", "status": "todo"}]},
+                ),
+            ]
+        ),
+        text("fixed"),
+    )
+    async with serving(model_settings()) as (_app, channel):
+        chat = Chat(channel)
+        run_id = await chat.send("t1", "plan it")
+        events = await chat.finished("t1", run_id)
+    results = last_tool_results(model.requests[1])
+    assert [r["is_error"] for r in results] == [True, True, True, False]
+    assert "Unknown tool 'no-such-tool'" in results[0]["content"]
+    assert "not valid JSON" in results[1]["content"]
+    assert "tasks.0.status" in results[2]["content"] and "call again" in results[2]["content"]
+    assert len(of_type(events, "tool-error")) == 3
+    assert of_type(events, "tasks-update")[-1]["tasks"]["tasks"][0]["description"] == "Write it"
+    assert of_type(events, "run-finish") == [{"status": "completed"}]
+
+
+async def test_approval_gated_tool_waits_then_runs_or_is_denied(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    model.script(
+        tool("run-workflow", {"workflowId": "wf-missing"}),
+        text("it ran"),
+        tool("run-workflow", {"workflowId": "wf-other"}),
+        text("understood"),
+        tool("run-workflow", {"workflowId": "wf-third"}),
+        text("ok"),
+        tool("run-workflow", {"workflowId": "wf-fourth"}),
+        text("ran again without asking"),
+    )
+    async with serving(model_settings()) as (_app, channel):
+        chat = Chat(channel)
+        run_id = await chat.send("t1", "run it")
+        card = await chat.card("t1")
+        assert card["inputType"] == "approval" and card["toolName"] == "run-workflow"
+        assert card["args"] == {"workflowId": "wf-missing"}
+        status = await chat.status("t1")
+        assert status.is_suspended and status.active_run_id == run_id
+        assert await chat.confirm("t1", card["requestId"], kind="approval", approved=True) == run_id
+        events = await chat.finished("t1", run_id)
+        # Approved: the tool really ran (and reported the unknown workflow to the model).
+        assert "wf-missing" in last_tool_results(model.requests[1])[0]["content"]
+        assert of_type(events, "run-finish")[-1] == {"status": "completed"}
+        # An answer to an answered card, or to no card at all.
+        with pytest.raises(grpc.aio.AioRpcError) as twice:
+            await chat.confirm("t1", card["requestId"], kind="approval", approved=True)
+        assert twice.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+        with pytest.raises(grpc.aio.AioRpcError) as unknown:
+            await chat.confirm("t1", "req_nope", kind="approval", approved=True)
+        assert unknown.value.code() is grpc.StatusCode.NOT_FOUND
+
+        denied_run = await chat.send("t1", "run the other one")
+        card = await _nth_card(chat, "t1", 2)
+        with pytest.raises(grpc.aio.AioRpcError) as bad:
+            await chat.confirm("t1", card["requestId"], kind="approval")
+        assert bad.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "approved" in (bad.value.details() or "")
+        await chat.confirm(
+            "t1", card["requestId"], kind="approval", approved=False, userInput="not now"
+        )
+        await chat.finished("t1", denied_run)
+        denial = last_tool_results(model.requests[3])[0]
+        assert (
+            denial["is_error"] and "denied" in denial["content"] and "not now" in denial["content"]
+        )
+
+        session_run = await chat.send("t1", "third")
+        card = await _nth_card(chat, "t1", 3)
+        await chat.confirm("t1", card["requestId"], kind="approval", approved=True, scope="session")
+        await chat.finished("t1", session_run)
+        remembered = await chat.send("t1", "fourth")
+        events = await chat.finished("t1", remembered)
+        assert not of_type([e for e in events if e["run_id"] == remembered], "confirmation-request")
+        assert "wf-fourth" in last_tool_results(model.requests[7])[0]["content"]
+
+
+async def _nth_card(chat: Chat, thread: str, n: int) -> dict[str, Any]:
+    """The thread's n-th confirmation request (1-based), once it is published."""
+    count = 0
+
+    def nth(event: dict[str, Any]) -> bool:
+        nonlocal count
+        count += event["type"] == "confirmation-request"
+        return bool(count == n)
+
+    events = await chat.until(thread, nth)
+    return dict(events[-1]["payload"])
+
+
+async def test_ask_user_suspends_with_questions_and_gets_the_answers(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    question = {
+        "id": "channel",
+        "question": "Where should alerts go?",
+        "type": "single",
+        "options": ["Slack", "Email"],
+    }
+    model.script(tool("ask-user", {"questions": [question]}), text("Slack it is"))
+    async with serving(model_settings()) as (_app, channel):
+        chat = Chat(channel)
+        run_id = await chat.send("t1", "set up alerts")
+        card = await chat.card("t1")
+        assert card["inputType"] == "questions" and card["questions"] == [question]
+        answers = [{"questionId": "channel", "selectedOptions": ["Slack"]}]
+        await chat.confirm("t1", card["requestId"], kind="questions", answers=answers)
+        await chat.finished("t1", run_id)
+    result = json.loads(last_tool_results(model.requests[1])[0]["content"])
+    assert result["answered"] is True
+    assert result["answers"][0]["selectedOptions"] == ["Slack"]
+
+
+async def test_a_suspended_run_survives_a_restart_and_resumes_on_confirm(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    model.script(tool("run-workflow", {"workflowId": "wf-1"}), text("done after restart"))
+    settings = model_settings()
+    async with serving(settings) as (_app, channel):
+        chat = Chat(channel)
+        run_id = await chat.send("t1", "run it")
+        card = await chat.card("t1")
+    async with serving(settings) as (_app, channel):
+        chat = Chat(channel)
+        status = await chat.status("t1")
+        assert status.is_suspended and status.active_run_id == run_id
+        assert await chat.confirm("t1", card["requestId"], kind="approval", approved=True) == run_id
+        events = await chat.finished("t1", run_id)
+        assert of_type(events, "text-block")[-1]["text"] == "done after restart"
+        assert of_type(events, "run-finish")[-1] == {"status": "completed"}
+
+
+async def test_unanswered_confirmations_are_swept_as_denied(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    model.script(tool("run-workflow", {"workflowId": "wf-1"}), text("nobody answered"))
+    settings = model_settings(
+        confirmation_timeout_seconds=0.5, confirmation_sweep_interval_seconds=0.2
+    )
+    async with serving(settings) as (_app, channel):
+        chat = Chat(channel)
+        run_id = await chat.send("t1", "run it")
+        events = await chat.finished("t1", run_id, within=30)
+    assert of_type(events, "run-finish")[-1] == {"status": "completed"}
+    result = last_tool_results(model.requests[1])[0]
+    assert result["is_error"] and "denied" in result["content"]
