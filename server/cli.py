@@ -29,6 +29,7 @@ from server.build_cli import (
     verify,
     verify_workflow,
 )
+from server.chat_cli import chat, tools_app
 from server.cli_common import (
     EXIT_FAILURE,
     EXIT_USAGE,
@@ -54,6 +55,8 @@ app = typer.Typer(
 )
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(nodes_app, name="nodes")
+app.add_typer(tools_app, name="tools")
+app.command()(chat)
 app.command()(build)
 app.command()(verify)
 

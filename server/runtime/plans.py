@@ -6,7 +6,8 @@ change is one transaction on the thread's row."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -99,8 +100,15 @@ def checklist_of(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @dataclass(kw_only=True)
 class Plans:
+    """Changes to one thread's plan take turns (tasks settle concurrently, and each change
+    reads and rewrites the graph)."""
+
     db: Database
     events: EventLog
+    _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+
+    def _lock(self, thread_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(thread_id, asyncio.Lock())
 
     async def get(self, thread_id: str) -> Plan | None:
         async with self.db.session() as session:
@@ -113,17 +121,18 @@ class Plans:
         """Save a new graph awaiting approval (replacing any earlier one) and show it."""
         validate_plan(tasks)
         planned = [t | {"status": "planned"} for t in tasks]
-        plan = await self._write(
-            thread_id,
-            status="awaiting_approval",
-            tasks=planned,
-            message_group_id=message_group_id,
-            plan_run_id=run_id,
-        )
+        async with self._lock(thread_id):
+            plan = await self._write(
+                thread_id,
+                status="awaiting_approval",
+                tasks=planned,
+                message_group_id=message_group_id,
+                plan_run_id=run_id,
+            )
         await self.publish(thread_id, run_id, plan.checklist)
         return plan
 
-    async def set_status(self, thread_id: str, status: str, *, run_id: str | None) -> Plan:
+    async def _set_status_locked(self, thread_id: str, status: str, *, run_id: str | None) -> Plan:
         plan = await self._require(thread_id)
         cleared = status in ("cancelled", "awaiting_approval")
         updated = await self._write(thread_id, status=status, tasks=plan.tasks, clear=cleared)
@@ -131,7 +140,7 @@ class Plans:
             await self.publish(thread_id, run_id, [], plan_items=True)
         return updated
 
-    async def update_task(
+    async def _update_task_locked(
         self, thread_id: str, task_id: str, *, run_id: str | None, **changes: Any
     ) -> Plan:
         """Change one task; a failure cancels every task that depends on it, transitively."""
@@ -154,7 +163,7 @@ class Plans:
         await self.publish(thread_id, run_id, updated.checklist)
         return updated
 
-    async def tick(self, thread_id: str, *, available_slots: int) -> Tick:
+    async def _tick_locked(self, thread_id: str, *, available_slots: int) -> Tick:
         plan = await self.get(thread_id)
         if plan is None or plan.status != "active":
             return Tick(action="none", tasks=[])
@@ -174,6 +183,20 @@ class Plans:
         if not ready or available_slots <= 0:
             return Tick(action="none", tasks=[])
         return Tick(action="dispatch", tasks=ready[:available_slots])
+
+    async def set_status(self, thread_id: str, status: str, *, run_id: str | None) -> Plan:
+        async with self._lock(thread_id):
+            return await self._set_status_locked(thread_id, status, run_id=run_id)
+
+    async def update_task(
+        self, thread_id: str, task_id: str, *, run_id: str | None, **changes: Any
+    ) -> Plan:
+        async with self._lock(thread_id):
+            return await self._update_task_locked(thread_id, task_id, run_id=run_id, **changes)
+
+    async def tick(self, thread_id: str, *, available_slots: int) -> Tick:
+        async with self._lock(thread_id):
+            return await self._tick_locked(thread_id, available_slots=available_slots)
 
     async def save_checklist(
         self, thread_id: str, items: list[dict[str, Any]], *, run_id: str | None

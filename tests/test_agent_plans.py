@@ -1,0 +1,283 @@
+"""Plans (create-tasks: validation, approval, scheduling, replan) and background tasks (limit,
+corrections, cancellation), through gRPC with the Messages API stand-in."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from instance_ai.v1 import agent_pb2
+from server.runtime.plans import PlanValidationError, validate_plan
+from server.settings import Settings
+from tests.agent_fixtures import Chat, last_tool_results, model, model_settings, of_type
+from tests.conftest import serving
+from tests.fake_model import FakeMessagesAPI, Turn, text, tool, use
+
+__all__ = ["model", "model_settings"]  # fixtures, shared
+
+CONTEXT = {"source": "planning-skill", "summary": "Two linked workflows"}
+
+
+def task(task_id: str, *deps: str, kind: str = "delegate") -> dict[str, Any]:
+    return {
+        "id": task_id,
+        "title": f"Task {task_id}",
+        "kind": kind,
+        "spec": f"do {task_id}",
+        "deps": list(deps),
+    }
+
+
+def is_background(request: dict[str, Any]) -> bool:
+    return str(request["system"]).startswith("You are a background")
+
+
+def main_requests(model: FakeMessagesAPI) -> list[dict[str, Any]]:
+    """The orchestrator's requests (background agents talk to the model concurrently)."""
+    return [r for r in model.requests if not is_background(r)]
+
+
+def briefing(request: dict[str, Any]) -> str:
+    return str(request["messages"][0]["content"][0]["text"])
+
+
+@pytest.mark.parametrize(
+    ("tasks", "message"),
+    [
+        ([task("a"), task("a")], "Duplicate task ids: a"),
+        ([task("a", "zz")], 'Task "a" depends on unknown task "zz"'),
+        ([task("a", "b"), task("b", "c"), task("c", "a")], "Dependency cycle: a -> b -> c -> a"),
+        (
+            [task("a"), task("check", "a", kind="checkpoint")],
+            'Checkpoint "check" must depend on a build-workflow',
+        ),
+    ],
+)
+def test_plan_validation_names_the_problem(tasks: list[dict[str, Any]], message: str) -> None:
+    with pytest.raises(PlanValidationError) as error:
+        validate_plan(tasks)
+    assert message in str(error.value)
+
+
+async def test_an_invalid_plan_goes_back_to_the_model_to_revise(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    model.script(
+        Turn(
+            blocks=[
+                use(
+                    "create-tasks",
+                    {"tasks": [task("a", "b"), task("b", "a")], "planningContext": CONTEXT},
+                ),
+                use(
+                    "create-tasks",
+                    {"tasks": [task("a")], "planningContext": CONTEXT | {"source": "replan"}},
+                ),
+            ]
+        ),
+        text("I will revise it"),
+    )
+    async with serving(model_settings()) as (_app, channel):
+        chat = Chat(channel)
+        run_id = await chat.send("t1", "plan it")
+        await chat.finished("t1", run_id)
+    cycle, source = last_tool_results(model.requests[1])
+    assert (
+        cycle["is_error"]
+        and "Dependency cycle" in cycle["content"]
+        and "Revise" in cycle["content"]
+    )
+    assert source["is_error"] and '"planning-skill"' in source["content"]
+
+
+async def test_an_approved_plan_runs_its_tasks_in_dependency_order_then_synthesizes(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    model.responder = lambda request: (
+        text(f"finished {briefing(request)}") if is_background(request) else None
+    )
+    model.script(
+        tool("create-tasks", {"tasks": [task("a"), task("b", "a")], "planningContext": CONTEXT}),
+        text("The plan is running."),
+        text("Both workflows are done."),  # the synthesize follow-up
+    )
+    async with serving(model_settings()) as (_app, channel):
+        chat = Chat(channel)
+        run_id = await chat.send("t1", "build two linked workflows")
+        card = await chat.card("t1")
+        assert card["inputType"] == "plan-review" and card["severity"] == "info"
+        assert [t["id"] for t in card["tasks"]] == ["a", "b"]
+        assert all(t["status"] == "todo" for t in card["tasks"])
+        await chat.confirm("t1", card["requestId"], kind="approval", approved=True)
+        events = await chat.until(
+            "t1", lambda e: e["type"] == "run-finish" and e["run_id"] != run_id
+        )
+    approved = json.loads(last_tool_results(main_requests(model)[1])[0]["content"])
+    assert approved["result"] == "Plan approved. Started 1 tasks."
+    spawned = [p["taskId"] for p in of_type(events, "agent-spawned")]
+    order = [
+        (e["type"], e["agent_id"])
+        for e in events
+        if e["type"] in ("agent-spawned", "agent-completed")
+    ]
+    assert [kind for kind, _ in order] == ["agent-spawned", "agent-completed"] * 2  # b waited for a
+    assert len(spawned) == 2
+    final = of_type(events, "tasks-update")[-1]["tasks"]["tasks"]
+    assert [t["status"] for t in final] == ["done", "done"]
+    follow_up = main_requests(model)[-1]
+    assert 'type="synthesize"' in follow_up["messages"][-1]["content"][0]["text"]
+    assert of_type(events, "text-block")[-1]["text"] == "Both workflows are done."
+
+
+async def test_a_denied_plan_is_cancelled_and_not_resubmitted_in_the_same_turn(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    plan = {"tasks": [task("a")], "planningContext": CONTEXT}
+    model.script(
+        tool("create-tasks", plan), tool("create-tasks", plan), text("What would you like instead?")
+    )
+    async with serving(model_settings()) as (app, channel):
+        chat = Chat(channel)
+        run_id = await chat.send("t1", "plan it")
+        card = await chat.card("t1")
+        await chat.confirm("t1", card["requestId"], kind="planDeny")
+        events = await chat.finished("t1", run_id)
+        stored = await app.runtime.plans.get("t1")
+    assert stored is not None and stored.status == "cancelled"
+    assert of_type(events, "tasks-update")[-1] == {"tasks": {"tasks": []}, "planItems": []}
+    denied = json.loads(last_tool_results(model.requests[1])[0]["content"])
+    assert "denied the plan" in denied["result"]
+    again = last_tool_results(model.requests[2])[0]
+    assert again["is_error"] and "denied a plan in this turn" in again["content"]
+    assert len(of_type(events, "confirmation-request")) == 1
+
+
+async def test_requested_changes_come_back_to_the_model_and_the_plan_waits(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    model.script(
+        tool("create-tasks", {"tasks": [task("a")], "planningContext": CONTEXT}), text("Revising.")
+    )
+    async with serving(model_settings()) as (app, channel):
+        chat = Chat(channel)
+        run_id = await chat.send("t1", "plan it")
+        card = await chat.card("t1")
+        await chat.confirm(
+            "t1", card["requestId"], kind="approval", approved=False, userInput="add a Slack step"
+        )
+        await chat.finished("t1", run_id)
+        stored = await app.runtime.plans.get("t1")
+    assert stored is not None and stored.status == "awaiting_approval"
+    result = json.loads(last_tool_results(model.requests[1])[0]["content"])
+    assert "add a Slack step" in result["result"] and "Revise" in result["result"]
+
+
+async def test_a_failed_task_cancels_its_dependents_and_asks_for_a_replan(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    def respond(request: dict[str, Any]) -> Turn | None:
+        if not is_background(request):
+            return None
+        return Turn(fault=400) if briefing(request) == "do a" else text("ok")
+
+    model.responder = respond
+    model.script(
+        tool(
+            "create-tasks",
+            {"tasks": [task("a"), task("b", "a"), task("c")], "planningContext": CONTEXT},
+        ),
+        text("Started."),
+        text("Task a failed; here is a new plan."),  # the replan follow-up
+    )
+    async with serving(model_settings()) as (_app, channel):
+        chat = Chat(channel)
+        run_id = await chat.send("t1", "plan it")
+        card = await chat.card("t1")
+        await chat.confirm("t1", card["requestId"], kind="approval", approved=True)
+        events = await chat.until(
+            "t1", lambda e: e["type"] == "run-finish" and e["run_id"] != run_id
+        )
+    final = {t["id"]: t for t in of_type(events, "tasks-update")[-1]["tasks"]["tasks"]}
+    assert final["a"]["status"] == "failed"
+    assert final["b"]["status"] == "cancelled" and "dependency a failed" in final["b"]["detail"]
+    assert final["c"]["status"] == "done"
+    replan = main_requests(model)[-1]
+    assert 'type="replan"' in replan["messages"][-1]["content"][0]["text"]
+
+
+async def test_background_tasks_limit_corrections_and_cancellation(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    release = asyncio.Event()
+
+    def respond(request: dict[str, Any]) -> Turn | None:
+        if not is_background(request):
+            return None
+        if len(request["messages"]) == 1:  # first turn: work, then call a tool
+            return Turn(
+                blocks=[{"type": "text", "text": "working"}, use("list-workflows", {})],
+                hold=release,
+            )
+        said = " ".join(b.get("text", "") for b in request["messages"][-1]["content"])
+        return text(f"report ({said.strip() or 'no corrections'})")
+
+    model.responder = respond
+    model.script(
+        Turn(
+            blocks=[
+                use("delegate", {"role": "researcher", "briefing": f"look into {n}"})
+                for n in range(6)
+            ]
+        ),
+        text("Six asked, five started."),
+    )
+    async with serving(model_settings(background_task_limit=5)) as (_app, channel):
+        chat = Chat(channel)
+        run_id = await chat.send("t1", "research six things")
+        await chat.finished("t1", run_id)
+        results = [json.loads(r["content"]) for r in last_tool_results(main_requests(model)[-1])]
+        assert sum("Started background task" in r["result"] for r in results) == 5
+        assert sum("limit of 5 concurrent tasks reached" in r["result"] for r in results) == 1
+        status = await chat.status("t1")
+        tasks = [t.task_id for t in status.background_tasks]
+        assert len(tasks) == 5 and all(t.status == "running" for t in status.background_tasks)
+
+        first, second = tasks[0], tasks[1]
+        corrected = await chat.agent.CorrectTask(
+            agent_pb2.CorrectTaskRequest(thread_id="t1", task_id=first, correction="only EU data")
+        )
+        assert corrected.result == "queued"
+        missing = await chat.agent.CorrectTask(
+            agent_pb2.CorrectTaskRequest(thread_id="t1", task_id="task_nope", correction="x")
+        )
+        assert missing.result == "task-not-found"
+        cancelled = await chat.agent.CancelTask(
+            agent_pb2.CancelTaskRequest(thread_id="t1", task_id=second)
+        )
+        assert cancelled.cancelled
+        assert len((await chat.status("t1")).background_tasks) == 4
+
+        release.set()
+        events = await chat.until(
+            "t1",
+            lambda e: e["type"] == "agent-completed" and e["payload"]["status"] == "completed",
+            within=30,
+        )
+        for _ in range(200):
+            if not (await chat.status("t1")).background_tasks:
+                break
+            await asyncio.sleep(0.05)
+        assert not (await chat.status("t1")).background_tasks
+        later = await chat.agent.CorrectTask(
+            agent_pb2.CorrectTaskRequest(thread_id="t1", task_id=first, correction="too late")
+        )
+        assert later.result == "task-completed"
+        events = await chat.events("t1")
+    completions = of_type(events, "agent-completed")
+    assert sorted(c["status"] for c in completions) == ["cancelled"] + ["completed"] * 4
+    reports = [c["result"] for c in completions if c["status"] == "completed"]
+    assert sum("Correction: only EU data" in r for r in reports) == 1

@@ -1,0 +1,92 @@
+"""`instance-ai chat` and `instance-ai tools` against a real server process, with the Messages
+API stand-in as the model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.agent_fixtures import model
+from tests.fake_model import FakeMessagesAPI, text, tool
+from tests.test_cli import CLI, ServerProcess, start_server, stop_server
+
+__all__ = ["model"]  # fixtures, shared
+
+
+@pytest.fixture
+async def served(tmp_path: Path, model: FakeMessagesAPI) -> AsyncIterator[ServerProcess]:
+    env = {
+        "INSTANCE_AI_MODEL": "claude-test",
+        "INSTANCE_AI_ANTHROPIC_API_KEY": "sk-test-key",
+        "INSTANCE_AI_ANTHROPIC_BASE_URL": model.url,
+    }
+    server = await asyncio.to_thread(start_server, tmp_path / "data", env=env)
+    yield server
+    stop_server(server)
+
+
+async def cli(
+    server: ServerProcess, *args: str, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    # In a thread: the model stand-in answers from this test's event loop meanwhile.
+    return await asyncio.to_thread(
+        subprocess.run,
+        [CLI, *args, "--server", server.address],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+async def test_chat_streams_the_run_and_answers_a_card_at_the_prompt(
+    served: ServerProcess, model: FakeMessagesAPI
+) -> None:
+    model.script(
+        tool("run-workflow", {"workflowId": "wf-9"}, say="Let me run it."), text("All set.")
+    )
+    result = await cli(served, "chat", "run my workflow", "--thread", "c1", stdin="y\n")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout
+    assert "Let me run it." in lines
+    assert "→ run-workflow" in lines and "allow?" in lines
+    assert "wf-9" in lines  # the tool ran after the approval and reported the unknown id
+    assert "All set." in lines and "run completed" in lines
+    model.script(tool("run-workflow", {"workflowId": "wf-9"}), text("Okay, I will not run it."))
+    denied = await cli(served, "chat", "again", "--thread", "c1", stdin="n\n")
+    assert denied.returncode == 0, denied.stderr
+    assert "✗ run-workflow: The user denied run-workflow" in denied.stdout
+    assert "Okay, I will not run it." in denied.stdout
+    assert "Let me run it." not in denied.stdout  # only this turn is shown
+
+
+async def test_tools_list_and_call(served: ServerProcess) -> None:
+    listed = await cli(served, "tools", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    tools = {t["name"]: t for t in json.loads(listed.stdout)["tools"]}
+    assert tools["create-tasks"]["inputSchema"]["type"] == "object"
+    assert tools["create-tasks"]["group"] == "orchestration"
+    assert tools["run-workflow"]["hitlAction"] == "runWorkflow"
+
+    items = {"tasks": [{"id": "a", "description": "Draft the workflow", "status": "in_progress"}]}
+    called = await cli(
+        served, "tools", "call", "update-tasks", "--args", json.dumps(items), "--json"
+    )
+    assert called.returncode == 0, called.stderr
+    assert json.loads(called.stdout) == {
+        "result": {"result": "Checklist saved (1 items)."},
+        "isError": False,
+    }
+
+    gated = await cli(served, "tools", "call", "run-workflow", "--args", '{"workflowId": "x"}')
+    assert gated.returncode == 1
+    assert "FAILED_PRECONDITION" in gated.stderr and "always_allow" in gated.stderr
+    bad = await cli(served, "tools", "call", "update-tasks", "--args", "[1]")
+    assert bad.returncode == 2 and "JSON object" in bad.stderr

@@ -1,0 +1,237 @@
+"""Provider schemas: the sanitizer on pydantic's shapes, the three browser-style discriminated
+unions, dropping what cannot be expressed, and correctable errors for a bad combination."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+import jsonschema
+import pytest
+from pydantic import BaseModel, Field, TypeAdapter
+
+from server.agent import Agent, provider_from_settings
+from server.settings import Settings
+from server.tools.registry import ToolInputError, ToolRegistry
+from server.tools.schema import Inexpressible, sanitize
+from server.tools.spec import ToolContext, ToolModel, ToolSpec
+from tests.agent_fixtures import last_tool_results, model, model_settings
+from tests.conftest import serving
+from tests.fake_model import FakeMessagesAPI, Turn, text, tool_problem, use
+
+__all__ = ["model", "model_settings"]  # fixtures, shared
+
+
+class ScrollBy(ToolModel):
+    """Scroll by a distance."""
+
+    mode: Literal["by"]
+    dy: int = Field(description="Pixels down (negative: up)")
+    tab_id: str | None = Field(None, alias="tabId")
+
+
+class ScrollTo(ToolModel):
+    """Scroll an element into view."""
+
+    mode: Literal["to"]
+    selector: str = Field(min_length=1, description="CSS selector of the element")
+    tab_id: str | None = Field(None, alias="tabId")
+
+
+class CookiesGet(ToolModel):
+    """Read cookies."""
+
+    action: Literal["get"]
+    url: str | None = None
+
+
+class CookiesSet(ToolModel):
+    """Set a cookie."""
+
+    action: Literal["set"]
+    name: str
+    value: str
+    url: str
+
+
+class CookiesClear(ToolModel):
+    """Clear all cookies."""
+
+    action: Literal["clear"]
+
+
+class StorageGet(ToolModel):
+    """Read a key."""
+
+    action: Literal["get"]
+    kind: Literal["local", "session"] = "local"
+    key: str
+
+
+class StorageSet(ToolModel):
+    """Write a key."""
+
+    action: Literal["set"]
+    kind: Literal["local", "session"] = "local"
+    key: str
+    value: str
+
+
+Scroll = Annotated[ScrollBy | ScrollTo, Field(discriminator="mode")]
+Cookies = Annotated[CookiesGet | CookiesSet | CookiesClear, Field(discriminator="action")]
+Storage = Annotated[StorageGet | StorageSet, Field(discriminator="action")]
+
+
+class Echo(ToolModel):
+    received: dict[str, Any]
+
+
+async def echo(_ctx: ToolContext, args: Any) -> Echo:
+    return Echo(received=args.model_dump(by_alias=True, exclude_none=True))
+
+
+def spec(name: str, input_model: Any) -> ToolSpec:
+    return ToolSpec(
+        name=name,
+        description=f"{name} in the connected browser",
+        group="browser",
+        input_model=input_model,
+        output_model=Echo,
+        handler=echo,
+    )
+
+
+BROWSER = [
+    spec("browser_scroll", Scroll),
+    spec("browser_cookies", Cookies),
+    spec("browser_storage", Storage),
+]
+
+
+def test_the_three_unions_flatten_into_one_object_each() -> None:
+    registry = ToolRegistry(BROWSER)
+    scroll, cookies, storage = (registry.provider_schemas[s.name] for s in BROWSER)
+    assert (
+        tool_problem(
+            [{"name": s.name, "input_schema": registry.provider_schemas[s.name]} for s in BROWSER]
+        )
+        is None
+    )
+    assert scroll["required"] == ["mode"]
+    assert scroll["properties"]["mode"]["enum"] == ["by", "to"]
+    assert "'to': Scroll an element into view." in scroll["properties"]["mode"]["description"]
+    assert scroll["properties"]["selector"]["description"].startswith("Only for mode='to'.")
+    assert "at least 1 characters" in scroll["properties"]["selector"]["description"]
+    assert scroll["properties"]["tabId"]["type"] == ["string", "null"]
+    assert "Only for" not in scroll["properties"]["tabId"].get("description", "")  # shared
+    assert cookies["required"] == ["action"]
+    assert cookies["properties"]["action"]["enum"] == ["get", "set", "clear"]
+    assert cookies["properties"]["name"]["description"] == "Only for action='set'."
+    assert storage["required"] == ["action", "key"]  # what every branch requires
+    assert storage["properties"]["kind"]["enum"] == ["local", "session"]
+    for schema in (scroll, cookies, storage):
+        jsonschema.Draft202012Validator.check_schema(schema)
+
+
+@pytest.mark.parametrize(
+    ("union", "valid"),
+    [
+        (Scroll, [{"mode": "by", "dy": 5}, {"mode": "to", "selector": "#a", "tabId": None}]),
+        (Cookies, [{"action": "clear"}, {"action": "set", "name": "n", "value": "v", "url": "u"}]),
+        (
+            Storage,
+            [
+                {"action": "get", "key": "k"},
+                {"action": "set", "kind": "session", "key": "k", "value": "v"},
+            ],
+        ),
+    ],
+)
+def test_the_flat_schema_accepts_everything_the_real_one_does(
+    union: Any, valid: list[dict[str, Any]]
+) -> None:
+    flat = sanitize(TypeAdapter(union).json_schema(by_alias=True))
+    for instance in valid:
+        TypeAdapter(union).validate_python(instance)
+        jsonschema.validate(instance, flat)
+
+
+def test_a_wrong_combination_gets_a_correctable_error() -> None:
+    registry = ToolRegistry(BROWSER)
+    scroll = registry.get("browser_scroll")
+    # Passes the flat schema (selector is a known property) but no mode takes it with "by".
+    jsonschema.validate(
+        {"mode": "by", "selector": "#a"}, registry.provider_schemas["browser_scroll"]
+    )
+    with pytest.raises(ToolInputError) as error:
+        registry.parse(scroll, {"mode": "by", "selector": "#a"})
+    message = str(error.value)
+    assert "fix them and call again" in message and "by.dy" in message and "by.selector" in message
+
+
+class Node(BaseModel):
+    name: str
+    children: list[Node] = []
+
+
+class Wrapper(BaseModel):
+    tree: Node
+    note: str | None = None
+    level: Literal["a", "b"] | None = None
+
+
+def test_refs_recursion_and_nullables_are_rewritten() -> None:
+    schema = sanitize(TypeAdapter(Wrapper).json_schema())
+    text_form = str(schema)
+    assert "$ref" not in text_form and "$defs" not in text_form and "title" not in text_form
+    tree = schema["properties"]["tree"]
+    assert tree["properties"]["name"] == {"type": "string"}
+    assert tree["properties"]["children"]["items"]["type"] == "object"  # the recursion stub
+    assert schema["properties"]["note"]["type"] == ["string", "null"]
+    assert schema["properties"]["level"]["enum"] == ["a", "b", None]
+
+
+@pytest.mark.parametrize("root", [int, list[str], Literal["x"], ScrollBy | int])
+def test_a_root_with_no_object_form_is_inexpressible(root: Any) -> None:
+    with pytest.raises(Inexpressible):
+        sanitize(TypeAdapter(root).json_schema())
+
+
+def test_an_inexpressible_tool_is_dropped_not_sent(caplog: pytest.LogCaptureFixture) -> None:
+    registry = ToolRegistry([*BROWSER, spec("broken_tool", int)])
+    assert "broken_tool" not in registry.provider_schemas
+    assert [s.name for s, _ in registry.listed()] == [s.name for s in BROWSER]
+
+
+async def test_the_loop_sends_flat_schemas_and_returns_bad_combinations_to_the_model(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    model.script(
+        Turn(
+            blocks=[
+                use("browser_scroll", {"mode": "by", "selector": "#a"}),
+                use("browser_cookies", {"action": "clear"}),
+            ]
+        ),
+        text("fixed it"),
+    )
+    settings = model_settings()
+    async with serving(settings) as (app, _channel):
+        agent = Agent(
+            app.runtime,
+            ToolRegistry([*BROWSER, spec("broken_tool", int)]),
+            provider_from_settings(settings),
+        )
+        run_id = await agent.send_message("b1", "scroll")
+        stream = app.runtime.events.subscribe("b1", after=0, follow=True)
+        async for event in stream:
+            if event.type == "run-finish" and event.run_id == run_id:
+                assert event.payload == {"status": "completed"}
+                break
+        await stream.aclose()
+        await agent.close()
+    assert model.rejected == []
+    assert {t["name"] for t in model.requests[0]["tools"]} == {s.name for s in BROWSER}
+    wrong, right = last_tool_results(model.requests[1])
+    assert wrong["is_error"] and "call again" in wrong["content"]
+    assert not right["is_error"] and '"action": "clear"' in right["content"]
