@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from instance_ai.v1 import agent_pb2, tools_pb2
-from server.api.convert import from_struct
+from server.api.convert import from_struct, to_struct
 from server.settings import Settings
 from tests.agent_fixtures import Chat, last_tool_results, model, model_settings, of_type
 from tests.conftest import serving
@@ -318,3 +318,43 @@ async def test_unanswered_confirmations_are_swept_as_denied(
     assert of_type(events, "run-finish")[-1] == {"status": "completed"}
     result = last_tool_results(model.requests[1])[0]
     assert result["is_error"] and "denied" in result["content"]
+
+
+async def test_deleting_a_thread_mid_run_stops_it_and_leaves_nothing(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    never = asyncio.Event()
+    model.script(Turn(blocks=[{"type": "text", "text": "working"}], hold=never))
+    async with serving(model_settings()) as (app, channel):
+        chat = Chat(channel)
+        await chat.send("gone", "go")
+        for _ in range(500):
+            if model.requests:
+                break
+            await asyncio.sleep(0.02)
+        await chat.agent.DeleteThread(agent_pb2.DeleteThreadRequest(thread_id="gone"))
+        await asyncio.sleep(0.2)
+        assert not await app.runtime.threads.exists("gone")
+        with pytest.raises(grpc.aio.AioRpcError) as missing:
+            await chat.status("gone")
+        assert missing.value.code() is grpc.StatusCode.NOT_FOUND
+
+
+async def test_call_tool_refuses_tools_that_ask_the_user_without_side_effects(
+    model_settings: Callable[..., Settings],
+) -> None:
+    plan = {
+        "tasks": [{"id": "a", "title": "A", "kind": "delegate", "spec": "x", "deps": []}],
+        "planningContext": {"source": "planning-skill", "summary": "s"},
+    }
+    async with serving(model_settings()) as (app, channel):
+        chat = Chat(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await chat.tools.CallTool(
+                tools_pb2.CallToolRequest(
+                    thread_id="direct", tool_name="create-tasks", arguments=to_struct(plan)
+                )
+            )
+        assert refused.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert "only the agent" in (refused.value.details() or "")
+        assert await app.runtime.plans.get("direct") is None

@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 
+from instance_ai.v1 import agent_pb2
 from server.settings import Settings
 from tests.agent_fixtures import Chat, last_tool_results, model, of_type, with_model
 from tests.conftest import serving
@@ -169,3 +170,32 @@ async def test_a_server_killed_during_a_tool_call_leaves_an_interrupted_run(
     ]
     assert [(b["tool_use_id"], b["is_error"]) for b in closed] == [(call_id, True)]
     assert "Interrupted" in closed[0]["content"]
+
+
+async def test_cancel_kills_the_running_sandbox_command(
+    make_docker_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    model.script(tool("workspace_execute_command", {"command": "sleep 300"}))
+    async with serving(make_docker_settings(**with_model(model))) as (app, channel):
+        chat = Chat(channel)
+        run_id = await chat.send("kill", "run a long command")
+        await chat.until("kill", lambda e: e["type"] == "tool-call", within=120)
+        manager = await app.runtime.sandboxes.for_thread("kill")
+        count = "grep -l 'slee[p] 300' /proc/[0-9]*/cmdline 2>/dev/null | wc -l"
+        running = await manager.run_command("kill", count)
+        for _ in range(50):
+            if running.stdout.strip() != "0":
+                break
+            await asyncio.sleep(0.1)
+            running = await manager.run_command("kill", count)
+        assert running.stdout.strip() == "1"
+        cancelled = await chat.agent.CancelRun(agent_pb2.CancelRunRequest(thread_id="kill"))
+        assert cancelled.run_id == run_id
+        events = await chat.finished("kill", run_id)
+        assert of_type(events, "tool-error")[-1]["error"] == "cancelled"
+        assert of_type(events, "run-finish")[-1] == {
+            "status": "cancelled",
+            "reason": "user_cancelled",
+        }
+        after = await manager.run_command("kill", count)
+        assert after.stdout.strip() == "0"

@@ -40,8 +40,6 @@ log = structlog.get_logger(__name__)
 
 ORCHESTRATOR = "orchestrator"
 ORCHESTRATION_GROUP = "orchestration"
-# Tools that may suspend on their own (they ask the person something).
-ASKING_TOOLS = ("create-tasks", "ask-user")
 NO_MODEL = (
     "no model is configured: set INSTANCE_AI_MODEL (e.g. claude-sonnet-4-5) and "
     "INSTANCE_AI_ANTHROPIC_API_KEY (or ANTHROPIC_API_KEY); everything else works without one"
@@ -234,6 +232,16 @@ class Agent(Orchestration):
             message_group_id=run.message_group_id,
         )
         self._launch(scope, RunState.load(run.state), answer=answer)
+
+    async def forget_thread(self, thread_id: str) -> None:
+        """Stop everything running for a thread that is being deleted (nothing is written:
+        the thread's rows go with it)."""
+        drive = self._drives.get(thread_id)
+        if drive is not None:
+            drive.cancel()
+            await asyncio.gather(drive, return_exceptions=True)
+        self._follow_ups.pop(thread_id, None)
+        await self.runtime.background.cancel_thread(thread_id, quietly=True)
 
     async def cancel_run(self, thread_id: str) -> str | None:
         """Cancel the thread's open run (idempotent): the model stream and running tools are
@@ -437,7 +445,7 @@ class Agent(Orchestration):
         spec = self._spec(call["name"])
         if spec is None or scope.background:
             return False
-        if spec.name in ASKING_TOOLS:
+        if spec.asks_user:
             return True
         if spec.hitl_action is None:
             return False

@@ -93,6 +93,9 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
     async def DeleteThread(
         self, request: agent_pb2.DeleteThreadRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.DeleteThreadResponse:
+        check_thread_id(request.thread_id)
+        await self._runtime.threads.status(request.thread_id)  # NOT_FOUND before stopping work
+        await self._agent.forget_thread(request.thread_id)
         await self._runtime.threads.delete(request.thread_id)
         return agent_pb2.DeleteThreadResponse()
 

@@ -154,7 +154,8 @@ class BackgroundTasks:
         running.handle.corrections.put_nowait(correction)
         return "queued"
 
-    async def cancel(self, thread_id: str, task_id: str) -> bool:
+    async def cancel(self, thread_id: str, task_id: str, *, quietly: bool = False) -> bool:
+        """Stop a task; `quietly`: without an event (its thread is being deleted)."""
         running = self._threads.get(thread_id, {}).get(task_id)
         if running is None:
             return False
@@ -162,6 +163,8 @@ class BackgroundTasks:
         if running.task is not None:
             running.task.cancel()
             await asyncio.gather(running.task, return_exceptions=True)
+        if quietly:
+            return True
         await self.events.append(
             thread_id,
             "agent-completed",
@@ -171,9 +174,9 @@ class BackgroundTasks:
         )
         return True
 
-    async def cancel_thread(self, thread_id: str) -> int:
+    async def cancel_thread(self, thread_id: str, *, quietly: bool = False) -> int:
         ids = list(self._threads.get(thread_id, {}))
-        return sum([await self.cancel(thread_id, task_id) for task_id in ids])
+        return sum([await self.cancel(thread_id, task_id, quietly=quietly) for task_id in ids])
 
     async def cancel_all(self) -> None:
         for thread_id in list(self._threads):

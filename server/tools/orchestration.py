@@ -222,6 +222,7 @@ TOOLS = [
         input_model=CreateTasksInput,
         output_model=CreateTasksOutput,
         handler=create_tasks,
+        asks_user=True,
     ),
     ToolSpec(
         name="update-tasks",
@@ -239,6 +240,7 @@ TOOLS = [
         input_model=AskUserInput,
         output_model=AskUserOutput,
         handler=ask_user,
+        asks_user=True,
     ),
     ToolSpec(
         name="delegate",

@@ -8,6 +8,7 @@ The agent loop and `Tools.CallTool` share it: the same validation and the same H
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Coroutine
 from functools import cached_property
@@ -144,8 +145,9 @@ class ToolRegistry:
             await self.record_error(ctx, call_id, describe(exc))
             raise
         except asyncio.CancelledError:
-            # The caller went away: the log still says how the call ended.
-            _background(
+            # The caller went away: the log still says how the call ended, before whoever
+            # cancelled goes on (e.g. to delete the thread).
+            ended = _background(
                 runtime.events.append(
                     ctx.thread_id,
                     "tool-error",
@@ -153,6 +155,8 @@ class ToolRegistry:
                     **where,
                 )
             )
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.shield(ended)
             raise
         await runtime.events.append(
             ctx.thread_id,
@@ -180,6 +184,10 @@ class ToolRegistry:
         if spec.name not in self.provider_schemas or spec not in self.specs(runtime):
             raise NotFoundError(f"tool {name!r} is not available on this server")
         args = self.parse(spec, arguments)
+        if spec.asks_user:
+            raise FailedPreconditionError(
+                f"{name} asks the user a question; only the agent can run it (SendMessage)"
+            )
         if spec.hitl_action is not None:
             mode = await runtime.hitl.mode(thread_id, spec.hitl_action)
             if mode == "blocked":
@@ -191,12 +199,7 @@ class ToolRegistry:
                     f'to {{"{spec.hitl_action}": "always_allow"}}'
                 )
         ctx = ToolContext(runtime=runtime, thread_id=thread_id)
-        try:
-            return await self.execute(ctx, spec, args, arguments, announce=True)
-        except Suspend:
-            raise FailedPreconditionError(
-                f"{name} asks the user a question; only the agent can run it (SendMessage)"
-            ) from None
+        return await self.execute(ctx, spec, args, arguments, announce=True)
 
 
 def blocked_message(spec: ToolSpec) -> str:

@@ -71,5 +71,7 @@ class ToolSpec:
     # The HITL permission gating the tool, if any (e.g. "runWorkflow").
     hitl_action: str | None = None
     severity: str = "warning"
+    # The tool itself asks the person something (raises Suspend): only the agent can run it.
+    asks_user: bool = False
     # Registered only where this holds (e.g. a search provider is configured).
     condition: Callable[[Runtime], bool] | None = None
