@@ -358,3 +358,33 @@ async def test_call_tool_refuses_tools_that_ask_the_user_without_side_effects(
         assert refused.value.code() is grpc.StatusCode.FAILED_PRECONDITION
         assert "only the agent" in (refused.value.details() or "")
         assert await app.runtime.plans.get("direct") is None
+
+
+async def test_overload_and_rate_limit_answers_are_retried_with_backoff(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    model.script(text("hi"), Turn(fault=529), Turn(fault=429), text("third time lucky"))
+    async with serving(model_settings(model_max_retries=2)) as (app, channel):
+        chat = Chat(channel)
+        await chat.finished("t1", await chat.send("t1", "first"))
+        cursor = str((await chat.status("t1")).last_event_id)
+        follow = chat.agent.StreamEvents(
+            agent_pb2.StreamEventsRequest(thread_id="t1", after=cursor, follow=True)
+        )
+        for _ in range(500):  # live-only events reach only registered followers
+            if app.runtime.events.subscriber_count("t1"):
+                break
+            await asyncio.sleep(0.01)
+        run_id = await chat.send("t1", "hello")
+        live: list[str] = []
+        async for response in follow:
+            if response.event.type in ("status", "text-delta"):
+                live.append(response.event.type)
+            if response.event.type == "run-finish":
+                assert from_struct(response.event.payload) == {"status": "completed"}
+                assert response.event.run_id == run_id
+                follow.cancel()
+                break
+    assert len(model.requests) == 4
+    # Live-only progress reached the follower: a status, then the streamed text.
+    assert live[0] == "status" and "text-delta" in live

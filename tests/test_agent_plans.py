@@ -281,3 +281,30 @@ async def test_background_tasks_limit_corrections_and_cancellation(
     assert sorted(c["status"] for c in completions) == ["cancelled"] + ["completed"] * 4
     reports = [c["result"] for c in completions if c["status"] == "completed"]
     assert sum("Correction: only EU data" in r for r in reports) == 1
+
+
+async def test_cancel_run_stops_the_threads_background_tasks(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    never = asyncio.Event()
+    model.responder = lambda r: (
+        Turn(blocks=[{"type": "text", "text": "on it"}], hold=never) if is_background(r) else None
+    )
+    model.script(
+        Turn(
+            blocks=[
+                use("delegate", {"role": "scout", "briefing": f"look at {n}"}) for n in range(2)
+            ]
+        ),
+        text("Two scouts are out."),
+    )
+    async with serving(model_settings()) as (_app, channel):
+        chat = Chat(channel)
+        run_id = await chat.send("t1", "scout two things")
+        await chat.finished("t1", run_id)
+        assert len((await chat.status("t1")).background_tasks) == 2
+        stopped = await chat.agent.CancelRun(agent_pb2.CancelRunRequest(thread_id="t1"))
+        assert not stopped.cancelled  # no run was open; the tasks stop all the same
+        assert not (await chat.status("t1")).background_tasks
+        events = await chat.events("t1")
+    assert [c["status"] for c in of_type(events, "agent-completed")] == ["cancelled", "cancelled"]

@@ -4,6 +4,7 @@ unions, dropping what cannot be expressed, and correctable errors for a bad comb
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Annotated, Any, Literal
 
 import jsonschema
@@ -235,3 +236,20 @@ async def test_the_loop_sends_flat_schemas_and_returns_bad_combinations_to_the_m
     wrong, right = last_tool_results(model.requests[1])
     assert wrong["is_error"] and "call again" in wrong["content"]
     assert not right["is_error"] and '"action": "clear"' in right["content"]
+
+
+def test_a_tool_whose_condition_fails_is_not_registered() -> None:
+    gated = ToolSpec(
+        name="web-search",
+        description="Search the web",
+        group="web",
+        input_model=ScrollBy,
+        output_model=Echo,
+        handler=echo,
+        condition=lambda runtime: bool(getattr(runtime, "search_provider", None)),
+    )
+    registry = ToolRegistry([*BROWSER, gated])
+    without = SimpleNamespace(search_provider=None)
+    with_search = SimpleNamespace(search_provider="brave")
+    assert "web-search" not in [s.name for s, _ in registry.listed(without)]  # type: ignore[arg-type]
+    assert "web-search" in [s.name for s, _ in registry.listed(with_search)]  # type: ignore[arg-type]

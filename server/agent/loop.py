@@ -398,6 +398,7 @@ class Agent(Orchestration):
             )
 
         callbacks = StreamCallbacks(on_start=on_start, on_text=on_text, on_tool_start=on_tool_start)
+        events.publish_live(scope.thread_id, "status", {"message": "Thinking…"}, **where)
         attempts = self.settings.model_max_retries + 1
         for attempt in range(1, attempts + 1):
             try:
@@ -492,6 +493,13 @@ class Agent(Orchestration):
                 return await self._refuse(ctx, call, False, _denied(spec.name, answer))
             if answer.get("scope") == "session" and spec.hitl_action is not None:
                 await self.runtime.hitl.always_allow(scope.thread_id, spec.hitl_action)
+        self.runtime.events.publish_live(
+            scope.thread_id,
+            "status",
+            {"message": f"Running {spec.name}…"},
+            run_id=scope.run_id,
+            agent_id=scope.agent_id,
+        )
         try:
             result = await self.registry.execute(ctx, spec, args, call["input"], announce=announce)
         except Suspend as wait:
