@@ -54,6 +54,7 @@ bench: setup
 	$(BIN)/python -m bench.sandbox
 	$(BIN)/python -m bench.build
 	$(BIN)/python -m bench.verify
+	$(BIN)/python -m bench.agent
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
