@@ -116,9 +116,8 @@ async def main(rounds: int) -> None:
     print(f"agent turn (1 tool call, 2 model requests), p50 over {rounds} runs:")
     print(f"  agent loop over gRPC  {agent_p50:8.1f} ms")
     print(f"  SDK alone (baseline)  {direct_p50:8.1f} ms")
-    print(
-        f"  loop overhead         {agent_p50 - direct_p50:8.1f} ms  (ratio {agent_p50 / direct_p50:.1f})"
-    )
+    overhead, ratio = agent_p50 - direct_p50, agent_p50 / direct_p50
+    print(f"  loop overhead         {overhead:8.1f} ms  (ratio {ratio:.1f})")
 
 
 if __name__ == "__main__":
