@@ -141,7 +141,10 @@ class BackgroundTasks:
             agent_id=handle.agent_id,
         )
         if on_settled is not None:
-            await on_settled(handle, result, error)
+            try:
+                await on_settled(handle, result, error)
+            except Exception:
+                log.exception("a background task's completion hook failed", task_id=handle.task_id)
 
     def _forget(self, handle: TaskHandle) -> None:
         self._threads.get(handle.thread_id, {}).pop(handle.task_id, None)
