@@ -223,17 +223,6 @@ class Hitl:
                 raise NotFoundError(f"there is no confirmation request {request_id!r}")
             return Confirmation.of(row)
 
-    async def pending_of_run(self, run_id: str) -> Confirmation | None:
-        async with self.db.session() as session:
-            row = (
-                await session.execute(
-                    select(ConfirmationRow).where(
-                        ConfirmationRow.run_id == run_id, ConfirmationRow.status == "pending"
-                    )
-                )
-            ).scalar_one_or_none()
-            return Confirmation.of(row) if row else None
-
     async def answer(
         self, thread_id: str, request_id: str, answer: dict[str, Any], *, status: str = "answered"
     ) -> Confirmation:
