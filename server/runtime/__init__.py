@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from server.catalog import CatalogService
+from server.domain.data_tables import DataTableStore
 from server.domain.executions import ExecutionStore
 from server.domain.work_items import WorkItemStore
 from server.domain.workflows import WorkflowStore
@@ -47,6 +48,7 @@ class Runtime:
     hitl: Hitl
     plans: Plans
     background: BackgroundTasks
+    data_tables: DataTableStore
 
     @classmethod
     async def open(cls, settings: Settings) -> Runtime:
@@ -81,6 +83,7 @@ class Runtime:
             hitl=Hitl(db=db, events=events, modes=dict(settings.permissions)),
             plans=Plans(db=db, events=events),
             background=background,
+            data_tables=DataTableStore(db),
             executions=executions,
             runner=runner,
             loop=loop,

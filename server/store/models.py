@@ -258,3 +258,33 @@ class PlanRow(Base):
     tasks: Mapped[list[Any]] = mapped_column(JSON)
     checklist: Mapped[list[Any]] = mapped_column(JSON)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class DataTableRow(Base):
+    """A user data table. Its rows live in their own SQL table, `data_table_user_<id>`, whose
+    columns follow `DataTableColumnRow` (changed by ALTER TABLE, never by rewriting rows)."""
+
+    __tablename__ = "data_tables"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    project_id: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index("ux_data_tables_project_name", "project_id", "name", unique=True),)
+
+
+class DataTableColumnRow(Base):
+    __tablename__ = "data_table_columns"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    table_id: Mapped[str] = mapped_column(
+        ForeignKey("data_tables.id", ondelete="CASCADE"), index=True
+    )
+    name: Mapped[str] = mapped_column(String(63))
+    # string | number | boolean | date
+    type: Mapped[str] = mapped_column(String(16))
+    position: Mapped[int] = mapped_column(Integer)
+
+    __table_args__ = (Index("ux_data_table_columns_table_name", "table_id", "name", unique=True),)

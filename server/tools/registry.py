@@ -28,6 +28,7 @@ from server.runtime import Runtime
 from server.runtime.ids import new_id
 from server.tools import (
     build,
+    data_tables,
     executions,
     nodes,
     orchestration,
@@ -261,5 +262,6 @@ def default_registry() -> ToolRegistry:
             *workflows.TOOLS,
             *executions.TOOLS,
             *nodes.TOOLS,
+            *data_tables.TOOLS,
         ]
     )
