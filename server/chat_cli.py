@@ -192,7 +192,8 @@ def list_tools(
     tls_ca: TlsCaOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """The tools the agent has, each with the input schema sent to the model provider."""
+    """Every tool with its group and the input schema sent to the model provider; conditional
+    tools say what they need and whether this server registers them."""
     client = ClientConfig(server=server, api_key=api_key, tls_ca_file=tls_ca)
 
     async def fetch() -> tools_pb2.ListToolsResponse:
@@ -211,6 +212,8 @@ def list_tools(
             "inputSchema": from_struct(t.input_schema),
         }
         | ({"hitlAction": t.hitl_action} if t.hitl_action else {})
+        | {"registered": t.available}
+        | ({"requires": t.requires} if t.requires else {})
         for t in listed.tools
     ]
     if as_json:
@@ -218,6 +221,10 @@ def list_tools(
         return
     for tool in tools:
         gate = f" [yellow](needs approval: {tool['hitlAction']})[/]" if "hitlAction" in tool else ""
+        if not tool["registered"]:
+            gate += f" [red](not registered: needs {tool['requires']})[/]"
+        elif "requires" in tool:
+            gate += f" [dim](conditional: registered, {tool['requires']})[/]"
         out.print(f"[bold]{tool['name']}[/] [dim]{tool['group']}[/]{gate}")
         out.print(f"  {tool['description']}", markup=False)
 

@@ -24,6 +24,7 @@ ENV_PREFIX = "INSTANCE_AI_"
 CONFIG_FILE_ENV = ENV_PREFIX + "CONFIG_FILE"
 DATABASE_FILE_NAME = "instance-ai.db"
 
+LICENSED_FEATURES = ["workflowHistory", "namedVersions"]
 PermissionMode = Literal["require_approval", "always_allow", "blocked"]
 # The HITL-gated actions; each defaults to require_approval.
 GATED_ACTIONS = [
@@ -156,15 +157,28 @@ class Settings(BaseSettings):
         default_factory=dict,
         description='HITL mode per action, JSON, e.g. {"runWorkflow": "always_allow"}',
     )
+    licensed_features: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="comma-separated licensed features: workflowHistory (the version tools), "
+        "namedVersions (naming versions)",
+    )
     subscriber_buffer: int = Field(
         4096, ge=512, le=1_000_000, description="live events held per slow subscriber"
     )
 
-    @field_validator("api_keys", mode="before")
+    @field_validator("api_keys", "licensed_features", mode="before")
     @classmethod
     def _split_keys(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [key.strip() for key in value.split(",") if key.strip()]
+        return value
+
+    @field_validator("licensed_features")
+    @classmethod
+    def _known_features(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(LICENSED_FEATURES))
+        if unknown:
+            raise ValueError(f"unknown features {unknown}; known: {', '.join(LICENSED_FEATURES)}")
         return value
 
     @field_validator("permissions")

@@ -27,8 +27,11 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
                     group=spec.group,
                     input_schema=to_struct(schema),
                     hitl_action=spec.hitl_action or "",
+                    available=available,
+                    requires=spec.requires,
                 )
-                for spec, schema in self._registry.listed(self._runtime)
+                for spec, schema, available in self._registry.overview(self._runtime)
+                if available or request.include_unavailable
             ]
         )
 

@@ -17,7 +17,7 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from server.errors import InvalidArgumentError, NotFoundError
+from server.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from server.runtime.ids import new_id
 from server.store import Database
 from server.store.models import SourceBindingRow, WorkflowRow, WorkflowVersionRow
@@ -74,6 +74,17 @@ class Binding:
     workflow_id: str
     source_hash: str
     version_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class VersionInfo:
+    id: str
+    number: int
+    label: str | None
+    description: str | None
+    created_at: datetime
+    is_active: bool
+    is_current_draft: bool
 
 
 class WorkflowGoneError(NotFoundError):
@@ -231,6 +242,89 @@ class WorkflowStore:
             row.updated_at = datetime.now(UTC)
         return await self.require(workflow_id)
 
+    async def publish(self, workflow_id: str, version_id: str | None = None) -> str:
+        """Make a version (default: the current draft) the active one."""
+        async with self.db.session() as session, session.begin():
+            row = await _live_row(session, workflow_id)
+            chosen = version_id or row.current_version_id
+            await _version_of(session, workflow_id, chosen)
+            row.active_version_id = chosen
+            row.updated_at = datetime.now(UTC)
+        return chosen
+
+    async def unpublish(self, workflow_id: str) -> None:
+        async with self.db.session() as session, session.begin():
+            row = await session.get(WorkflowRow, workflow_id)
+            if row is None:
+                raise NotFoundError(f"workflow {workflow_id!r} does not exist")
+            row.active_version_id = None
+            row.updated_at = datetime.now(UTC)
+
+    async def versions(self, workflow_id: str, *, limit: int, skip: int) -> list[VersionInfo]:
+        """Newest first, metadata only."""
+        workflow = await self.require(workflow_id)
+        async with self.db.session() as session:
+            rows = await session.scalars(
+                select(WorkflowVersionRow)
+                .where(WorkflowVersionRow.workflow_id == workflow_id)
+                .order_by(WorkflowVersionRow.number.desc())
+                .limit(limit)
+                .offset(skip)
+            )
+            return [_version_info(v, workflow) for v in rows]
+
+    async def version(
+        self, workflow_id: str, version_id: str
+    ) -> tuple[VersionInfo, dict[str, Any]]:
+        """One version's metadata and its content as WorkflowJSON."""
+        workflow = await self.require(workflow_id)
+        async with self.db.session() as session:
+            version = await _version_of(session, workflow_id, version_id)
+            return _version_info(version, workflow), {
+                "id": workflow_id,
+                "name": version.name,
+                "nodes": list(version.nodes),
+                "connections": dict(version.connections),
+                "settings": dict(version.settings),
+            }
+
+    async def restore(self, workflow_id: str, version_id: str) -> str:
+        """Make an earlier version's content the current draft again, as a new version (the
+        history stays whole). Returns the new version's id."""
+        now = datetime.now(UTC)
+        new_version = new_id("ver")
+        async with self.db.session() as session, session.begin():
+            row = await _live_row(session, workflow_id)
+            old = await _version_of(session, workflow_id, version_id)
+            conn = await session.connection()
+            await _add_version(
+                conn,
+                workflow_id=workflow_id,
+                version_id=new_version,
+                content=WorkflowContent(
+                    name=old.name,
+                    nodes=list(old.nodes),
+                    connections=dict(old.connections),
+                    settings=dict(old.settings),
+                ),
+                source_hash=old.source_hash,
+                fixtures=old.fixtures,
+                simulation_plan=old.simulation_plan,
+                now=now,
+            )
+            row.current_version_id = new_version
+            row.name = old.name
+            row.updated_at = now
+        return new_version
+
+    async def label_version(
+        self, workflow_id: str, version_id: str, *, label: str | None, description: str | None
+    ) -> None:
+        async with self.db.session() as session, session.begin():
+            version = await _version_of(session, workflow_id, version_id)
+            version.label = label
+            version.description = description
+
     async def verification_inputs(
         self, version_id: str
     ) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
@@ -362,6 +456,42 @@ async def _add_version(
         .returning(VERSIONS.c.number)
     )
     return int(number or 1)
+
+
+async def _live_row(session: AsyncSession, workflow_id: str) -> WorkflowRow:
+    """The workflow's row, if it exists and is not archived."""
+    row = await session.get(WorkflowRow, workflow_id)
+    if row is None:
+        raise NotFoundError(f"workflow {workflow_id!r} does not exist")
+    if row.is_archived:
+        raise FailedPreconditionError(
+            f"workflow {workflow_id!r} is archived; restore it with unarchive-workflow first"
+        )
+    return row
+
+
+async def _version_of(
+    session: AsyncSession, workflow_id: str, version_id: str
+) -> WorkflowVersionRow:
+    version = await session.get(WorkflowVersionRow, version_id)
+    if version is None or version.workflow_id != workflow_id:
+        raise NotFoundError(
+            f"workflow {workflow_id!r} has no version {version_id!r}; "
+            "list-workflow-versions names them"
+        )
+    return version
+
+
+def _version_info(version: WorkflowVersionRow, workflow: Workflow) -> VersionInfo:
+    return VersionInfo(
+        id=version.id,
+        number=version.number,
+        label=version.label,
+        description=version.description,
+        created_at=version.created_at,
+        is_active=version.id == workflow.active_version_id,
+        is_current_draft=version.id == workflow.current_version_id,
+    )
 
 
 async def _load(session: AsyncSession, workflow_id: str) -> Workflow | None:

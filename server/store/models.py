@@ -134,6 +134,9 @@ class WorkflowVersionRow(Base):
     # fixtures the source declared and the simulation plan (None: it could not be made).
     fixtures: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     simulation_plan: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    # A person's name and note for the version (named versions).
+    label: Mapped[str | None] = mapped_column(Text, nullable=True)
+    description: Mapped[str | None] = mapped_column(Text, nullable=True)
 
     __table_args__ = (Index("ux_workflow_versions_number", "workflow_id", "number", unique=True),)
 

@@ -99,6 +99,16 @@ class ToolRegistry:
         schemas = self.provider_schemas
         return [(s, schemas[s.name]) for s in self.specs(runtime) if s.name in schemas]
 
+    def overview(self, runtime: Runtime) -> list[tuple[ToolSpec, dict[str, Any], bool]]:
+        """Every expressible tool with its schema and whether it is registered here."""
+        registered = {s.name for s in self.specs(runtime)}
+        schemas = self.provider_schemas
+        return [
+            (s, schemas[s.name], s.name in registered)
+            for s in self._specs.values()
+            if s.name in schemas
+        ]
+
     def parse(self, spec: ToolSpec, arguments: dict[str, Any]) -> Any:
         """The arguments validated by the tool's real model (the provider schema is looser)."""
         try:

@@ -73,5 +73,7 @@ class ToolSpec:
     severity: str = "warning"
     # The tool itself asks the person something (raises Suspend): only the agent can run it.
     asks_user: bool = False
-    # Registered only where this holds (e.g. a search provider is configured).
+    # Registered only where this holds (e.g. a search provider is configured); `requires`
+    # says what it needs, for people reading the tool list.
     condition: Callable[[Runtime], bool] | None = None
+    requires: str = ""

@@ -1,14 +1,17 @@
-"""Workflow tools over the workflow store (the rest arrive with the domain tools)."""
+"""Workflow tools over the workflow store: listing, reading, archiving, publishing and the
+version history (the version tools only where the licence setting enables them)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import Field
 
-from server.domain.workflows import Workflow
+from server.domain.workflows import VersionInfo, Workflow
 from server.errors import UnavailableError
+from server.runtime import Runtime
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
 GROUP = "workflows"
@@ -120,5 +123,224 @@ TOOLS = [
         input_model=WorkflowIdInput,
         output_model=WorkflowCodeOutput,
         handler=get_workflow_as_code,
+    ),
+]
+
+
+class SuccessOutput(ToolModel):
+    success: bool
+
+
+async def delete_workflow(ctx: ToolContext, args: WorkflowIdInput) -> SuccessOutput:
+    await ctx.runtime.workflows.set_archived(args.workflow_id, True)
+    return SuccessOutput(success=True)
+
+
+async def unarchive_workflow(ctx: ToolContext, args: WorkflowIdInput) -> SuccessOutput:
+    await ctx.runtime.workflows.set_archived(args.workflow_id, False)
+    return SuccessOutput(success=True)
+
+
+class PublishInput(WorkflowIdInput):
+    version_id: str | None = Field(
+        None, alias="versionId", description="Version to publish (default: the latest draft)"
+    )
+
+
+class PublishOutput(ToolModel):
+    success: bool
+    active_version_id: str = Field(alias="activeVersionId")
+
+
+async def publish_workflow(ctx: ToolContext, args: PublishInput) -> PublishOutput:
+    active = await ctx.runtime.workflows.publish(args.workflow_id, args.version_id)
+    return PublishOutput(success=True, active_version_id=active)
+
+
+async def unpublish_workflow(ctx: ToolContext, args: WorkflowIdInput) -> SuccessOutput:
+    await ctx.runtime.workflows.unpublish(args.workflow_id)
+    return SuccessOutput(success=True)
+
+
+class VersionsInput(WorkflowIdInput):
+    limit: int = Field(20, ge=1, le=100)
+    skip: int = Field(0, ge=0)
+
+
+class VersionSummary(ToolModel):
+    version_id: str = Field(alias="versionId")
+    number: int
+    name: str | None
+    description: str | None
+    authors: str
+    created_at: datetime = Field(alias="createdAt")
+    autosaved: bool
+    is_active: bool = Field(alias="isActive")
+    is_current_draft: bool = Field(alias="isCurrentDraft")
+
+    @classmethod
+    def of(cls, version: VersionInfo) -> VersionSummary:
+        return cls(
+            version_id=version.id,
+            number=version.number,
+            name=version.label,
+            description=version.description,
+            authors=AUTHOR,
+            created_at=version.created_at,
+            autosaved=False,
+            is_active=version.is_active,
+            is_current_draft=version.is_current_draft,
+        )
+
+
+class VersionsOutput(ToolModel):
+    versions: list[VersionSummary]
+
+
+async def list_versions(ctx: ToolContext, args: VersionsInput) -> VersionsOutput:
+    versions = await ctx.runtime.workflows.versions(
+        args.workflow_id, limit=args.limit, skip=args.skip
+    )
+    return VersionsOutput(versions=[VersionSummary.of(v) for v in versions])
+
+
+class VersionInput(WorkflowIdInput):
+    version_id: str = Field(alias="versionId", min_length=1)
+
+
+class VersionOutput(VersionSummary):
+    workflow_name: str = Field(alias="workflowName")
+    nodes: list[Any]
+    connections: dict[str, Any]
+    settings: dict[str, Any]
+
+
+async def get_version(ctx: ToolContext, args: VersionInput) -> VersionOutput:
+    info, content = await ctx.runtime.workflows.version(args.workflow_id, args.version_id)
+    summary = VersionSummary.of(info).model_dump(by_alias=True)
+    return VersionOutput.model_validate(
+        summary
+        | {
+            "workflowName": content["name"],
+            "nodes": content["nodes"],
+            "connections": content["connections"],
+            "settings": content["settings"],
+        }
+    )
+
+
+class RestoreOutput(ToolModel):
+    success: bool
+    version_id: str = Field(alias="versionId", description="The new current draft")
+
+
+async def restore_version(ctx: ToolContext, args: VersionInput) -> RestoreOutput:
+    restored = await ctx.runtime.workflows.restore(args.workflow_id, args.version_id)
+    return RestoreOutput(success=True, version_id=restored)
+
+
+class LabelInput(VersionInput):
+    name: str | None = Field(None, max_length=128, description="New name (null clears it)")
+    description: str | None = Field(None, max_length=2000)
+
+
+async def update_version(ctx: ToolContext, args: LabelInput) -> SuccessOutput:
+    await ctx.runtime.workflows.label_version(
+        args.workflow_id, args.version_id, label=args.name, description=args.description
+    )
+    return SuccessOutput(success=True)
+
+
+AUTHOR = "Instance AI"
+
+
+def _licensed(feature: str) -> Callable[[Runtime], bool]:
+    def holds(runtime: Runtime) -> bool:
+        return feature in runtime.settings.licensed_features
+
+    return holds
+
+
+def _version_tool(feature: str, **fields: Any) -> ToolSpec:
+    return ToolSpec(
+        group=GROUP,
+        condition=_licensed(feature),
+        requires=f"INSTANCE_AI_LICENSED_FEATURES including {feature}",
+        **fields,
+    )
+
+
+TOOLS += [
+    ToolSpec(
+        name="delete-workflow",
+        description="Archive a workflow (unpublishing it first). Reversible with "
+        "unarchive-workflow.",
+        group=GROUP,
+        input_model=WorkflowIdInput,
+        output_model=SuccessOutput,
+        handler=delete_workflow,
+        hitl_action="deleteWorkflow",
+        severity="destructive",
+    ),
+    ToolSpec(
+        name="unarchive-workflow",
+        description="Restore an archived workflow without publishing it.",
+        group=GROUP,
+        input_model=WorkflowIdInput,
+        output_model=SuccessOutput,
+        handler=unarchive_workflow,
+        hitl_action="updateWorkflow",
+    ),
+    ToolSpec(
+        name="publish-workflow",
+        description="Publish a version (default: the latest draft) so it runs on its triggers.",
+        group=GROUP,
+        input_model=PublishInput,
+        output_model=PublishOutput,
+        handler=publish_workflow,
+        hitl_action="publishWorkflow",
+    ),
+    ToolSpec(
+        name="unpublish-workflow",
+        description="Stop a workflow running in production; the draft is kept.",
+        group=GROUP,
+        input_model=WorkflowIdInput,
+        output_model=SuccessOutput,
+        handler=unpublish_workflow,
+        hitl_action="publishWorkflow",
+    ),
+    _version_tool(
+        "workflowHistory",
+        name="list-workflow-versions",
+        description="A workflow's version history, newest first (metadata only).",
+        input_model=VersionsInput,
+        output_model=VersionsOutput,
+        handler=list_versions,
+    ),
+    _version_tool(
+        "workflowHistory",
+        name="get-workflow-version",
+        description="One version of a workflow, with its nodes and connections.",
+        input_model=VersionInput,
+        output_model=VersionOutput,
+        handler=get_version,
+    ),
+    _version_tool(
+        "workflowHistory",
+        name="restore-workflow-version",
+        description="Make an earlier version the current draft again (the history is kept; "
+        "the published version does not change).",
+        input_model=VersionInput,
+        output_model=RestoreOutput,
+        handler=restore_version,
+        hitl_action="restoreWorkflowVersion",
+    ),
+    _version_tool(
+        "namedVersions",
+        name="update-workflow-version",
+        description="Name a version or describe it.",
+        input_model=LabelInput,
+        output_model=SuccessOutput,
+        handler=update_version,
     ),
 ]

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ainstance_ai/v1/tools.proto\x12\x0einstance_ai.v1\x1a\x1cgoogle/protobuf/struct.proto\"\x12\n\x10ListToolsRequest\"\x80\x01\n\x08ToolInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\r\n\x05group\x18\x03 \x01(\t\x12-\n\x0cinput_schema\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x13\n\x0bhitl_action\x18\x05 \x01(\t\"<\n\x11ListToolsResponse\x12\'\n\x05tools\x18\x01 \x03(\x0b\x32\x18.instance_ai.v1.ToolInfo\"c\n\x0f\x43\x61llToolRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12*\n\targuments\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\"M\n\x10\x43\x61llToolResponse\x12\'\n\x06result\x18\x01 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x10\n\x08is_error\x18\x02 \x01(\x08\x32\xa8\x01\n\x05Tools\x12P\n\tListTools\x12 .instance_ai.v1.ListToolsRequest\x1a!.instance_ai.v1.ListToolsResponse\x12M\n\x08\x43\x61llTool\x12\x1f.instance_ai.v1.CallToolRequest\x1a .instance_ai.v1.CallToolResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ainstance_ai/v1/tools.proto\x12\x0einstance_ai.v1\x1a\x1cgoogle/protobuf/struct.proto\"/\n\x10ListToolsRequest\x12\x1b\n\x13include_unavailable\x18\x01 \x01(\x08\"\xa5\x01\n\x08ToolInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\r\n\x05group\x18\x03 \x01(\t\x12-\n\x0cinput_schema\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x13\n\x0bhitl_action\x18\x05 \x01(\t\x12\x11\n\tavailable\x18\x06 \x01(\x08\x12\x10\n\x08requires\x18\x07 \x01(\t\"<\n\x11ListToolsResponse\x12\'\n\x05tools\x18\x01 \x03(\x0b\x32\x18.instance_ai.v1.ToolInfo\"c\n\x0f\x43\x61llToolRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12*\n\targuments\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\"M\n\x10\x43\x61llToolResponse\x12\'\n\x06result\x18\x01 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x10\n\x08is_error\x18\x02 \x01(\x08\x32\xa8\x01\n\x05Tools\x12P\n\tListTools\x12 .instance_ai.v1.ListToolsRequest\x1a!.instance_ai.v1.ListToolsResponse\x12M\n\x08\x43\x61llTool\x12\x1f.instance_ai.v1.CallToolRequest\x1a .instance_ai.v1.CallToolResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,15 +33,15 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'instance_ai.v1.tools_pb2', 
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_LISTTOOLSREQUEST']._serialized_start=76
-  _globals['_LISTTOOLSREQUEST']._serialized_end=94
-  _globals['_TOOLINFO']._serialized_start=97
-  _globals['_TOOLINFO']._serialized_end=225
-  _globals['_LISTTOOLSRESPONSE']._serialized_start=227
-  _globals['_LISTTOOLSRESPONSE']._serialized_end=287
-  _globals['_CALLTOOLREQUEST']._serialized_start=289
-  _globals['_CALLTOOLREQUEST']._serialized_end=388
-  _globals['_CALLTOOLRESPONSE']._serialized_start=390
-  _globals['_CALLTOOLRESPONSE']._serialized_end=467
-  _globals['_TOOLS']._serialized_start=470
-  _globals['_TOOLS']._serialized_end=638
+  _globals['_LISTTOOLSREQUEST']._serialized_end=123
+  _globals['_TOOLINFO']._serialized_start=126
+  _globals['_TOOLINFO']._serialized_end=291
+  _globals['_LISTTOOLSRESPONSE']._serialized_start=293
+  _globals['_LISTTOOLSRESPONSE']._serialized_end=353
+  _globals['_CALLTOOLREQUEST']._serialized_start=355
+  _globals['_CALLTOOLREQUEST']._serialized_end=454
+  _globals['_CALLTOOLRESPONSE']._serialized_start=456
+  _globals['_CALLTOOLRESPONSE']._serialized_end=533
+  _globals['_TOOLS']._serialized_start=536
+  _globals['_TOOLS']._serialized_end=704
 # @@protoc_insertion_point(module_scope)

@@ -23,12 +23,19 @@ DESCRIPTOR: _descriptor.FileDescriptor
 class ListToolsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    INCLUDE_UNAVAILABLE_FIELD_NUMBER: _builtins.int
+    include_unavailable: _builtins.bool
+    """Also list the tools this server does not register (available false, with what they
+    require), e.g. for an overview of the whole tool set.
+    """
     def __init__(
         self,
+        *,
+        include_unavailable: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_unavailable", b"include_unavailable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -43,12 +50,18 @@ class ToolInfo(_message.Message):
     GROUP_FIELD_NUMBER: _builtins.int
     INPUT_SCHEMA_FIELD_NUMBER: _builtins.int
     HITL_ACTION_FIELD_NUMBER: _builtins.int
+    AVAILABLE_FIELD_NUMBER: _builtins.int
+    REQUIRES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Tool name as in the tool reference, e.g. "build-workflow"."""
     description: _builtins.str
     group: _builtins.str
     hitl_action: _builtins.str
     """The HITL action gating the tool, if any (e.g. "deleteWorkflow")."""
+    available: _builtins.bool
+    """false: not registered on this server (only listed with include_unavailable)."""
+    requires: _builtins.str
+    """For a conditional tool: what it needs to be registered (e.g. a setting)."""
     @_builtins.property
     def input_schema(self) -> _struct_pb2.Struct:
         """The JSON schema of the arguments, as sent to model providers."""
@@ -61,10 +74,12 @@ class ToolInfo(_message.Message):
         group: _builtins.str = ...,
         input_schema: _struct_pb2.Struct | None = ...,
         hitl_action: _builtins.str = ...,
+        available: _builtins.bool = ...,
+        requires: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["input_schema", b"input_schema"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "group", b"group", "hitl_action", b"hitl_action", "input_schema", b"input_schema", "name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["available", b"available", "description", b"description", "group", b"group", "hitl_action", b"hitl_action", "input_schema", b"input_schema", "name", b"name", "requires", b"requires"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
