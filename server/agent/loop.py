@@ -29,6 +29,7 @@ from server.agent.provider import (
 from server.errors import FailedPreconditionError, NotFoundError
 from server.runtime import Runtime
 from server.runtime.background import TaskHandle
+from server.runtime.caller import LOCAL, Caller
 from server.runtime.conversation import estimate_tokens, repair
 from server.runtime.hitl import DENIED_BY_TIMEOUT, Confirmation, parse_resume
 from server.runtime.ids import new_id
@@ -82,6 +83,7 @@ class RunScope:
     agent_id: str
     kind: str
     message_group_id: str | None = None
+    caller: Caller = LOCAL
 
     @property
     def background(self) -> bool:
@@ -97,6 +99,15 @@ class Suspension:
 Outcome = dict[str, Any] | Suspension  # a tool_result block's {content, is_error}, or a wait
 
 
+@dataclass(frozen=True, kw_only=True)
+class FollowUp:
+    """A run the service starts itself (replan, synthesize), for the plan's caller."""
+
+    text: str
+    kind: str
+    caller: Caller
+
+
 class Agent(Orchestration):
     def __init__(
         self, runtime: Runtime, registry: ToolRegistry, provider: ModelProvider | None
@@ -106,7 +117,7 @@ class Agent(Orchestration):
         self.registry = registry
         self.provider = provider
         self._drives: dict[str, asyncio.Task[None]] = {}
-        self._follow_ups: dict[str, list[tuple[str, str]]] = {}
+        self._follow_ups: dict[str, list[FollowUp]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._starting: set[asyncio.Future[None]] = set()
         self._closing = False
@@ -164,17 +175,21 @@ class Agent(Orchestration):
             raise FailedPreconditionError(NO_MODEL)
         return self.provider
 
-    async def send_message(self, thread_id: str, text: str, message_id: str = "") -> str:
+    async def send_message(
+        self, thread_id: str, text: str, message_id: str = "", *, caller: Caller = LOCAL
+    ) -> str:
         self._require_provider()
-        return await self._start_run(thread_id, text, kind="chat", message_id=message_id)
+        return await self._start_run(
+            thread_id, text, kind="chat", message_id=message_id, caller=caller
+        )
 
     async def _start_run(
-        self, thread_id: str, text: str, *, kind: str, message_id: str = ""
+        self, thread_id: str, text: str, *, kind: str, caller: Caller, message_id: str = ""
     ) -> str:
         group = new_id("mg")
         threads = self.runtime.threads
         run_id = await threads.start_run(
-            thread_id, message_id=message_id, kind=kind, message_group_id=group
+            thread_id, message_id=message_id, kind=kind, message_group_id=group, caller=caller
         )
         try:
             content = [{"type": "text", "text": self._with_running_tasks(thread_id, text)}]
@@ -190,6 +205,7 @@ class Agent(Orchestration):
             agent_id=ORCHESTRATOR,
             kind=kind,
             message_group_id=group,
+            caller=caller,
         )
         self._launch(scope, RunState(), answer=None)
         return run_id
@@ -203,10 +219,19 @@ class Agent(Orchestration):
         )
         return f"<running-tasks>\n{lines}\n</running-tasks>\n\n{text}"
 
-    async def confirm(self, thread_id: str, request_id: str, resume: dict[str, Any]) -> str:
+    async def confirm(
+        self,
+        thread_id: str,
+        request_id: str,
+        resume: dict[str, Any],
+        *,
+        caller: Caller = LOCAL,
+    ) -> str:
+        """Answer a card; only the user whose run asked may (others: as if it did not exist)."""
         answer = parse_resume(resume)
         found = await self.runtime.hitl.get(request_id)
-        if found.thread_id != thread_id:
+        run = await self.runtime.threads.run(found.run_id)
+        if found.thread_id != thread_id or run is None or run.caller.user_id != caller.user_id:
             raise NotFoundError(f"thread {thread_id!r} has no confirmation request {request_id!r}")
         if found.status != "pending":
             raise FailedPreconditionError(
@@ -230,6 +255,7 @@ class Agent(Orchestration):
             agent_id=ORCHESTRATOR,
             kind=run.kind,
             message_group_id=run.message_group_id,
+            caller=run.caller,
         )
         self._launch(scope, RunState.load(run.state), answer=answer)
 
@@ -479,6 +505,7 @@ class Agent(Orchestration):
             run_kind=scope.kind,
             resume=answer if gate == "tool" else None,
             orchestration=self,
+            caller=scope.caller,
         )
         checked = await self._check(ctx, scope, call, announce)
         if isinstance(checked, dict):
@@ -698,25 +725,36 @@ class Agent(Orchestration):
     # -- background agents, plans and follow-ups (the Orchestration port) ------------------
 
     async def delegate(
-        self, thread_id: str, run_id: str | None, *, role: str, briefing: str, key: str | None
+        self,
+        thread_id: str,
+        run_id: str | None,
+        *,
+        role: str,
+        briefing: str,
+        key: str | None,
+        caller: Caller,
     ) -> dict[str, Any]:
         spawned = await self.runtime.background.spawn(
             thread_id,
             role=role,
-            body=self._background_body(role, briefing),
+            body=self._background_body(role, briefing, caller),
             run_id=run_id,
             title=briefing[:80],
             key=key,
         )
         return {"status": spawned.status, "taskId": spawned.task_id, "agentId": spawned.agent_id}
 
-    def _background_body(self, role: str, briefing: str) -> Callable[[TaskHandle], Awaitable[str]]:
+    def _background_body(
+        self, role: str, briefing: str, caller: Caller
+    ) -> Callable[[TaskHandle], Awaitable[str]]:
         async def body(handle: TaskHandle) -> str:
-            return await self._background_run(handle, role, briefing)
+            return await self._background_run(handle, role, briefing, caller)
 
         return body
 
-    async def _background_run(self, handle: TaskHandle, role: str, briefing: str) -> str:
+    async def _background_run(
+        self, handle: TaskHandle, role: str, briefing: str, caller: Caller
+    ) -> str:
         """A detached agent: its own message list (not the thread's history), domain tools
         only, no questions to the person; corrections join before each model turn."""
         scope = RunScope(
@@ -724,6 +762,7 @@ class Agent(Orchestration):
             run_id=handle.run_id,
             agent_id=handle.agent_id,
             kind="background",
+            caller=caller,
         )
         messages: list[dict[str, Any]] = [
             {"role": "user", "content": [{"type": "text", "text": briefing}]}
@@ -756,7 +795,7 @@ class Agent(Orchestration):
             )
         return text or "stopped: step budget spent"
 
-    async def schedule_plan(self, thread_id: str, run_id: str | None) -> int:
+    async def schedule_plan(self, thread_id: str, run_id: str | None, caller: Caller) -> int:
         """Start the plan's ready tasks as background agents; when the plan settles, start
         the follow-up run (replan after a failure, synthesize when all succeeded)."""
         background = self.runtime.background
@@ -772,6 +811,7 @@ class Agent(Orchestration):
                 "Revise the remaining work with create-tasks (planningContext.source "
                 '"replan") or explain to the user.</planned-task-follow-up>',
                 kind="replan",
+                caller=caller,
             )
             return 0
         if tick.action == "synthesize":
@@ -781,6 +821,7 @@ class Agent(Orchestration):
                 f'<planned-task-follow-up type="synthesize">Every planned task finished:\n'
                 f"{results}\nSummarise the outcome for the user.</planned-task-follow-up>",
                 kind="follow-up",
+                caller=caller,
             )
             return 0
         started = 0
@@ -791,11 +832,11 @@ class Agent(Orchestration):
             spawned = await background.spawn(
                 thread_id,
                 role=task["kind"],
-                body=self._background_body(task["kind"], task["spec"]),
+                body=self._background_body(task["kind"], task["spec"], caller),
                 run_id=run_id,
                 title=task["title"],
                 key=f"planned:{task['id']}",
-                on_settled=self._planned_task_settled(task["id"]),
+                on_settled=self._planned_task_settled(task["id"], caller),
             )
             if spawned.status == "started":
                 started += 1
@@ -806,7 +847,7 @@ class Agent(Orchestration):
         return started
 
     def _planned_task_settled(
-        self, task_id: str
+        self, task_id: str, caller: Caller
     ) -> Callable[[TaskHandle, str | None, str | None], Awaitable[None]]:
         async def settled(handle: TaskHandle, result: str | None, error: str | None) -> None:
             changes: dict[str, Any] = (
@@ -818,15 +859,17 @@ class Agent(Orchestration):
                 handle.thread_id, task_id, run_id=handle.run_id, **changes
             )
             if not self._closing:
-                await self.schedule_plan(handle.thread_id, handle.run_id)
+                await self.schedule_plan(handle.thread_id, handle.run_id, caller)
 
         return settled
 
-    async def follow_up(self, thread_id: str, text: str, *, kind: str) -> None:
+    async def follow_up(self, thread_id: str, text: str, *, kind: str, caller: Caller) -> None:
         """A run the service starts itself; queued while the thread has an open run."""
         if self._closing or self.provider is None:
             return
-        self._follow_ups.setdefault(thread_id, []).append((text, kind))
+        self._follow_ups.setdefault(thread_id, []).append(
+            FollowUp(text=text, kind=kind, caller=caller)
+        )
         status = await self.runtime.threads.status(thread_id)
         if status.active_run_id is None:
             self._next_follow_up(thread_id)
@@ -835,13 +878,15 @@ class Agent(Orchestration):
         queued = self._follow_ups.get(thread_id)
         if not queued or self._closing:
             return
-        text, kind = queued.pop(0)
+        follow_up = queued.pop(0)
 
         async def start() -> None:
             try:
-                await self._start_run(thread_id, text, kind=kind)
+                await self._start_run(
+                    thread_id, follow_up.text, kind=follow_up.kind, caller=follow_up.caller
+                )
             except FailedPreconditionError:  # a user's run got there first: wait for it
-                self._follow_ups.setdefault(thread_id, []).insert(0, (text, kind))
+                self._follow_ups.setdefault(thread_id, []).insert(0, follow_up)
 
         task = asyncio.ensure_future(start())
         self._starting.add(task)

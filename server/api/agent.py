@@ -9,6 +9,7 @@ import grpc
 
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc
 from server.agent import Agent
+from server.api.caller import caller_of
 from server.api.convert import event_to_proto, from_struct, thread_status_to_proto
 from server.errors import InvalidArgumentError
 from server.runtime import Runtime
@@ -31,7 +32,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             setting="INSTANCE_AI_MAX_CHAT_MESSAGE_CHARS",
         )
         run_id = await self._agent.send_message(
-            request.thread_id, request.message, request.message_id
+            request.thread_id, request.message, request.message_id, caller=caller_of(context)
         )
         return agent_pb2.SendMessageResponse(run_id=run_id)
 
@@ -53,7 +54,10 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         if not request.request_id:
             raise InvalidArgumentError("request_id is required: the requestId of the card")
         run_id = await self._agent.confirm(
-            request.thread_id, request.request_id, from_struct(request.resume)
+            request.thread_id,
+            request.request_id,
+            from_struct(request.resume),
+            caller=caller_of(context),
         )
         return agent_pb2.ConfirmResponse(run_id=run_id)
 

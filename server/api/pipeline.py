@@ -8,6 +8,7 @@ from typing import Any
 import grpc
 
 from instance_ai.v1 import pipeline_pb2, pipeline_pb2_grpc
+from server.api.caller import caller_of
 from server.api.convert import from_struct, to_struct
 from server.runtime import Runtime
 from server.runtime.validation import check_thread_id
@@ -33,7 +34,7 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServicer):
             "workItemId": request.work_item_id or None,
             "isSupportingWorkflow": request.is_supporting_workflow,
         }
-        result = await self._call(request.thread_id, "build-workflow", arguments)
+        result = await self._call(context, request.thread_id, "build-workflow", arguments)
         assert isinstance(result, BuildWorkflowOutput)
         return _response(result)
 
@@ -54,7 +55,7 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServicer):
             else None,
             "allowZeroItemFixtures": request.allow_zero_item_fixtures,
         }
-        result = await self._call(request.thread_id, "verify-built-workflow", arguments)
+        result = await self._call(context, request.thread_id, "verify-built-workflow", arguments)
         return pipeline_pb2.VerifyWorkflowResponse(result=to_struct(dump(result)))
 
     async def ReportVerdict(
@@ -77,7 +78,9 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServicer):
             if request.HasField("remediation")
             else None,
         }
-        result = await self._call(request.thread_id, "report-verification-verdict", arguments)
+        result = await self._call(
+            context, request.thread_id, "report-verification-verdict", arguments
+        )
         assert isinstance(result, VerdictOutput)
         response = pipeline_pb2.ReportVerdictResponse(
             guidance=result.guidance, action=result.action, phase=result.phase, status=result.status
@@ -91,13 +94,21 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServicer):
     ) -> pipeline_pb2.GetWorkItemResponse:
         check_thread_id(request.thread_id)
         result = await self._call(
-            request.thread_id, "get-work-item", {"workItemId": request.work_item_id}
+            context, request.thread_id, "get-work-item", {"workItemId": request.work_item_id}
         )
         return pipeline_pb2.GetWorkItemResponse(work_item=to_struct(dump(result)))
 
-    async def _call(self, thread_id: str, tool: str, arguments: dict[str, Any]) -> Any:
+    async def _call(
+        self,
+        context: grpc.aio.ServicerContext,
+        thread_id: str,
+        tool: str,
+        arguments: dict[str, Any],
+    ) -> Any:
         present = {k: v for k, v in arguments.items() if v is not None}
-        return await self._registry.call(self._runtime, thread_id, tool, present)
+        return await self._registry.call(
+            self._runtime, thread_id, tool, present, caller=caller_of(context)
+        )
 
 
 def _issue(issue: BuildIssueModel) -> pipeline_pb2.BuildIssue:

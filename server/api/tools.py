@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 
 from instance_ai.v1 import tools_pb2, tools_pb2_grpc
+from server.api.caller import caller_of
 from server.api.convert import from_struct, to_struct
 from server.runtime import Runtime
 from server.runtime.validation import check_thread_id
@@ -40,6 +41,10 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
     ) -> tools_pb2.CallToolResponse:
         check_thread_id(request.thread_id)
         result = await self._registry.call(
-            self._runtime, request.thread_id, request.tool_name, from_struct(request.arguments)
+            self._runtime,
+            request.thread_id,
+            request.tool_name,
+            from_struct(request.arguments),
+            caller=caller_of(context),
         )
         return tools_pb2.CallToolResponse(result=to_struct(dump(result)))

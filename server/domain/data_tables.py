@@ -18,13 +18,13 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from server.errors import InvalidArgumentError, NotFoundError
+from server.runtime.caller import DEFAULT_PROJECT
 from server.store import Database
 from server.store.models import DataTableColumnRow, DataTableRow, UTCDateTime
 
 ColumnType = Literal["string", "number", "boolean", "date"]
 Condition = Literal["eq", "neq", "like", "gt", "gte", "lt", "lte", "isEmpty", "isNotEmpty"]
 SYSTEM_COLUMNS = {"id": "number", "createdAt": "date", "updatedAt": "date"}
-DEFAULT_PROJECT = "personal"
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,62}")
 SQL_TYPES: dict[str, Any] = {
     "string": sa.Text(),
@@ -137,11 +137,11 @@ class DataTableStore:
 
     # -- tables ---------------------------------------------------------------------------
 
-    async def all(self, project_id: str | None = None) -> list[DataTable]:
+    async def all(self, project_ids: list[str] | None = None) -> list[DataTable]:
         async with self.db.engine.connect() as conn:
             query = sa.select(META.c.id).order_by(META.c.created_at, META.c.id)
-            if project_id is not None:
-                query = query.where(META.c.project_id == project_id)
+            if project_ids is not None:
+                query = query.where(META.c.project_id.in_(project_ids))
             ids = list((await conn.execute(query)).scalars())
             return [await self._load(conn, table_id) for table_id in ids]
 

@@ -18,6 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from server.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from server.runtime.caller import DEFAULT_PROJECT, Caller
 from server.runtime.ids import new_id
 from server.store import Database
 from server.store.models import SourceBindingRow, WorkflowRow, WorkflowVersionRow
@@ -101,20 +102,32 @@ class WorkflowStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def get(self, workflow_id: str) -> Workflow | None:
+    async def get(self, workflow_id: str, caller: Caller | None = None) -> Workflow | None:
+        """The workflow, or None if it does not exist or `caller` cannot see its project."""
         async with self.db.session() as session:
-            return await _load(session, workflow_id)
+            workflow = await _load(session, workflow_id)
+        if workflow is None or (caller is not None and not caller.sees(workflow.project_id)):
+            return None
+        return workflow
 
-    async def require(self, workflow_id: str) -> Workflow:
-        workflow = await self.get(workflow_id)
+    async def require(self, workflow_id: str, caller: Caller | None = None) -> Workflow:
+        workflow = await self.get(workflow_id, caller)
         if workflow is None:
             raise NotFoundError(f"workflow {workflow_id!r} does not exist")
         return workflow
 
     async def listing(
-        self, *, query: str | None = None, limit: int = 50, status: ListStatus = "active"
+        self,
+        *,
+        query: str | None = None,
+        limit: int = 50,
+        status: ListStatus = "active",
+        caller: Caller | None = None,
     ) -> list[WorkflowRow]:
         statement = select(WorkflowRow).order_by(WorkflowRow.updated_at.desc()).limit(limit)
+        if caller is not None:
+            project = func.coalesce(WorkflowRow.project_id, DEFAULT_PROJECT)
+            statement = statement.where(project.in_(sorted(caller.project_ids)))
         if status != "all":
             statement = statement.where(WorkflowRow.is_archived.is_(status == "archived"))
         if query:

@@ -32,6 +32,7 @@ from server.domain.workflows import Binding, WorkflowContent, WorkflowGoneError,
 from server.errors import UnavailableError
 from server.pipeline.loop import Remediation
 from server.pipeline.simulation import BASE, PlanEntry, plan_simulation
+from server.runtime.caller import LOCAL, Caller
 
 log = structlog.get_logger(__name__)
 
@@ -79,6 +80,8 @@ class BuildRequest:
     name: str | None = None
     work_item_id: str | None = None
     is_supporting_workflow: bool = False
+    # Whose build: new workflows go into their project; they bind only workflows they see.
+    caller: Caller = LOCAL
 
 
 class WorkflowBuilder:
@@ -218,6 +221,15 @@ class WorkflowBuilder:
         fixtures: dict[str, Any],
     ) -> BuildOutcome:
         target = request.workflow_id or (binding.workflow_id if binding else None)
+        caller = request.caller
+        existing = await self._workflows.get(target) if target is not None else None
+        if existing is not None and not caller.sees(existing.project_id):
+            # Another project's workflow: as if it did not exist (nothing is saved).
+            return _blocked(
+                outcome,
+                WorkflowGoneError(existing.id, archived=False),
+                bound=binding is not None and binding.workflow_id == target,
+            )
         try:
             saved = await self._workflows.save_from_source(
                 thread_id=request.thread_id,
@@ -230,7 +242,7 @@ class WorkflowBuilder:
                     settings=dict(workflow.get("settings") or {}),
                 ),
                 workflow_id=target,
-                project_id=request.project_id,
+                project_id=request.project_id or caller.project_id,
                 is_supporting=request.is_supporting_workflow,
                 fixtures=fixtures,
                 simulation_plan=[e.as_json() for e in outcome.simulation_plan]

@@ -18,6 +18,7 @@ from server.domain.workflows import Workflow, WorkflowStore
 from server.errors import InvalidArgumentError
 from server.pipeline.build import WorkflowBuilder
 from server.pipeline.trigger_input import shape_trigger_input
+from server.runtime.caller import LOCAL, Caller
 
 log = structlog.get_logger(__name__)
 
@@ -37,6 +38,7 @@ class RunRequest:
     # Already loaded by the caller (verification): not read again.
     workflow: Workflow | None = None
     declared: dict[str, list[Any]] | None = None
+    caller: Caller = LOCAL
 
 
 class WorkflowRunner:
@@ -55,7 +57,9 @@ class WorkflowRunner:
         self._running: dict[str, str] = {}  # execution id -> thread id
 
     async def run(self, request: RunRequest) -> Execution:
-        workflow = request.workflow or await self._workflows.require(request.workflow_id)
+        workflow = request.workflow or await self._workflows.require(
+            request.workflow_id, request.caller
+        )
         toolchain = await self._builder.toolchain(request.thread_id)
         declared = request.declared
         if declared is None:

@@ -29,6 +29,7 @@ from server.pipeline.loop import LoopState, Remediation
 from server.pipeline.runs import RunRequest, WorkflowRunner, named_trigger
 from server.pipeline.simulation import main_flow_nodes
 from server.pipeline.work import WorkLoop
+from server.runtime.caller import LOCAL, Caller
 
 MAX_PREVIEW_CHARS = 600
 
@@ -43,6 +44,7 @@ class VerifyRequest:
     timeout_s: float = 300.0
     fixture_overrides: dict[str, list[Any]] | None = None
     allow_zero_item_fixtures: bool = False
+    caller: Caller = LOCAL
 
 
 class Verifier:
@@ -62,7 +64,7 @@ class Verifier:
         self._loop = loop
 
     async def verify(self, request: VerifyRequest) -> dict[str, Any]:
-        workflow = await self._workflows.require(request.workflow_id)
+        workflow = await self._workflows.require(request.workflow_id, request.caller)
         found: tuple[WorkItem, LoopState] | None
         if request.work_item_id:
             found = await self._loop.load(request.thread_id, request.work_item_id)

@@ -12,6 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from server.errors import FailedPreconditionError, NotFoundError
+from server.runtime.caller import LOCAL, Caller
 from server.runtime.events import EventLog
 from server.runtime.ids import new_id
 from server.runtime.validation import check_thread_id
@@ -52,6 +53,7 @@ class RunInfo:
     kind: str
     message_group_id: str | None
     state: dict[str, Any] | None
+    caller: Caller
 
     @classmethod
     def of(cls, row: RunRow) -> RunInfo:
@@ -62,6 +64,7 @@ class RunInfo:
             kind=row.kind,
             message_group_id=row.message_group_id,
             state=row.state,
+            caller=Caller.from_json(row.caller),
         )
 
 
@@ -157,6 +160,7 @@ class Threads:
         message_id: str | None = None,
         kind: str = "chat",
         message_group_id: str | None = None,
+        caller: Caller = LOCAL,
     ) -> str:
         """Open a run (creating the thread if new) and announce it with `run-start`."""
         check_thread_id(thread_id)
@@ -172,6 +176,7 @@ class Threads:
                         started_at=datetime.now(UTC),
                         kind=kind,
                         message_group_id=message_group_id,
+                        caller=caller.as_json(),
                     )
                 )
         except IntegrityError:

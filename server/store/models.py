@@ -66,6 +66,8 @@ class RunRow(Base):
     # The agent loop's resumable state: the tool calls of the current step, the results in
     # so far, and the call that is waiting for a person (see server/agent/loop.py).
     state: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # Who started it (see server/runtime/caller.py); None: the local default.
+    caller: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
     __table_args__ = (
         # One open (active or suspended) run per thread, enforced by the database itself.

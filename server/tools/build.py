@@ -8,6 +8,7 @@ from dataclasses import asdict
 from pydantic import Field
 
 from server.pipeline.build import BuildOutcome, BuildRequest
+from server.tools.scope import check_project
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
 
@@ -80,10 +81,11 @@ async def build_workflow(ctx: ToolContext, args: BuildWorkflowInput) -> BuildWor
         thread_id=ctx.thread_id,
         file_path=args.file_path,
         workflow_id=args.workflow_id or None,
-        project_id=args.project_id or None,
+        project_id=check_project(ctx, args.project_id or None),
         name=args.name or None,
         work_item_id=args.work_item_id or None,
         is_supporting_workflow=args.is_supporting_workflow,
+        caller=ctx.caller,
     )
     if request.work_item_id:  # an unknown work item is refused before anything is built
         await ctx.runtime.loop.load(ctx.thread_id, request.work_item_id)

@@ -6,8 +6,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from server.domain.data_tables import DEFAULT_PROJECT, DataTable, Filter, RowFilter
 from server.domain.data_tables import Column as DomainColumn
+from server.domain.data_tables import DataTable, Filter, RowFilter
+from server.errors import NotFoundError
+from server.tools.scope import check_project
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
 GROUP = "data-tables"
@@ -54,7 +56,16 @@ class TablesOutput(ToolModel):
 
 
 async def list_tables(ctx: ToolContext, _args: NoInput) -> TablesOutput:
-    return TablesOutput(tables=[TableModel.of(t) for t in await ctx.runtime.data_tables.all()])
+    tables = await ctx.runtime.data_tables.all(sorted(ctx.caller.project_ids))
+    return TablesOutput(tables=[TableModel.of(t) for t in tables])
+
+
+async def _visible(ctx: ToolContext, table_id: str) -> DataTable:
+    """The table, if the caller sees its project (else: as if it did not exist)."""
+    table = await ctx.runtime.data_tables.get(table_id)
+    if not ctx.caller.sees(table.project_id):
+        raise NotFoundError(f"there is no data table {table_id!r}; list-data-tables names them")
+    return table
 
 
 class NewColumn(ToolModel):
@@ -78,7 +89,7 @@ async def create_table(ctx: ToolContext, args: CreateInput) -> TableOutput:
     table = await ctx.runtime.data_tables.create(
         args.name,
         [(c.name, c.type) for c in args.columns],
-        project_id=args.project_id or DEFAULT_PROJECT,
+        project_id=check_project(ctx, args.project_id),
     )
     return TableOutput(table=TableModel.of(table))
 
@@ -92,12 +103,13 @@ class SuccessOutput(ToolModel):
 
 
 async def delete_table(ctx: ToolContext, args: TableInput) -> SuccessOutput:
+    await _visible(ctx, args.data_table_id)
     await ctx.runtime.data_tables.delete(args.data_table_id)
     return SuccessOutput(success=True)
 
 
 async def get_schema(ctx: ToolContext, args: TableInput) -> TableOutput:
-    return TableOutput(table=TableModel.of(await ctx.runtime.data_tables.get(args.data_table_id)))
+    return TableOutput(table=TableModel.of(await _visible(ctx, args.data_table_id)))
 
 
 class AddColumnInput(ToolModel):
@@ -111,6 +123,7 @@ class ColumnOutput(ToolModel):
 
 
 async def add_column(ctx: ToolContext, args: AddColumnInput) -> ColumnOutput:
+    await _visible(ctx, args.data_table_id)
     column = await ctx.runtime.data_tables.add_column(args.data_table_id, args.name, args.type)
     return ColumnOutput(column=ColumnModel.of(column))
 
@@ -121,6 +134,7 @@ class ColumnInput(ToolModel):
 
 
 async def delete_column(ctx: ToolContext, args: ColumnInput) -> SuccessOutput:
+    await _visible(ctx, args.data_table_id)
     await ctx.runtime.data_tables.delete_column(args.data_table_id, args.column_id)
     return SuccessOutput(success=True)
 
@@ -130,6 +144,7 @@ class RenameColumnInput(ColumnInput):
 
 
 async def rename_column(ctx: ToolContext, args: RenameColumnInput) -> SuccessOutput:
+    await _visible(ctx, args.data_table_id)
     await ctx.runtime.data_tables.rename_column(args.data_table_id, args.column_id, args.new_name)
     return SuccessOutput(success=True)
 
@@ -172,6 +187,7 @@ class QueryOutput(ToolModel):
 
 
 async def query_rows(ctx: ToolContext, args: QueryInput) -> QueryOutput:
+    await _visible(ctx, args.data_table_id)
     count, rows = await ctx.runtime.data_tables.query(
         args.data_table_id,
         row_filter=args.filter.to_domain() if args.filter else None,
@@ -202,6 +218,7 @@ class InsertOutput(ToolModel):
 
 
 async def insert_rows(ctx: ToolContext, args: InsertInput) -> InsertOutput:
+    await _visible(ctx, args.data_table_id)
     ids = await ctx.runtime.data_tables.insert(args.data_table_id, args.rows)
     return InsertOutput(inserted_count=len(ids), ids=ids)
 
@@ -217,6 +234,7 @@ class UpdateOutput(ToolModel):
 
 
 async def update_rows(ctx: ToolContext, args: UpdateInput) -> UpdateOutput:
+    await _visible(ctx, args.data_table_id)
     count = await ctx.runtime.data_tables.update(
         args.data_table_id, args.filter.to_domain(), args.data
     )
@@ -233,6 +251,7 @@ class DeleteRowsOutput(ToolModel):
 
 
 async def delete_rows(ctx: ToolContext, args: DeleteRowsInput) -> DeleteRowsOutput:
+    await _visible(ctx, args.data_table_id)
     count = await ctx.runtime.data_tables.delete_rows(args.data_table_id, args.filter.to_domain())
     return DeleteRowsOutput(deleted_count=count)
 

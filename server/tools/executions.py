@@ -10,6 +10,7 @@ from pydantic import Field
 from server.domain.executions import Execution
 from server.errors import NotFoundError
 from server.pipeline.runs import RunRequest
+from server.tools.scope import visible_execution, visible_workflow
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
 GROUP = "executions"
@@ -63,6 +64,7 @@ async def run_workflow(ctx: ToolContext, args: RunWorkflowInput) -> ExecutionOut
             input_data=args.input_data,
             trigger_node_name=args.trigger_node_name,
             timeout_s=args.timeout / 1000,
+            caller=ctx.caller,
         )
     )
     return _execution_output(execution)
@@ -73,7 +75,7 @@ class ExecutionIdInput(ToolModel):
 
 
 async def get_execution(ctx: ToolContext, args: ExecutionIdInput) -> ExecutionOutput:
-    return _execution_output(await ctx.runtime.executions.require(args.execution_id))
+    return _execution_output(await visible_execution(ctx, args.execution_id))
 
 
 class ListExecutionsInput(ToolModel):
@@ -97,14 +99,21 @@ class ListExecutionsOutput(ToolModel):
 
 
 async def list_executions(ctx: ToolContext, args: ListExecutionsInput) -> ListExecutionsOutput:
-    found = await ctx.runtime.executions.listing(
+    if args.workflow_id is not None:
+        await visible_workflow(ctx, args.workflow_id)
+    listed = await ctx.runtime.executions.listing(
         workflow_id=args.workflow_id, status=args.status, limit=args.limit
     )
     names: dict[str, str | None] = {}
-    for execution in found:
-        if execution.workflow_id not in names:
+    hidden: set[str] = set()
+    for execution in listed:
+        if execution.workflow_id not in names and execution.workflow_id not in hidden:
             workflow = await ctx.runtime.workflows.get(execution.workflow_id)
-            names[execution.workflow_id] = workflow.name if workflow else None
+            if workflow is not None and not ctx.caller.sees(workflow.project_id):
+                hidden.add(execution.workflow_id)
+            else:
+                names[execution.workflow_id] = workflow.name if workflow else None
+    found = [e for e in listed if e.workflow_id not in hidden]
     return ListExecutionsOutput(
         executions=[
             ExecutionSummary(
@@ -142,7 +151,7 @@ class DebugExecutionOutput(ToolModel):
 
 
 async def debug_execution(ctx: ToolContext, args: ExecutionIdInput) -> DebugExecutionOutput:
-    execution = await ctx.runtime.executions.require(args.execution_id)
+    execution = await visible_execution(ctx, args.execution_id)
     workflow = await ctx.runtime.workflows.version_json(execution.version_id)
     types = {str(n.get("name")): n.get("type") for n in workflow.get("nodes") or []}
     nodes = execution.nodes
@@ -194,7 +203,7 @@ class NodeOutputOutput(ToolModel):
 
 
 async def get_node_output(ctx: ToolContext, args: NodeOutputInput) -> NodeOutputOutput:
-    execution = await ctx.runtime.executions.require(args.execution_id)
+    execution = await visible_execution(ctx, args.execution_id)
     node = execution.nodes.get(args.node_name)
     if node is None:
         ran = ", ".join(execution.order) or "none"
@@ -217,6 +226,7 @@ class StopExecutionOutput(ToolModel):
 
 
 async def stop_execution(ctx: ToolContext, args: ExecutionIdInput) -> StopExecutionOutput:
+    await visible_execution(ctx, args.execution_id)
     stopped, message = await ctx.runtime.runner.stop(args.execution_id)
     return StopExecutionOutput(success=stopped, message=message)
 

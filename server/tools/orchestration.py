@@ -90,7 +90,7 @@ async def create_tasks(ctx: ToolContext, args: CreateTasksInput) -> CreateTasksO
         await plans.set_status(ctx.thread_id, "active", run_id=ctx.run_id)
         started = 0
         if ctx.orchestration is not None:
-            started = await ctx.orchestration.schedule_plan(ctx.thread_id, ctx.run_id)
+            started = await ctx.orchestration.schedule_plan(ctx.thread_id, ctx.run_id, ctx.caller)
         return CreateTasksOutput(
             result=f"Plan approved. Started {started} tasks.", task_count=len(tasks)
         )
@@ -177,7 +177,12 @@ async def delegate(ctx: ToolContext, args: DelegateInput) -> DelegateOutput:
         raise FailedPreconditionError("background tasks need the agent; use SendMessage")
     key = f"{args.role}:{args.workflow_id}" if args.workflow_id else None
     spawned = await ctx.orchestration.delegate(
-        ctx.thread_id, ctx.run_id, role=args.role, briefing=args.briefing, key=key
+        ctx.thread_id,
+        ctx.run_id,
+        role=args.role,
+        briefing=args.briefing,
+        key=key,
+        caller=ctx.caller,
     )
     status = spawned["status"]
     if status == "limit-reached":

@@ -25,6 +25,7 @@ from server.errors import (
     NotFoundError,
 )
 from server.runtime import Runtime
+from server.runtime.caller import LOCAL, Caller
 from server.runtime.ids import new_id
 from server.tools import (
     build,
@@ -32,6 +33,7 @@ from server.tools import (
     executions,
     nodes,
     orchestration,
+    projects,
     verify,
     workflows,
     workspace,
@@ -187,7 +189,13 @@ class ToolRegistry:
         )
 
     async def call(
-        self, runtime: Runtime, thread_id: str, name: str, arguments: dict[str, Any]
+        self,
+        runtime: Runtime,
+        thread_id: str,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        caller: Caller = LOCAL,
     ) -> ToolModel:
         """A direct call (`Tools.CallTool`): validated, permission-checked, recorded. A call
         that needs a person's answer cannot wait inside one request, so it is refused."""
@@ -209,7 +217,7 @@ class ToolRegistry:
                     "call it through the agent (SendMessage), or set INSTANCE_AI_PERMISSIONS "
                     f'to {{"{spec.hitl_action}": "always_allow"}}'
                 )
-        ctx = ToolContext(runtime=runtime, thread_id=thread_id)
+        ctx = ToolContext(runtime=runtime, thread_id=thread_id, caller=caller)
         return await self.execute(ctx, spec, args, arguments, announce=True)
 
 
@@ -273,5 +281,6 @@ def default_registry() -> ToolRegistry:
             *executions.TOOLS,
             *nodes.TOOLS,
             *data_tables.TOOLS,
+            *projects.TOOLS,
         ]
     )

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from server.runtime import Runtime
+from server.runtime.caller import LOCAL, Caller
 
 
 class ToolModel(BaseModel):
@@ -32,12 +33,19 @@ class Suspend(Exception):
 class Orchestration(Protocol):
     """What orchestration tools reach of the agent layer (implemented in `server/agent`)."""
 
-    async def schedule_plan(self, thread_id: str, run_id: str | None) -> int:
+    async def schedule_plan(self, thread_id: str, run_id: str | None, caller: Caller) -> int:
         """Start the approved plan's ready tasks; returns how many started."""
         ...
 
     async def delegate(
-        self, thread_id: str, run_id: str | None, *, role: str, briefing: str, key: str | None
+        self,
+        thread_id: str,
+        run_id: str | None,
+        *,
+        role: str,
+        briefing: str,
+        key: str | None,
+        caller: Caller,
     ) -> dict[str, Any]:
         """Start a background agent; returns `{status, taskId?, agentId?}`."""
         ...
@@ -57,6 +65,8 @@ class ToolContext:
     # The person's answer, when a suspended call is resumed (see hitl.parse_resume).
     resume: dict[str, Any] | None = None
     orchestration: Orchestration | None = None
+    # Who asked: project-scoped objects are filtered by it (see tools/scope.py).
+    caller: Caller = LOCAL
 
 
 @dataclass(frozen=True, kw_only=True)

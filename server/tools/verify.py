@@ -17,6 +17,7 @@ from server.pipeline.loop import (
     VerdictReport,
 )
 from server.pipeline.verify import VerifyRequest
+from server.tools.scope import visible_workflow
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
 GROUP = "verification"
@@ -70,6 +71,7 @@ async def verify_built_workflow(ctx: ToolContext, args: VerifyInput) -> VerifyOu
             timeout_s=args.timeout / 1000,
             fixture_overrides=args.fixture_overrides,
             allow_zero_item_fixtures=args.allow_zero_item_fixtures,
+            caller=ctx.caller,
         )
     )
     return VerifyOutput.model_validate(result)
@@ -118,6 +120,7 @@ class VerdictOutput(ToolModel):
 
 
 async def report_verification_verdict(ctx: ToolContext, args: VerdictInput) -> VerdictOutput:
+    await visible_workflow(ctx, args.workflow_id)
     remediation = (
         Remediation(
             category=args.remediation.category,
@@ -279,6 +282,7 @@ class ApplyCredentialsOutput(ToolModel):
 async def apply_workflow_credentials(
     ctx: ToolContext, args: ApplyCredentialsInput
 ) -> ApplyCredentialsOutput:
+    await visible_workflow(ctx, args.workflow_id)
     await ctx.runtime.loop.load(ctx.thread_id, args.work_item_id, workflow_id=args.workflow_id)
     mapping = {
         node: {kind: ref.model_dump() for kind, ref in refs.items()}

@@ -12,6 +12,7 @@ from pydantic import Field
 from server.domain.workflows import VersionInfo, Workflow
 from server.errors import UnavailableError
 from server.runtime import Runtime
+from server.tools.scope import visible_workflow
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
 GROUP = "workflows"
@@ -41,7 +42,7 @@ class ListWorkflowsOutput(ToolModel):
 
 async def list_workflows(ctx: ToolContext, args: ListWorkflowsInput) -> ListWorkflowsOutput:
     rows = await ctx.runtime.workflows.listing(
-        query=args.query, limit=args.limit, status=args.status
+        query=args.query, limit=args.limit, status=args.status, caller=ctx.caller
     )
     return ListWorkflowsOutput(
         workflows=[
@@ -70,7 +71,7 @@ class GetWorkflowOutput(WorkflowHeader):
 
 
 async def get_workflow(ctx: ToolContext, args: WorkflowIdInput) -> GetWorkflowOutput:
-    workflow: Workflow = await ctx.runtime.workflows.require(args.workflow_id)
+    workflow: Workflow = await visible_workflow(ctx, args.workflow_id)
     return GetWorkflowOutput(
         id=workflow.id,
         name=workflow.name,
@@ -89,7 +90,7 @@ class WorkflowCodeOutput(ToolModel):
 
 
 async def get_workflow_as_code(ctx: ToolContext, args: WorkflowIdInput) -> WorkflowCodeOutput:
-    workflow = await ctx.runtime.workflows.require(args.workflow_id)
+    workflow = await visible_workflow(ctx, args.workflow_id)
     toolchain = await ctx.runtime.builder.toolchain(ctx.thread_id)
     generated = await toolchain.workflow_to_code(ctx.thread_id, workflow.as_json())
     if not generated.get("ok"):
@@ -132,11 +133,13 @@ class SuccessOutput(ToolModel):
 
 
 async def delete_workflow(ctx: ToolContext, args: WorkflowIdInput) -> SuccessOutput:
+    await visible_workflow(ctx, args.workflow_id)
     await ctx.runtime.workflows.set_archived(args.workflow_id, True)
     return SuccessOutput(success=True)
 
 
 async def unarchive_workflow(ctx: ToolContext, args: WorkflowIdInput) -> SuccessOutput:
+    await visible_workflow(ctx, args.workflow_id)
     await ctx.runtime.workflows.set_archived(args.workflow_id, False)
     return SuccessOutput(success=True)
 
@@ -153,11 +156,13 @@ class PublishOutput(ToolModel):
 
 
 async def publish_workflow(ctx: ToolContext, args: PublishInput) -> PublishOutput:
+    await visible_workflow(ctx, args.workflow_id)
     active = await ctx.runtime.workflows.publish(args.workflow_id, args.version_id)
     return PublishOutput(success=True, active_version_id=active)
 
 
 async def unpublish_workflow(ctx: ToolContext, args: WorkflowIdInput) -> SuccessOutput:
+    await visible_workflow(ctx, args.workflow_id)
     await ctx.runtime.workflows.unpublish(args.workflow_id)
     return SuccessOutput(success=True)
 
@@ -198,6 +203,7 @@ class VersionsOutput(ToolModel):
 
 
 async def list_versions(ctx: ToolContext, args: VersionsInput) -> VersionsOutput:
+    await visible_workflow(ctx, args.workflow_id)
     versions = await ctx.runtime.workflows.versions(
         args.workflow_id, limit=args.limit, skip=args.skip
     )
@@ -216,6 +222,7 @@ class VersionOutput(VersionSummary):
 
 
 async def get_version(ctx: ToolContext, args: VersionInput) -> VersionOutput:
+    await visible_workflow(ctx, args.workflow_id)
     info, content = await ctx.runtime.workflows.version(args.workflow_id, args.version_id)
     summary = VersionSummary.of(info).model_dump(by_alias=True)
     return VersionOutput.model_validate(
@@ -235,6 +242,7 @@ class RestoreOutput(ToolModel):
 
 
 async def restore_version(ctx: ToolContext, args: VersionInput) -> RestoreOutput:
+    await visible_workflow(ctx, args.workflow_id)
     restored = await ctx.runtime.workflows.restore(args.workflow_id, args.version_id)
     return RestoreOutput(success=True, version_id=restored)
 
@@ -245,6 +253,7 @@ class LabelInput(VersionInput):
 
 
 async def update_version(ctx: ToolContext, args: LabelInput) -> SuccessOutput:
+    await visible_workflow(ctx, args.workflow_id)
     await ctx.runtime.workflows.label_version(
         args.workflow_id, args.version_id, label=args.name, description=args.description
     )

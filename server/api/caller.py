@@ -1,0 +1,46 @@
+"""The caller of a request, from gRPC metadata:
+
+x-instance-ai-user       the user id (default: local)
+x-instance-ai-project    the project new things go into (default: personal)
+x-instance-ai-projects   comma-separated projects the user may see (default: the project)
+"""
+
+from __future__ import annotations
+
+import re
+
+import grpc
+
+from server.errors import InvalidArgumentError
+from server.runtime.caller import DEFAULT_PROJECT, LOCAL_USER, Caller
+
+USER_KEY = "x-instance-ai-user"
+PROJECT_KEY = "x-instance-ai-project"
+PROJECTS_KEY = "x-instance-ai-projects"
+_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
+
+
+def caller_of(context: grpc.aio.ServicerContext) -> Caller:
+    metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+    user = _checked(metadata.get(USER_KEY, LOCAL_USER), USER_KEY)
+    project = _checked(metadata.get(PROJECT_KEY, DEFAULT_PROJECT), PROJECT_KEY)
+    listed = metadata.get(PROJECTS_KEY)
+    projects = (
+        {_checked(p.strip(), PROJECTS_KEY) for p in listed.split(",") if p.strip()}
+        if listed
+        else {project}
+    )
+    if project not in projects:
+        raise InvalidArgumentError(
+            f"{PROJECT_KEY} {project!r} is not among {PROJECTS_KEY}; send a project the user "
+            "belongs to"
+        )
+    return Caller(user_id=user, project_id=project, project_ids=frozenset(projects))
+
+
+def _checked(value: str, key: str) -> str:
+    if not _ID.fullmatch(value):
+        raise InvalidArgumentError(
+            f"metadata {key}: {value[:40]!r} is not an id (1-128 of A-Z a-z 0-9 . _ : @ -)"
+        )
+    return value
