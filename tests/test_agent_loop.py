@@ -12,7 +12,7 @@ import grpc
 import jsonschema
 import pytest
 
-from instance_ai.v1 import agent_pb2, tools_pb2
+from instance_ai.v1 import agent_pb2, tools_pb2, tools_pb2_grpc
 from server.api.convert import from_struct, to_struct
 from server.settings import Settings
 from tests.agent_fixtures import Chat, last_tool_results, model, model_settings, of_type
@@ -388,3 +388,35 @@ async def test_overload_and_rate_limit_answers_are_retried_with_backoff(
     assert len(model.requests) == 4
     # Live-only progress reached the follower: a status, then the streamed text.
     assert live[0] == "status" and "text-delta" in live
+
+
+# Which reference action gates each tool (n8n-spec §8); a tool losing its gate fails here.
+GATES = {
+    "run-workflow": "runWorkflow",
+    "delete-workflow": "deleteWorkflow",
+    "unarchive-workflow": "updateWorkflow",
+    "publish-workflow": "publishWorkflow",
+    "unpublish-workflow": "publishWorkflow",
+    "restore-workflow-version": "restoreWorkflowVersion",
+    "create-data-table": "createDataTable",
+    "delete-data-table": "deleteDataTable",
+    "add-data-table-column": "mutateDataTableSchema",
+    "delete-data-table-column": "mutateDataTableSchema",
+    "rename-data-table-column": "mutateDataTableSchema",
+    "insert-data-table-rows": "mutateDataTableRows",
+    "update-data-table-rows": "mutateDataTableRows",
+    "delete-data-table-rows": "mutateDataTableRows",
+    "tag-workflow": "tagWorkflow",
+    "create-folder": "createFolder",
+    "delete-folder": "deleteFolder",
+    "move-workflow-to-folder": "moveWorkflowToFolder",
+    "cleanup-test-executions": "cleanupTestExecutions",
+}
+
+
+async def test_every_gated_action_is_declared_on_its_tool(channel: grpc.aio.Channel) -> None:
+    listed = await tools_pb2_grpc.ToolsStub(channel).ListTools(
+        tools_pb2.ListToolsRequest(include_unavailable=True)
+    )
+    gated = {t.name: t.hitl_action for t in listed.tools if t.hitl_action}
+    assert gated == GATES

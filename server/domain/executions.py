@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from server.errors import NotFoundError
 from server.runtime.ids import new_id
@@ -114,3 +114,17 @@ class ExecutionStore:
             statement = statement.where(ExecutionRow.status == status)
         async with self.db.session() as session:
             return [_execution(row) for row in (await session.scalars(statement)).all()]
+
+    async def delete_test_runs(self, workflow_id: str, *, older_than: datetime) -> int:
+        """Delete a workflow's finished manual and verification runs started before
+        `older_than` (runs still going are kept)."""
+        async with self.db.session() as session, session.begin():
+            done = await session.execute(
+                delete(ExecutionRow).where(
+                    ExecutionRow.workflow_id == workflow_id,
+                    ExecutionRow.started_at < older_than,
+                    ExecutionRow.status.in_(FINISHED),
+                    (ExecutionRow.mode == "manual") | ExecutionRow.is_verification,
+                )
+            )
+            return int(done.rowcount)  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from server.catalog import CatalogService
 from server.domain.data_tables import DataTableStore
 from server.domain.executions import ExecutionStore
+from server.domain.folders import FolderStore, TagStore
 from server.domain.work_items import WorkItemStore
 from server.domain.workflows import WorkflowStore
 from server.pipeline.build import WorkflowBuilder
@@ -49,6 +50,8 @@ class Runtime:
     plans: Plans
     background: BackgroundTasks
     data_tables: DataTableStore
+    folders: FolderStore
+    tags: TagStore
 
     @classmethod
     async def open(cls, settings: Settings) -> Runtime:
@@ -84,6 +87,8 @@ class Runtime:
             plans=Plans(db=db, events=events),
             background=background,
             data_tables=DataTableStore(db),
+            folders=FolderStore(db),
+            tags=TagStore(db),
             executions=executions,
             runner=runner,
             loop=loop,

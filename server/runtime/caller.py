@@ -21,7 +21,11 @@ class Caller:
 
     def sees(self, project_id: str | None) -> bool:
         """Objects saved before projects existed belong to the default project."""
-        return (project_id or DEFAULT_PROJECT) in self.project_ids
+        return self.project_of(project_id) in self.project_ids
+
+    @staticmethod
+    def project_of(project_id: str | None) -> str:
+        return project_id or DEFAULT_PROJECT
 
     def as_json(self) -> dict[str, Any]:
         return {

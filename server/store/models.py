@@ -112,6 +112,8 @@ class WorkflowRow(Base):
     active_version_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # None: at the project's root.
+    folder_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
 
     __table_args__ = (Index("ix_workflows_updated", "updated_at"),)
 
@@ -293,3 +295,32 @@ class DataTableColumnRow(Base):
     position: Mapped[int] = mapped_column(Integer)
 
     __table_args__ = (Index("ux_data_table_columns_table_name", "table_id", "name", unique=True),)
+
+
+class TagRow(Base):
+    __tablename__ = "tags"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class WorkflowTagRow(Base):
+    __tablename__ = "workflow_tags"
+
+    workflow_id: Mapped[str] = mapped_column(
+        ForeignKey("workflows.id", ondelete="CASCADE"), primary_key=True
+    )
+    tag_id: Mapped[str] = mapped_column(ForeignKey("tags.id", ondelete="CASCADE"), primary_key=True)
+
+
+class FolderRow(Base):
+    """A folder of workflows within a project; folders nest."""
+
+    __tablename__ = "folders"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    project_id: Mapped[str] = mapped_column(String(64), index=True)
+    name: Mapped[str] = mapped_column(String(128))
+    parent_folder_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
