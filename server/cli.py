@@ -42,6 +42,7 @@ from server.cli_common import (
     run_client,
 )
 from server.client import DEFAULT_SERVER, ClientConfig
+from server.credentials_cli import app as credentials_app
 from server.errors import InstanceAIError
 from server.logs import configure_logging
 from server.sandbox_cli import app as sandbox_app
@@ -56,6 +57,7 @@ app = typer.Typer(
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(nodes_app, name="nodes")
 app.add_typer(tools_app, name="tools")
+app.add_typer(credentials_app, name="credentials")
 app.command()(chat)
 app.command()(build)
 app.command()(verify)

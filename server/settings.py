@@ -6,6 +6,7 @@ message naming the setting (see `SettingsError`).
 
 from __future__ import annotations
 
+import base64
 import os
 from contextvars import ContextVar
 from pathlib import Path
@@ -157,6 +158,15 @@ class Settings(BaseSettings):
         default_factory=dict,
         description='HITL mode per action, JSON, e.g. {"runWorkflow": "always_allow"}',
     )
+    credentials_key: SecretStr | None = Field(
+        None,
+        description="base64 of 32 random bytes sealing credentials; unset: a key file "
+        "(0600) in the data directory. Replicas sharing a database need the same key",
+    )
+    credentials_previous_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list,
+        description="comma-separated earlier keys, still accepted for opening (rotation)",
+    )
     licensed_features: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="comma-separated licensed features: workflowHistory (the version tools), "
@@ -166,11 +176,24 @@ class Settings(BaseSettings):
         4096, ge=512, le=1_000_000, description="live events held per slow subscriber"
     )
 
-    @field_validator("api_keys", "licensed_features", mode="before")
+    @field_validator("api_keys", "licensed_features", "credentials_previous_keys", mode="before")
     @classmethod
     def _split_keys(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [key.strip() for key in value.split(",") if key.strip()]
+        return value
+
+    @field_validator("credentials_key", "credentials_previous_keys")
+    @classmethod
+    def _aes_keys(cls, value: Any) -> Any:
+        keys = value if isinstance(value, list) else [value] if value is not None else []
+        for key in keys:
+            try:
+                raw = base64.b64decode(key.get_secret_value().strip(), validate=True)
+            except ValueError:
+                raw = b""
+            if len(raw) != 32:
+                raise ValueError("must be base64 of 32 random bytes (openssl rand -base64 32)")
         return value
 
     @field_validator("licensed_features")

@@ -411,6 +411,7 @@ GATES = {
     "delete-folder": "deleteFolder",
     "move-workflow-to-folder": "moveWorkflowToFolder",
     "cleanup-test-executions": "cleanupTestExecutions",
+    "delete-credential": "deleteCredential",
 }
 
 

@@ -32,6 +32,7 @@ SERVICES = [
     "instance_ai.v1.Tools",
     "instance_ai.v1.Workspace",
     "instance_ai.v1.Pipeline",
+    "instance_ai.v1.Credentials",
     "instance_ai.v1.Browser",
 ]
 

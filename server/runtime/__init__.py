@@ -7,6 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from server.catalog import CatalogService
+from server.domain.credentials import (
+    KEY_FILE_NAME,
+    CredentialStore,
+    Sealer,
+    decode_key,
+    key_from_file,
+)
 from server.domain.data_tables import DataTableStore
 from server.domain.executions import ExecutionStore
 from server.domain.folders import FolderStore, TagStore
@@ -52,6 +59,7 @@ class Runtime:
     data_tables: DataTableStore
     folders: FolderStore
     tags: TagStore
+    credentials: CredentialStore
 
     @classmethod
     async def open(cls, settings: Settings) -> Runtime:
@@ -88,6 +96,7 @@ class Runtime:
             background=background,
             data_tables=DataTableStore(db),
             folders=FolderStore(db),
+            credentials=credential_store(settings, db),
             tags=TagStore(db),
             executions=executions,
             runner=runner,
@@ -108,3 +117,20 @@ class Runtime:
         await self.sandboxes.close()
         await self.events.close()
         await self.db.close()
+
+
+def credential_store(settings: Settings, db: Database) -> CredentialStore:
+    """The credential store with the configured keys (see server/domain/credentials.py)."""
+    return CredentialStore(db, _sealer(settings))
+
+
+def _sealer(settings: Settings) -> Sealer:
+    if settings.credentials_key is not None:
+        key = decode_key(settings.credentials_key.get_secret_value(), "INSTANCE_AI_CREDENTIALS_KEY")
+    else:
+        key = key_from_file(settings.data_dir / KEY_FILE_NAME)
+    previous = [
+        decode_key(k.get_secret_value(), "INSTANCE_AI_CREDENTIALS_PREVIOUS_KEYS")
+        for k in settings.credentials_previous_keys
+    ]
+    return Sealer(key, previous)

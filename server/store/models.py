@@ -324,3 +324,18 @@ class FolderRow(Base):
     name: Mapped[str] = mapped_column(String(128))
     parent_folder_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class CredentialRow(Base):
+    """A credential: metadata in the clear, the secret data sealed (AES-256-GCM, see
+    server/domain/credentials.py)."""
+
+    __tablename__ = "credentials"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    project_id: Mapped[str] = mapped_column(String(64), index=True)
+    name: Mapped[str] = mapped_column(String(128))
+    type: Mapped[str] = mapped_column(String(128), index=True)
+    sealed: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())

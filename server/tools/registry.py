@@ -29,6 +29,7 @@ from server.runtime.caller import LOCAL, Caller
 from server.runtime.ids import new_id
 from server.tools import (
     build,
+    credentials,
     data_tables,
     executions,
     nodes,
@@ -282,5 +283,6 @@ def default_registry() -> ToolRegistry:
             *nodes.TOOLS,
             *data_tables.TOOLS,
             *projects.TOOLS,
+            *credentials.TOOLS,
         ]
     )

@@ -1,0 +1,182 @@
+"""Credential tools. They handle metadata only: secrets are entered by a person (through
+`Credentials.CreateCredential`, behind a UI card) and never reach a result or an event."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import Field
+
+from server.domain.credentials import GENERIC_TYPES, CredentialInfo
+from server.errors import NotFoundError
+from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec
+
+GROUP = "credentials"
+
+
+class CredentialModel(ToolModel):
+    id: str
+    name: str
+    type: str
+    created_at: datetime = Field(alias="createdAt")
+    updated_at: datetime = Field(alias="updatedAt")
+
+    @classmethod
+    def of(cls, info: CredentialInfo) -> CredentialModel:
+        return cls(
+            id=info.id,
+            name=info.name,
+            type=info.type,
+            created_at=info.created_at,
+            updated_at=info.updated_at,
+        )
+
+
+class ListInput(ToolModel):
+    type: str | None = Field(None, description="Only this credential type, e.g. slackApi")
+
+
+class ListOutput(ToolModel):
+    credentials: list[CredentialModel]
+
+
+async def list_credentials(ctx: ToolContext, args: ListInput) -> ListOutput:
+    found = await ctx.runtime.credentials.all(sorted(ctx.caller.project_ids), args.type)
+    return ListOutput(credentials=[CredentialModel.of(c) for c in found])
+
+
+async def visible_credential(ctx: ToolContext, credential_id: str) -> CredentialInfo:
+    info = await ctx.runtime.credentials.get(credential_id)
+    if not ctx.caller.sees(info.project_id):
+        raise NotFoundError(
+            f"there is no credential {credential_id!r}; list-credentials names them"
+        )
+    return info
+
+
+class CredentialIdInput(ToolModel):
+    credential_id: str = Field(alias="credentialId", min_length=1)
+
+
+class NodeAccess(ToolModel):
+    workflow_id: str = Field(alias="workflowId")
+    workflow_name: str = Field(alias="workflowName")
+    node_name: str = Field(alias="nodeName")
+
+
+class GetOutput(CredentialModel):
+    nodes_with_access: list[NodeAccess] = Field(alias="nodesWithAccess")
+
+
+async def get_credential(ctx: ToolContext, args: CredentialIdInput) -> GetOutput:
+    info = await visible_credential(ctx, args.credential_id)
+    users = []
+    for row in await ctx.runtime.workflows.listing(limit=1000, status="all", caller=ctx.caller):
+        workflow = await ctx.runtime.workflows.get(row.id)
+        for node in workflow.nodes if workflow else []:
+            slots = node.get("credentials") or {}
+            if any(isinstance(s, dict) and s.get("id") == info.id for s in slots.values()):
+                users.append(
+                    NodeAccess(workflow_id=row.id, workflow_name=row.name, node_name=node["name"])
+                )
+    base = CredentialModel.of(info).model_dump(by_alias=True)
+    return GetOutput.model_validate(
+        base | {"nodesWithAccess": [u.model_dump(by_alias=True) for u in users]}
+    )
+
+
+class SuccessOutput(ToolModel):
+    success: bool
+
+
+async def delete_credential(ctx: ToolContext, args: CredentialIdInput) -> SuccessOutput:
+    await visible_credential(ctx, args.credential_id)
+    await ctx.runtime.credentials.delete(args.credential_id)
+    return SuccessOutput(success=True)
+
+
+class SetupInput(ToolModel):
+    credential_type: str = Field(alias="credentialType", min_length=1)
+    reason: str | None = Field(None, description="Why it is needed, shown to the user")
+
+
+class SetupOutput(ToolModel):
+    credential_id: str | None = Field(None, alias="credentialId")
+    credential_type: str = Field(alias="credentialType")
+    auto_selected: bool = Field(False, alias="autoSelected")
+    skipped: bool = False
+
+
+async def setup_credentials(ctx: ToolContext, args: SetupInput) -> SetupOutput:
+    """Pick a credential of a type: the only one there is (unless the type is generic HTTP
+    auth), or the one the person selects or creates in the card."""
+    kind = args.credential_type
+    existing = await ctx.runtime.credentials.all(sorted(ctx.caller.project_ids), kind)
+    if ctx.resume is None:
+        if len(existing) == 1 and kind not in GENERIC_TYPES:
+            return SetupOutput(
+                credential_id=existing[0].id, credential_type=kind, auto_selected=True
+            )
+        raise Suspend(
+            {
+                "inputType": "approval",
+                "severity": "info",
+                "message": f"Choose or create a {kind} credential",
+                "credentialRequests": [
+                    {
+                        "credentialType": kind,
+                        "reason": args.reason or f"The workflow needs a {kind} credential.",
+                        "existingCredentials": [{"id": c.id, "name": c.name} for c in existing],
+                    }
+                ],
+                "credentialFlow": {"stage": "select"},
+            }
+        )
+    chosen = (ctx.resume.get("credentials") or {}).get(kind)
+    if not ctx.resume.get("approved") or not chosen:
+        return SetupOutput(credential_type=kind, skipped=True)
+    info = await visible_credential(ctx, str(chosen))
+    if info.type != kind:
+        raise NotFoundError(f"credential {chosen!r} is a {info.type}, not a {kind}")
+    return SetupOutput(credential_id=info.id, credential_type=kind)
+
+
+TOOLS = [
+    ToolSpec(
+        name="list-credentials",
+        description="List credentials (metadata only; secrets are never shown).",
+        group=GROUP,
+        input_model=ListInput,
+        output_model=ListOutput,
+        handler=list_credentials,
+    ),
+    ToolSpec(
+        name="get-credential",
+        description="A credential's metadata and the workflow nodes that use it.",
+        group=GROUP,
+        input_model=CredentialIdInput,
+        output_model=GetOutput,
+        handler=get_credential,
+    ),
+    ToolSpec(
+        name="delete-credential",
+        description="Delete a credential permanently (irreversible).",
+        group=GROUP,
+        input_model=CredentialIdInput,
+        output_model=SuccessOutput,
+        handler=delete_credential,
+        hitl_action="deleteCredential",
+        severity="destructive",
+    ),
+    ToolSpec(
+        name="setup-credentials",
+        description="Get a credential of a type for the workflow: the only existing one is "
+        "used directly (generic HTTP auth types always ask); otherwise the user picks or "
+        "creates one in a card. You never see or handle secrets.",
+        group=GROUP,
+        input_model=SetupInput,
+        output_model=SetupOutput,
+        handler=setup_credentials,
+        asks_user=True,
+    ),
+]
