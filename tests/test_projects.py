@@ -87,7 +87,13 @@ async def test_workflows_of_another_project_do_not_exist(tools: Tools) -> None:
     await tools.missing(BOB, "delete-workflow", workflowId=workflow)
     await tools.missing(BOB, "publish-workflow", workflowId=workflow)
     await tools.missing(BOB, "verify-built-workflow", workflowId=workflow)
-    await tools.missing(BOB, "list-executions", workflowId=workflow)
+    # Listing answers as for an unknown workflow: nothing.
+    await tools.app.runtime.executions.start(
+        workflow_id=workflow, version_id="v", thread_id="p1", mode="manual", trigger_node=None
+    )
+    assert (await tools.call(BOB, "list-executions", workflowId=workflow))["executions"] == []
+    assert (await tools.call(BOB, "list-executions", workflowId="nope"))["executions"] == []
+    assert len((await tools.call(ALICE, "list-executions", workflowId=workflow))["executions"]) == 1
     assert (await tools.call(ALICE, "get-workflow", workflowId=workflow))["isArchived"] is False
 
 

@@ -10,7 +10,7 @@ from pydantic import Field
 from server.domain.executions import Execution
 from server.errors import NotFoundError
 from server.pipeline.runs import RunRequest
-from server.tools.scope import visible_execution, visible_workflow
+from server.tools.scope import visible_execution
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
 GROUP = "executions"
@@ -99,8 +99,6 @@ class ListExecutionsOutput(ToolModel):
 
 
 async def list_executions(ctx: ToolContext, args: ListExecutionsInput) -> ListExecutionsOutput:
-    if args.workflow_id is not None:
-        await visible_workflow(ctx, args.workflow_id)
     listed = await ctx.runtime.executions.listing(
         workflow_id=args.workflow_id, status=args.status, limit=args.limit
     )
