@@ -167,6 +167,18 @@ class Settings(BaseSettings):
         default_factory=list,
         description="comma-separated earlier keys, still accepted for opening (rotation)",
     )
+    brave_search_api_key: SecretStr | None = Field(
+        None, description="enables web-search through Brave (first choice)"
+    )
+    searxng_url: str | None = Field(
+        None, description="enables web-search through this SearXNG instance (if no Brave key)"
+    )
+    web_fetch_timeout_seconds: float = Field(30, gt=0, le=120, description="per fetch-url")
+    web_fetch_allow_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="comma-separated host:port pairs fetch-url may reach although they are "
+        "internal (off by default; for local test servers)",
+    )
     licensed_features: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="comma-separated licensed features: workflowHistory (the version tools), "
@@ -176,7 +188,13 @@ class Settings(BaseSettings):
         4096, ge=512, le=1_000_000, description="live events held per slow subscriber"
     )
 
-    @field_validator("api_keys", "licensed_features", "credentials_previous_keys", mode="before")
+    @field_validator(
+        "api_keys",
+        "licensed_features",
+        "credentials_previous_keys",
+        "web_fetch_allow_hosts",
+        mode="before",
+    )
     @classmethod
     def _split_keys(cls, value: Any) -> Any:
         if isinstance(value, str):

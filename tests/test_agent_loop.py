@@ -412,6 +412,8 @@ GATES = {
     "move-workflow-to-folder": "moveWorkflowToFolder",
     "cleanup-test-executions": "cleanupTestExecutions",
     "delete-credential": "deleteCredential",
+    "fetch-url": "fetchUrl",
+    "web-search": "webSearch",
 }
 
 

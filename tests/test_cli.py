@@ -128,6 +128,7 @@ def test_health_json_reports_serving(server: ServerProcess) -> None:
         "instance_ai.v1.Tools",
         "instance_ai.v1.Workspace",
         "instance_ai.v1.Pipeline",
+        "instance_ai.v1.Credentials",
         "instance_ai.v1.Browser",
     }
     assert set(report["services"].values()) == {"SERVING"}

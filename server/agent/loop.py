@@ -34,8 +34,8 @@ from server.runtime.conversation import estimate_tokens, repair
 from server.runtime.hitl import DENIED_BY_TIMEOUT, Confirmation, parse_resume
 from server.runtime.ids import new_id
 from server.runtime.threads import RunInfo
-from server.tools.registry import ToolInputError, ToolRegistry, blocked_message, describe, dump
-from server.tools.spec import Orchestration, Suspend, ToolContext, ToolSpec
+from server.tools.registry import ToolInputError, ToolRegistry, describe, dump
+from server.tools.spec import Orchestration, Suspend, ToolContext, ToolSpec, blocked_message
 
 log = structlog.get_logger(__name__)
 
@@ -472,9 +472,9 @@ class Agent(Orchestration):
         spec = self._spec(call["name"])
         if spec is None or scope.background:
             return False
-        if spec.asks_user:
+        if spec.asks_user or spec.may_ask:
             return True
-        if spec.hitl_action is None:
+        if spec.hitl_action is None or spec.self_gated:
             return False
         return await self.runtime.hitl.mode(scope.thread_id, spec.hitl_action) == "require_approval"
 
@@ -569,7 +569,7 @@ class Agent(Orchestration):
     ) -> Outcome | None:
         """The permission rule of a gated tool: None to go ahead, else a refusal or a wait
         for the person's approval."""
-        if spec.hitl_action is None:
+        if spec.hitl_action is None or spec.self_gated:
             return None
         mode = await self.runtime.hitl.mode(scope.thread_id, spec.hitl_action)
         if mode == "blocked":

@@ -17,6 +17,7 @@ from server.domain.credentials import (
 from server.domain.data_tables import DataTableStore
 from server.domain.executions import ExecutionStore
 from server.domain.folders import FolderStore, TagStore
+from server.domain.web import BraveSearch, SearxngSearch, WebFetcher, WebSearch
 from server.domain.work_items import WorkItemStore
 from server.domain.workflows import WorkflowStore
 from server.pipeline.build import WorkflowBuilder
@@ -60,6 +61,8 @@ class Runtime:
     folders: FolderStore
     tags: TagStore
     credentials: CredentialStore
+    web: WebFetcher
+    web_search: WebSearch | None
 
     @classmethod
     async def open(cls, settings: Settings) -> Runtime:
@@ -97,6 +100,11 @@ class Runtime:
             data_tables=DataTableStore(db),
             folders=FolderStore(db),
             credentials=credential_store(settings, db),
+            web=WebFetcher(
+                timeout_s=settings.web_fetch_timeout_seconds,
+                allow=frozenset(settings.web_fetch_allow_hosts),
+            ),
+            web_search=_web_search(settings),
             tags=TagStore(db),
             executions=executions,
             runner=runner,
@@ -134,3 +142,14 @@ def _sealer(settings: Settings) -> Sealer:
         for k in settings.credentials_previous_keys
     ]
     return Sealer(key, previous)
+
+
+def _web_search(settings: Settings) -> WebSearch | None:
+    """Brave first, then SearXNG; None: web-search is not registered."""
+    timeout = settings.web_fetch_timeout_seconds
+    if settings.brave_search_api_key is not None:
+        key = settings.brave_search_api_key.get_secret_value()
+        return WebSearch(BraveSearch(key, timeout_s=timeout))
+    if settings.searxng_url:
+        return WebSearch(SearxngSearch(settings.searxng_url, timeout_s=timeout))
+    return None

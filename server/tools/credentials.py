@@ -177,6 +177,6 @@ TOOLS = [
         input_model=SetupInput,
         output_model=SetupOutput,
         handler=setup_credentials,
-        asks_user=True,
+        may_ask=True,
     ),
 ]

@@ -36,11 +36,12 @@ from server.tools import (
     orchestration,
     projects,
     verify,
+    web,
     workflows,
     workspace,
 )
 from server.tools.schema import Inexpressible, provider_rule_violations, sanitize
-from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec
+from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec, blocked_message
 
 log = structlog.get_logger(__name__)
 
@@ -208,7 +209,7 @@ class ToolRegistry:
             raise FailedPreconditionError(
                 f"{name} asks the user a question; only the agent can run it (SendMessage)"
             )
-        if spec.hitl_action is not None:
+        if spec.hitl_action is not None and not spec.self_gated:
             mode = await runtime.hitl.mode(thread_id, spec.hitl_action)
             if mode == "blocked":
                 raise FailedPreconditionError(blocked_message(spec))
@@ -219,14 +220,14 @@ class ToolRegistry:
                     f'to {{"{spec.hitl_action}": "always_allow"}}'
                 )
         ctx = ToolContext(runtime=runtime, thread_id=thread_id, caller=caller)
-        return await self.execute(ctx, spec, args, arguments, announce=True)
-
-
-def blocked_message(spec: ToolSpec) -> str:
-    return (
-        f"{spec.name} is blocked on this server ({spec.hitl_action}: blocked in "
-        "INSTANCE_AI_PERMISSIONS); do not retry it"
-    )
+        try:
+            return await self.execute(ctx, spec, args, arguments, announce=True)
+        except Suspend:
+            raise FailedPreconditionError(
+                f"{name} needs the user's answer here (e.g. approving a new host); call it "
+                "through the agent (SendMessage), or set INSTANCE_AI_PERMISSIONS "
+                f'to {{"{spec.hitl_action}": "always_allow"}}'
+            ) from None
 
 
 def describe(exc: BaseException) -> str:
@@ -284,5 +285,6 @@ def default_registry() -> ToolRegistry:
             *data_tables.TOOLS,
             *projects.TOOLS,
             *credentials.TOOLS,
+            *web.TOOLS,
         ]
     )

@@ -81,9 +81,22 @@ class ToolSpec:
     # The HITL permission gating the tool, if any (e.g. "runWorkflow").
     hitl_action: str | None = None
     severity: str = "warning"
-    # The tool itself asks the person something (raises Suspend): only the agent can run it.
+    # The tool itself asks the person something on its first call (raises Suspend): only the
+    # agent can run it.
     asks_user: bool = False
+    # The tool may ask (e.g. only for a host not approved yet); direct calls run it and are
+    # refused only if it does ask.
+    may_ask: bool = False
+    # The tool applies its HITL action itself (e.g. per host), not the generic approval.
+    self_gated: bool = False
     # Registered only where this holds (e.g. a search provider is configured); `requires`
     # says what it needs, for people reading the tool list.
     condition: Callable[[Runtime], bool] | None = None
     requires: str = ""
+
+
+def blocked_message(spec: ToolSpec) -> str:
+    return (
+        f"{spec.name} is blocked on this server ({spec.hitl_action}: blocked in "
+        "INSTANCE_AI_PERMISSIONS); do not retry it"
+    )

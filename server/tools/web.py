@@ -1,0 +1,173 @@
+"""Web research tools: `fetch-url` (SSRF-checked, host by host approval) and `web-search`
+(only where a search provider is configured)."""
+
+from __future__ import annotations
+
+import hashlib
+from urllib.parse import urlsplit
+
+from pydantic import Field
+
+from server.domain.web import HostNotApproved
+from server.errors import FailedPreconditionError
+from server.runtime import Runtime
+from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec, blocked_message
+
+GROUP = "web"
+ANY_HOST = "*"
+
+
+class FetchInput(ToolModel):
+    url: str = Field(min_length=1, max_length=4096)
+    max_content_length: int = Field(
+        30_000, alias="maxContentLength", ge=1, le=100_000, description="Characters of content"
+    )
+
+
+class FetchOutput(ToolModel):
+    url: str
+    final_url: str = Field(alias="finalUrl")
+    title: str
+    content: str
+    truncated: bool
+    content_length: int = Field(alias="contentLength")
+    safety_flags: list[str] | None = Field(None, alias="safetyFlags")
+
+
+def domain_action(host: str) -> str:
+    """The permission row naming an approved host (hashed: host names outgrow the column)."""
+    if host == ANY_HOST:
+        return "domain:*"
+    return "domain:" + hashlib.sha256(host.encode()).hexdigest()[:40]
+
+
+async def fetch_url(ctx: ToolContext, args: FetchInput) -> FetchOutput:
+    hitl = ctx.runtime.hitl
+    mode = await hitl.mode(ctx.thread_id, "fetchUrl")
+    if mode == "blocked":
+        raise FailedPreconditionError(blocked_message(SPEC_FETCH))
+    answer = ctx.resume or {}
+    if ctx.resume is not None and not answer.get("approved"):
+        host = urlsplit(args.url).hostname or args.url
+        raise FailedPreconditionError(
+            f"The user did not allow fetching from {host}; do not try it again in this turn."
+        )
+    # The person's answer applies to the first host that needs one (the one they were asked).
+    granted = {"action": answer.get("domainAccessAction")}
+
+    async def authorize(host: str) -> bool:
+        if mode == "always_allow":
+            return True
+        for name in (host, ANY_HOST):
+            if await hitl.mode(ctx.thread_id, domain_action(name)) == "always_allow":
+                return True
+        action = granted.pop("action", None)
+        if action == "allow_domain":
+            await hitl.always_allow(ctx.thread_id, domain_action(host))
+        elif action == "allow_all":
+            await hitl.always_allow(ctx.thread_id, domain_action(ANY_HOST))
+        return action in ("allow_once", "allow_domain", "allow_all")
+
+    try:
+        page = await ctx.runtime.web.fetch(
+            args.url, max_chars=args.max_content_length, authorize=authorize
+        )
+    except HostNotApproved as needed:
+        raise Suspend(
+            {
+                "inputType": "approval",
+                "severity": "info",
+                "message": f"Allow fetching from {needed.host}?",
+                "domainAccess": {"url": needed.url, "host": needed.host},
+            }
+        ) from None
+    return FetchOutput(
+        url=page.url,
+        final_url=page.final_url,
+        title=page.title,
+        content=page.content,
+        truncated=page.truncated,
+        content_length=page.content_length,
+        safety_flags=page.safety_flags or None,
+    )
+
+
+class SearchInput(ToolModel):
+    query: str = Field(min_length=1, max_length=400)
+    max_results: int = Field(5, alias="maxResults", ge=1, le=20)
+    include_domains: list[str] | None = Field(
+        None, alias="includeDomains", description="Only results from these domains"
+    )
+
+
+class SearchResult(ToolModel):
+    title: str
+    url: str
+    snippet: str
+    published_date: str | None = Field(None, alias="publishedDate")
+
+
+class SearchOutput(ToolModel):
+    query: str
+    results: list[SearchResult]
+
+
+async def web_search(ctx: ToolContext, args: SearchInput) -> SearchOutput:
+    search = ctx.runtime.web_search
+    if search is None:
+        raise FailedPreconditionError("no search provider is configured")
+    hits = await search.search(args.query, count=20 if args.include_domains else args.max_results)
+    if args.include_domains:
+        domains = [d.lower().lstrip(".") for d in args.include_domains]
+        hits = [
+            h
+            for h in hits
+            if any(
+                (urlsplit(h.url).hostname or "") == d
+                or (urlsplit(h.url).hostname or "").endswith("." + d)
+                for d in domains
+            )
+        ]
+    return SearchOutput(
+        query=args.query,
+        results=[
+            SearchResult(
+                title=h.title, url=h.url, snippet=h.snippet, published_date=h.published_date
+            )
+            for h in hits[: args.max_results]
+        ],
+    )
+
+
+def _search_configured(runtime: Runtime) -> bool:
+    return runtime.web_search is not None
+
+
+SPEC_FETCH = ToolSpec(
+    name="fetch-url",
+    description="Fetch a web page (or PDF, text, JSON) and return its readable content as "
+    "Markdown. Only public addresses; the user approves each new host (once, for the "
+    "domain, or for all).",
+    group=GROUP,
+    input_model=FetchInput,
+    output_model=FetchOutput,
+    handler=fetch_url,
+    hitl_action="fetchUrl",
+    self_gated=True,
+    may_ask=True,
+)
+TOOLS = [
+    SPEC_FETCH,
+    ToolSpec(
+        name="web-search",
+        description="Search the web; returns ranked results with title, URL and snippet.",
+        group=GROUP,
+        input_model=SearchInput,
+        output_model=SearchOutput,
+        handler=web_search,
+        hitl_action="webSearch",
+        severity="info",
+        condition=_search_configured,
+        requires="INSTANCE_AI_BRAVE_SEARCH_API_KEY or INSTANCE_AI_SEARXNG_URL",
+    ),
+]
