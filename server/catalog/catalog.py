@@ -98,6 +98,10 @@ class CredentialType:
     supported_nodes: list[str]
     extends: list[str]
     properties: list[dict[str, Any]]
+    # The declared test request ({request, rules}) and how the type authenticates requests
+    # ({type: generic, properties: {headers, qs, body, auth}}; {} when done in code).
+    test: dict[str, Any] | None = None
+    authenticate: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,6 +142,8 @@ class Catalog:
                     supported_nodes=list(entry.get("supportedNodes", [])),
                     extends=list(entry.get("extends", [])),
                     properties=list(entry.get("properties", [])),
+                    test=entry.get("test") or None,
+                    authenticate=dict(entry.get("authenticate") or {}),
                 )
         nodes = {
             name: NodeType(name=name, groups=sorted(found, key=lambda g: -max(g[0])))

@@ -19,7 +19,10 @@ import asyncio
 import ipaddress
 import socket
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
+
+import httpx
 
 from server.errors import InvalidArgumentError
 
@@ -123,3 +126,23 @@ async def check(url: str, *, allow: frozenset[str] = frozenset()) -> Target:
             "are fetched"
         )
     return Target(url=url, scheme=scheme, host=host, port=port, address=str(addresses[0]))
+
+
+def pinned_request(
+    client: httpx.AsyncClient,
+    target: Target,
+    *,
+    method: str = "GET",
+    headers: dict[str, str] | None = None,
+    params: dict[str, Any] | None = None,
+    json: Any = None,
+) -> httpx.Request:
+    """A request to the checked address, named by its host (Host header, TLS server name)."""
+    return client.build_request(
+        method,
+        target.pinned_url,
+        headers={**(headers or {}), "Host": target.host_header},
+        params=params,
+        json=json,
+        extensions={"sni_hostname": target.host},
+    )

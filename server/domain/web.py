@@ -23,7 +23,7 @@ import pypdf
 from cachetools import TTLCache
 from readability import Document
 
-from server.domain.egress import check
+from server.domain.egress import check, pinned_request
 from server.errors import InvalidArgumentError, UnavailableError
 
 MAX_REDIRECTS = 10
@@ -90,12 +90,7 @@ class WebFetcher:
             target = await check(current, allow=self._allow)
             if not await authorize(target.host):
                 raise HostNotApproved(target.host, current)
-            request = client.build_request(
-                "GET",
-                target.pinned_url,
-                headers={"Host": target.host_header, "User-Agent": USER_AGENT},
-                extensions={"sni_hostname": target.host},
-            )
+            request = pinned_request(client, target, headers={"User-Agent": USER_AGENT})
             try:
                 response = await client.send(request, stream=True)
             except httpx.HTTPError as exc:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from server.catalog import CatalogService
+from server.domain.credential_test import CredentialTester
 from server.domain.credentials import (
     KEY_FILE_NAME,
     CredentialStore,
@@ -62,6 +63,7 @@ class Runtime:
     tags: TagStore
     credentials: CredentialStore
     web: WebFetcher
+    credential_tester: CredentialTester
     web_search: WebSearch | None
 
     @classmethod
@@ -105,6 +107,10 @@ class Runtime:
                 allow=frozenset(settings.web_fetch_allow_hosts),
             ),
             web_search=_web_search(settings),
+            credential_tester=CredentialTester(
+                timeout_s=settings.web_fetch_timeout_seconds,
+                allow=frozenset(settings.web_fetch_allow_hosts),
+            ),
             tags=TagStore(db),
             executions=executions,
             runner=runner,

@@ -180,3 +180,34 @@ TOOLS = [
         may_ask=True,
     ),
 ]
+
+
+class TestOutput(ToolModel):
+    success: bool
+    message: str
+
+
+async def test_credential(ctx: ToolContext, args: CredentialIdInput) -> TestOutput:
+    info = await visible_credential(ctx, args.credential_id)
+    catalog = await ctx.runtime.catalog.get()
+    kind = catalog.credentials.get(info.type)
+    if kind is None:
+        return TestOutput(
+            success=False, message=f"credential type {info.type} is not in the catalog"
+        )
+    data = await ctx.runtime.credentials.reveal(info.id)
+    outcome = await ctx.runtime.credential_tester.test(kind, data)
+    return TestOutput(success=outcome.success, message=outcome.message)
+
+
+TOOLS.append(
+    ToolSpec(
+        name="test-credential",
+        description="Check that a credential works by sending its type's test request (only "
+        "to public addresses). Says clearly when the type declares no test.",
+        group=GROUP,
+        input_model=CredentialIdInput,
+        output_model=TestOutput,
+        handler=test_credential,
+    )
+)
