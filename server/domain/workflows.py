@@ -364,10 +364,15 @@ class WorkflowStore:
         }
 
     async def replace_credentials(
-        self, workflow_id: str, credentials: dict[str, dict[str, Any]]
+        self,
+        workflow_id: str,
+        credentials: dict[str, dict[str, Any]],
+        parameters: dict[str, dict[str, Any]] | None = None,
     ) -> list[str]:
-        """Set credentials on named nodes, all or none, as a new version (fixtures and plan
-        carried over). Unknown node names are refused before anything changes."""
+        """Set credentials (and parameter values, by dotted path) on named nodes, all or none,
+        as a new version (fixtures and plan carried over). Unknown node names are refused
+        before anything changes. Returns the names of the nodes changed."""
+        parameters = parameters or {}
         now = datetime.now(UTC)
         version_id = new_id("ver")
         async with self.db.engine.begin() as conn:
@@ -391,7 +396,7 @@ class WorkflowStore:
             )
             nodes = [dict(n) for n in current["nodes"]]
             names = {str(n.get("name")) for n in nodes}
-            unknown = sorted(set(credentials) - names)
+            unknown = sorted((set(credentials) | set(parameters)) - names)
             if unknown:
                 raise InvalidArgumentError(
                     f"workflow {workflow_id} has no node named {', '.join(unknown)}; "
@@ -403,6 +408,8 @@ class WorkflowStore:
                         **(node.get("credentials") or {}),
                         **credentials[str(node["name"])],
                     }
+                for path, value in parameters.get(str(node.get("name")), {}).items():
+                    node["parameters"] = set_path(dict(node.get("parameters") or {}), path, value)
             await _add_version(
                 conn,
                 workflow_id=workflow_id,
@@ -423,7 +430,8 @@ class WorkflowStore:
                 .where(WORKFLOWS.c.id == workflow_id)
                 .values(current_version_id=version_id, updated_at=now)
             )
-        return [str(n["name"]) for n in nodes if n.get("name") in credentials]
+        changed = set(credentials) | set(parameters)
+        return [str(n["name"]) for n in nodes if n.get("name") in changed]
 
     async def version_count(self, workflow_id: str) -> int:
         async with self.db.session() as session:
@@ -469,6 +477,20 @@ async def _add_version(
         .returning(VERSIONS.c.number)
     )
     return int(number or 1)
+
+
+def set_path(tree: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """`tree` with the value at a dotted path (list indexes as numbers) replaced."""
+    parts = path.split(".")
+    node: Any = tree
+    for part in parts[:-1]:
+        node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
+    last = parts[-1]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return tree
 
 
 async def _live_row(session: AsyncSession, workflow_id: str) -> WorkflowRow:

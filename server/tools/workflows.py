@@ -11,9 +11,10 @@ from pydantic import Field
 
 from server.domain.workflows import VersionInfo, Workflow
 from server.errors import UnavailableError
+from server.pipeline.setup import NodeSetup, needed
 from server.runtime import Runtime
 from server.tools.scope import visible_workflow
-from server.tools.spec import ToolContext, ToolModel, ToolSpec
+from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec
 
 GROUP = "workflows"
 
@@ -353,3 +354,98 @@ TOOLS += [
         handler=update_version,
     ),
 ]
+
+
+class SetupOutput(ToolModel):
+    completed_nodes: list[str] = Field(alias="completedNodes")
+    skipped_nodes: list[str] = Field(alias="skippedNodes")
+    failed_nodes: list[dict[str, str]] = Field(alias="failedNodes")
+
+
+async def setup_workflow(ctx: ToolContext, args: WorkflowIdInput) -> SetupOutput:
+    """Ask the person for every node's missing credentials and placeholder values in one
+    card, apply what they give as a new version, and say per node how it went."""
+    workflow = await visible_workflow(ctx, args.workflow_id)
+    catalog = await ctx.runtime.catalog.get()
+    visible = await ctx.runtime.credentials.all(sorted(ctx.caller.project_ids))
+    pending = needed(workflow.as_json(), catalog, {c.id for c in visible})
+    if not pending:
+        return SetupOutput(completed_nodes=[], skipped_nodes=[], failed_nodes=[])
+    if ctx.resume is None:
+        raise Suspend(
+            {
+                "inputType": "approval",
+                "severity": "info",
+                "message": f"Set up {len(pending)} node(s) of {workflow.name}",
+                "workflowId": workflow.id,
+                "setupRequests": [
+                    p.as_json()
+                    | {
+                        "existingCredentials": {
+                            kind: [{"id": c.id, "name": c.name} for c in visible if c.type == kind]
+                            for kind in p.credential_types
+                        }
+                    }
+                    for p in pending
+                ],
+            }
+        )
+    answer = ctx.resume
+    skipped = set(answer.get("skippedNodes") or [])
+    if not answer.get("approved", True):
+        skipped = {p.node_name for p in pending}
+    by_id = {c.id: c for c in visible}
+    credentials: dict[str, dict[str, Any]] = {}
+    parameters: dict[str, dict[str, Any]] = {}
+    failed: list[dict[str, str]] = []
+    completed: list[str] = []
+    for item in pending:
+        if item.node_name in skipped:
+            continue
+        chosen = (answer.get("nodeCredentials") or {}).get(item.node_name) or {}
+        values = (answer.get("nodeParameters") or {}).get(item.node_name) or {}
+        problem = _setup_problem(item, chosen, values, by_id)
+        if problem:
+            failed.append({"nodeName": item.node_name, "error": problem})
+            continue
+        credentials[item.node_name] = {
+            kind: {"id": by_id[cid].id, "name": by_id[cid].name} for kind, cid in chosen.items()
+        }
+        parameters[item.node_name] = {p: values[p] for p in item.parameters}
+        completed.append(item.node_name)
+    if completed:
+        await ctx.runtime.workflows.replace_credentials(workflow.id, credentials, parameters)
+    return SetupOutput(
+        completed_nodes=completed,
+        skipped_nodes=sorted(skipped & {p.node_name for p in pending}),
+        failed_nodes=failed,
+    )
+
+
+def _setup_problem(
+    item: NodeSetup, chosen: dict[str, Any], values: dict[str, Any], by_id: dict[str, Any]
+) -> str | None:
+    for kind in item.credential_types:
+        credential = by_id.get(str(chosen.get(kind, "")))
+        if credential is None or credential.type != kind:
+            return f"needs a {kind} credential (none of that type was given)"
+    for path in item.parameters:
+        value = values.get(path)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return f"needs a value for {path}"
+    return None
+
+
+TOOLS.append(
+    ToolSpec(
+        name="setup-workflow",
+        description="Ask the user, in one card, for what the workflow's nodes still need "
+        "(credentials, placeholder values), apply it as a new version, and report completed, "
+        "skipped and failed nodes.",
+        group=GROUP,
+        input_model=WorkflowIdInput,
+        output_model=SetupOutput,
+        handler=setup_workflow,
+        may_ask=True,
+    )
+)

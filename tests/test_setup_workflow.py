@@ -1,0 +1,88 @@
+"""setup-workflow: one card lists what each node still needs; the answer is applied as a new
+version and reported per node."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from instance_ai.v1 import credentials_pb2, credentials_pb2_grpc
+from server.api.convert import to_struct
+from server.domain.workflows import WorkflowContent
+from server.settings import Settings
+from tests.agent_fixtures import Chat, last_tool_results, model, with_model
+from tests.conftest import serving
+from tests.fake_model import FakeMessagesAPI, text, tool
+
+__all__ = ["model"]  # fixtures, shared
+
+
+def node(
+    name: str, parameters: dict[str, object], credentials: dict[str, object]
+) -> dict[str, object]:
+    return {
+        "name": name,
+        "type": "n8n-nodes-base.slack",
+        "typeVersion": 2.3,
+        "position": [0, 0],
+        "parameters": parameters,
+        "credentials": credentials,
+    }
+
+
+async def test_missing_credentials_and_placeholders_are_asked_for_and_applied(
+    make_docker_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    async with serving(make_docker_settings(**with_model(model))) as (app, channel):
+        await app.runtime.events.append("s1", "note", {})
+        nodes = [
+            node(
+                "Notify",
+                {"channelId": "<__PLACEHOLDER_VALUE__the alerts channel__>"},
+                {"slackApi": {"id": "gone", "name": "old"}},
+            ),
+            node("Digest", {"text": "<__PLACEHOLDER_VALUE__digest text__>"}, {}),
+            node("Ready", {"text": "hello"}, {}),
+        ]
+        saved = await app.runtime.workflows.save_from_source(
+            thread_id="s1",
+            file_path="src/alerts.workflow.ts",
+            source_hash="h",
+            content=WorkflowContent(name="Alerts", nodes=nodes, connections={}, settings={}),
+            workflow_id=None,
+        )
+        created = await credentials_pb2_grpc.CredentialsStub(channel).CreateCredential(
+            credentials_pb2.CreateCredentialRequest(
+                name="Team Slack", type="slackApi", data=to_struct({"accessToken": "xoxb-1"})
+            )
+        )
+        slack = created.credential.id
+        model.script(tool("setup-workflow", {"workflowId": saved.id}), text("Set up."))
+        chat = Chat(channel)
+        run_id = await chat.send("s1", "set it up")
+        card = await chat.card("s1")
+        requests = {r["nodeName"]: r for r in card["setupRequests"]}
+        assert set(requests) == {"Notify", "Digest"}
+        assert requests["Notify"]["credentialTypes"] == ["slackApi"]
+        assert requests["Notify"]["parameters"] == [
+            {"path": "channelId", "hint": "the alerts channel"}
+        ]
+        assert requests["Notify"]["existingCredentials"] == {
+            "slackApi": [{"id": slack, "name": "Team Slack"}]
+        }
+        await chat.confirm(
+            "s1",
+            card["requestId"],
+            kind="setupWorkflowApply",
+            nodeCredentials={"Notify": {"slackApi": slack}},
+            nodeParameters={"Notify": {"channelId": "C0123"}},
+            skippedNodes=["Digest"],
+        )
+        await chat.finished("s1", run_id)
+        updated = await app.runtime.workflows.require(saved.id)
+    result = json.loads(last_tool_results(model.requests[1])[0]["content"])
+    assert result == {"completedNodes": ["Notify"], "skippedNodes": ["Digest"], "failedNodes": []}
+    notify = next(n for n in updated.nodes if n["name"] == "Notify")
+    assert notify["parameters"]["channelId"] == "C0123"
+    assert notify["credentials"]["slackApi"] == {"id": slack, "name": "Team Slack"}
+    assert updated.version_number == 2
