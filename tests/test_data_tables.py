@@ -8,12 +8,11 @@ from typing import Any
 import grpc
 import pytest
 
-from instance_ai.v1 import tools_pb2, tools_pb2_grpc
-from server.api.convert import from_struct, to_struct
 from server.settings import Settings
 from tests.agent_fixtures import Chat, model, with_model
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, text, tool
+from tests.tool_client import ToolClient
 
 __all__ = ["model"]  # fixtures, shared
 
@@ -34,22 +33,9 @@ COLUMNS = [
 ]
 
 
-class Tables:
+class Tables(ToolClient):
     def __init__(self, channel: grpc.aio.Channel) -> None:
-        self.stub = tools_pb2_grpc.ToolsStub(channel)
-
-    async def call(self, tool_name: str, **arguments: Any) -> dict[str, Any]:
-        response = await self.stub.CallTool(
-            tools_pb2.CallToolRequest(
-                thread_id="dt", tool_name=tool_name, arguments=to_struct(arguments)
-            )
-        )
-        return from_struct(response.result)
-
-    async def refused(self, tool_name: str, **arguments: Any) -> grpc.aio.AioRpcError:
-        with pytest.raises(grpc.aio.AioRpcError) as error:
-            await self.call(tool_name, **arguments)
-        return error.value
+        super().__init__(channel, "dt")
 
     async def query(
         self, table: str, *filters: dict[str, Any], combine: str = "and", **options: Any

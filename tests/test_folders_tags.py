@@ -4,19 +4,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import grpc
 import pytest
 from sqlalchemy import update
 
-from instance_ai.v1 import tools_pb2, tools_pb2_grpc
-from server.api.convert import from_struct, to_struct
 from server.app import Application
-from server.domain.workflows import WorkflowContent
 from server.settings import Settings
 from server.store.models import ExecutionRow, WorkflowRow
 from tests.conftest import serving
+from tests.tool_client import ToolClient, saved_workflow
 
 ALLOW = {
     a: "always_allow"
@@ -30,34 +27,13 @@ ALLOW = {
 }
 
 
-class Client:
+class Client(ToolClient):
     def __init__(self, app: Application, channel: grpc.aio.Channel) -> None:
+        super().__init__(channel, "org")
         self.app = app
-        self.stub = tools_pb2_grpc.ToolsStub(channel)
-
-    async def call(self, tool_name: str, **arguments: Any) -> dict[str, Any]:
-        response = await self.stub.CallTool(
-            tools_pb2.CallToolRequest(
-                thread_id="org", tool_name=tool_name, arguments=to_struct(arguments)
-            )
-        )
-        return from_struct(response.result)
-
-    async def refused(self, tool_name: str, **arguments: Any) -> grpc.aio.AioRpcError:
-        with pytest.raises(grpc.aio.AioRpcError) as error:
-            await self.call(tool_name, **arguments)
-        return error.value
 
     async def workflow(self, name: str) -> str:
-        await self.app.runtime.events.append("org", "note", {})
-        saved = await self.app.runtime.workflows.save_from_source(
-            thread_id="org",
-            file_path=f"src/{name}.workflow.ts",
-            source_hash=name,
-            content=WorkflowContent(name=name, nodes=[], connections={}, settings={}),
-            workflow_id=None,
-        )
-        return saved.id
+        return await saved_workflow(self.app, "org", name)
 
     async def folder_of(self, workflow_id: str) -> str | None:
         async with self.app.runtime.db.session() as session:

@@ -9,14 +9,14 @@ from typing import Any
 import grpc
 import pytest
 
-from instance_ai.v1 import agent_pb2, agent_pb2_grpc, tools_pb2, tools_pb2_grpc
-from server.api.convert import from_struct, to_struct
+from instance_ai.v1 import agent_pb2, agent_pb2_grpc
+from server.api.convert import to_struct
 from server.app import Application
-from server.domain.workflows import WorkflowContent
 from server.settings import Settings
 from tests.agent_fixtures import Chat, model, with_model
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, text, tool
+from tests.tool_client import Metadata, ToolClient, saved_workflow
 
 __all__ = ["model"]  # fixtures, shared
 
@@ -36,25 +36,18 @@ BOB = as_user("bob", "team-b")
 CAROL = as_user("carol", "team-b", "team-a")  # in both
 
 
-class Tools:
+class Tools(ToolClient):
     def __init__(self, app: Application, channel: grpc.aio.Channel) -> None:
+        super().__init__(channel, "p1")
         self.app = app
-        self.stub = tools_pb2_grpc.ToolsStub(channel)
 
-    async def call(self, who: Any, tool_name: str, **arguments: Any) -> dict[str, Any]:
-        response = await self.stub.CallTool(
-            tools_pb2.CallToolRequest(
-                thread_id="p1", tool_name=tool_name, arguments=to_struct(arguments)
-            ),
-            metadata=who,
-        )
-        return from_struct(response.result)
+    async def call_as(self, who: Metadata, tool_name: str, **arguments: Any) -> dict[str, Any]:
+        return await self.as_caller(who).call(tool_name, **arguments)
 
-    async def missing(self, who: Any, tool_name: str, **arguments: Any) -> str:
-        with pytest.raises(grpc.aio.AioRpcError) as error:
-            await self.call(who, tool_name, **arguments)
-        assert error.value.code() is grpc.StatusCode.NOT_FOUND, error.value.details()
-        return error.value.details() or ""
+    async def missing(self, who: Metadata, tool_name: str, **arguments: Any) -> str:
+        error = await self.as_caller(who).refused(tool_name, **arguments)
+        assert error.code() is grpc.StatusCode.NOT_FOUND, error.details()
+        return error.details() or ""
 
 
 @pytest.fixture
@@ -63,27 +56,18 @@ async def tools(make_settings: Callable[..., Settings]) -> AsyncIterator[Tools]:
         yield Tools(app, channel)
 
 
-async def save_workflow(app: Application, project: str) -> str:
-    await app.runtime.events.append("p1", "note", {})
-    saved = await app.runtime.workflows.save_from_source(
-        thread_id="p1",
-        file_path=f"src/{project}.workflow.ts",
-        source_hash=project,
-        content=WorkflowContent(name=f"{project} flow", nodes=[], connections={}, settings={}),
-        workflow_id=None,
-        project_id=project,
-    )
-    return saved.id
-
-
 async def test_workflows_of_another_project_do_not_exist(tools: Tools) -> None:
-    workflow = await save_workflow(tools.app, "team-a")
-    assert (await tools.call(ALICE, "get-workflow", workflowId=workflow))["name"] == "team-a flow"
+    workflow = await saved_workflow(tools.app, "p1", "team-a flow", project_id="team-a")
+    assert (await tools.call_as(ALICE, "get-workflow", workflowId=workflow))[
+        "name"
+    ] == "team-a flow"
     nowhere = await tools.missing(BOB, "get-workflow", workflowId="no-such-id")
     elsewhere = await tools.missing(BOB, "get-workflow", workflowId=workflow)
     assert elsewhere == nowhere.replace("no-such-id", workflow)  # the same answer
-    assert (await tools.call(BOB, "list-workflows"))["workflows"] == []
-    assert [w["id"] for w in (await tools.call(CAROL, "list-workflows"))["workflows"]] == [workflow]
+    assert (await tools.call_as(BOB, "list-workflows"))["workflows"] == []
+    assert [w["id"] for w in (await tools.call_as(CAROL, "list-workflows"))["workflows"]] == [
+        workflow
+    ]
     await tools.missing(BOB, "delete-workflow", workflowId=workflow)
     await tools.missing(BOB, "publish-workflow", workflowId=workflow)
     await tools.missing(BOB, "verify-built-workflow", workflowId=workflow)
@@ -91,24 +75,26 @@ async def test_workflows_of_another_project_do_not_exist(tools: Tools) -> None:
     await tools.app.runtime.executions.start(
         workflow_id=workflow, version_id="v", thread_id="p1", mode="manual", trigger_node=None
     )
-    assert (await tools.call(BOB, "list-executions", workflowId=workflow))["executions"] == []
-    assert (await tools.call(BOB, "list-executions", workflowId="nope"))["executions"] == []
-    assert len((await tools.call(ALICE, "list-executions", workflowId=workflow))["executions"]) == 1
-    assert (await tools.call(ALICE, "get-workflow", workflowId=workflow))["isArchived"] is False
+    assert (await tools.call_as(BOB, "list-executions", workflowId=workflow))["executions"] == []
+    assert (await tools.call_as(BOB, "list-executions", workflowId="nope"))["executions"] == []
+    assert (
+        len((await tools.call_as(ALICE, "list-executions", workflowId=workflow))["executions"]) == 1
+    )
+    assert (await tools.call_as(ALICE, "get-workflow", workflowId=workflow))["isArchived"] is False
 
 
 async def test_data_tables_of_another_project_do_not_exist(tools: Tools) -> None:
-    created = await tools.call(
+    created = await tools.call_as(
         ALICE, "create-data-table", name="leads", columns=[{"name": "email", "type": "string"}]
     )
     table = created["table"]
     assert table["projectId"] == "team-a"
-    assert (await tools.call(BOB, "list-data-tables"))["tables"] == []
+    assert (await tools.call_as(BOB, "list-data-tables"))["tables"] == []
     said = await tools.missing(BOB, "get-data-table-schema", dataTableId=table["id"])
     assert said == f"there is no data table {table['id']!r}; list-data-tables names them"
     await tools.missing(BOB, "query-data-table-rows", dataTableId=table["id"])
     # Bob can make his own "leads": names are per project.
-    await tools.call(
+    await tools.call_as(
         BOB, "create-data-table", name="leads", columns=[{"name": "email", "type": "string"}]
     )
     await tools.missing(
@@ -118,9 +104,9 @@ async def test_data_tables_of_another_project_do_not_exist(tools: Tools) -> None
         projectId="team-a",
         columns=[{"name": "a", "type": "string"}],
     )
-    both = await tools.call(CAROL, "list-data-tables")
+    both = await tools.call_as(CAROL, "list-data-tables")
     assert sorted(t["projectId"] for t in both["tables"]) == ["team-a", "team-b"]
-    projects = await tools.call(CAROL, "list-projects")
+    projects = await tools.call_as(CAROL, "list-projects")
     assert projects == {
         "projects": [{"id": "team-a", "isDefault": False}, {"id": "team-b", "isDefault": True}]
     }
@@ -137,7 +123,7 @@ async def test_bad_caller_metadata_is_refused(
     tools: Tools, metadata: tuple[tuple[str, str], ...], says: str
 ) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as error:
-        await tools.call(metadata, "list-projects")
+        await tools.call_as(metadata, "list-projects")
     assert error.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert says in (error.value.details() or "")
 

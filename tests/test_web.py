@@ -13,11 +13,11 @@ import pytest
 from aiohttp import web
 
 from instance_ai.v1 import tools_pb2, tools_pb2_grpc
-from server.api.convert import from_struct, to_struct
 from server.settings import Settings
 from tests.agent_fixtures import Chat, last_tool_results, model, with_model
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, text, tool
+from tests.tool_client import ToolClient
 
 __all__ = ["model"]  # fixtures, shared
 
@@ -154,19 +154,6 @@ def web_settings(
     )
 
 
-class Tools:
-    def __init__(self, channel: grpc.aio.Channel) -> None:
-        self.stub = tools_pb2_grpc.ToolsStub(channel)
-
-    async def call(self, tool_name: str, **arguments: Any) -> dict[str, Any]:
-        response = await self.stub.CallTool(
-            tools_pb2.CallToolRequest(
-                thread_id="w1", tool_name=tool_name, arguments=to_struct(arguments)
-            )
-        )
-        return from_struct(response.result)
-
-
 ALLOW = {"fetchUrl": "always_allow", "webSearch": "always_allow"}
 
 
@@ -175,7 +162,7 @@ async def test_internal_addresses_are_refused_before_any_connection(
 ) -> None:
     v = servers.victim_port
     async with serving(web_settings(make_settings, servers, permissions=ALLOW)) as (_app, channel):
-        tools = Tools(channel)
+        tools = ToolClient(channel, "w1")
         for url in [
             f"http://127.0.0.1:{v}/",
             f"http://localhost:{v}/",
@@ -204,7 +191,7 @@ async def test_pages_pdfs_text_redirects_and_size_caps(
     make_settings: Callable[..., Settings], servers: Servers
 ) -> None:
     async with serving(web_settings(make_settings, servers, permissions=ALLOW)) as (_app, channel):
-        tools = Tools(channel)
+        tools = ToolClient(channel, "w1")
         page = await tools.call("fetch-url", url=servers.url("/article"))
         assert page["title"] == "Shipping orders faster"
         assert "dedicated packing bench" in page["content"]
@@ -240,7 +227,7 @@ async def test_a_new_host_needs_the_users_approval(
     settings = web_settings(make_settings, servers, **with_model(model))
     async with serving(settings) as (_app, channel):
         with pytest.raises(grpc.aio.AioRpcError) as direct:
-            await Tools(channel).call("fetch-url", url=servers.url("/notes.txt"))
+            await ToolClient(channel, "w1").call("fetch-url", url=servers.url("/notes.txt"))
         assert direct.value.code() is grpc.StatusCode.FAILED_PRECONDITION
         chat = Chat(channel)
         run_id = await chat.send("w1", "read the notes")
@@ -260,7 +247,7 @@ async def test_web_search_is_cached_filtered_and_only_registered_when_configured
     make_settings: Callable[..., Settings], servers: Servers
 ) -> None:
     async with serving(web_settings(make_settings, servers, permissions=ALLOW)) as (_app, channel):
-        tools = Tools(channel)
+        tools = ToolClient(channel, "w1")
         found = await tools.call("web-search", query="n8n webhooks", maxResults=5)
         assert [r["title"] for r in found["results"]] == [
             "n8n webhooks guide",

@@ -4,17 +4,16 @@ and the version history (registered only where the licence setting enables it)."
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import grpc
 import pytest
 
 from instance_ai.v1 import tools_pb2, tools_pb2_grpc
-from server.api.convert import from_struct, to_struct
+from server.api.convert import to_struct
 from server.app import Application
-from server.domain.workflows import WorkflowContent
 from server.settings import Settings
 from tests.conftest import serving
+from tests.tool_client import ToolClient, saved_workflow
 
 ALLOW = {
     a: "always_allow"
@@ -22,41 +21,14 @@ ALLOW = {
 }
 
 
-class Client:
+class Client(ToolClient):
     def __init__(self, app: Application, channel: grpc.aio.Channel) -> None:
+        super().__init__(channel, "wf")
         self.app = app
-        self.stub = tools_pb2_grpc.ToolsStub(channel)
-
-    async def call(self, tool_name: str, **arguments: Any) -> dict[str, Any]:
-        response = await self.stub.CallTool(
-            tools_pb2.CallToolRequest(
-                thread_id="wf", tool_name=tool_name, arguments=to_struct(arguments)
-            )
-        )
-        return from_struct(response.result)
-
-    async def refused(self, tool_name: str, **arguments: Any) -> grpc.aio.AioRpcError:
-        with pytest.raises(grpc.aio.AioRpcError) as error:
-            await self.call(tool_name, **arguments)
-        return error.value
 
     async def save(self, name: str, workflow_id: str | None = None) -> str:
-        """A saved build (no sandbox needed: the store is what these tools work on)."""
-        content = WorkflowContent(
-            name=name,
-            nodes=[{"name": "Start", "type": "n8n-nodes-base.manualTrigger", "parameters": {}}],
-            connections={},
-            settings={},
-        )
-        await self.app.runtime.events.append("wf", "note", {})  # the thread exists
-        saved = await self.app.runtime.workflows.save_from_source(
-            thread_id="wf",
-            file_path="src/a.workflow.ts",
-            source_hash=name,
-            content=content,
-            workflow_id=workflow_id,
-        )
-        return saved.id
+        nodes = [{"name": "Start", "type": "n8n-nodes-base.manualTrigger", "parameters": {}}]
+        return await saved_workflow(self.app, "wf", name, workflow_id=workflow_id, nodes=nodes)
 
 
 @pytest.fixture
