@@ -142,36 +142,91 @@ class _Chat:
 
     async def _ask(self, card: dict[str, Any]) -> dict[str, Any]:
         """Show the card and read the answer typed at the prompt."""
-        kind = card.get("inputType", "approval")
         out.print(f"\n[bold yellow]┌ {card.get('message', 'Confirmation needed')}[/]")
+        kind = card.get("inputType", "approval")
         if kind == "questions":
-            answers = []
-            for question in card.get("questions", []):
-                options = question.get("options") or []
-                hint = f" ({' / '.join(options)})" if options else ""
-                reply = await _prompt(f"│ {question['question']}{hint}: ")
-                picked = [o.strip() for o in reply.split(",") if o.strip() in options]
-                answers.append(
-                    {"questionId": question["id"], "selectedOptions": picked}
-                    | ({} if picked else {"customText": reply})
-                )
-            return {"kind": "questions", "answers": answers}
+            return await _ask_questions(card.get("questions", []))
         if kind == "plan-review":
-            for task in card.get("tasks", []):
-                out.print(f"│ • {task['description']}", markup=False)
-            reply = await _prompt("│ approve (y), deny (n), or type the changes you want: ")
-            if reply.lower() in ("y", "yes"):
-                return {"kind": "approval", "approved": True}
-            if reply.lower() in ("n", "no", ""):
-                return {"kind": "planDeny"}
-            return {"kind": "approval", "approved": False, "userInput": reply}
+            return await _ask_plan(card.get("tasks", []))
         if kind == "text":
             return {"kind": "approval", "approved": True, "userInput": await _prompt("│ > ")}
+        if "domainAccess" in card:
+            return await _ask_domain(card["domainAccess"])
+        if "credentialRequests" in card:
+            return await _ask_credentials(card["credentialRequests"])
+        if "setupRequests" in card:
+            return _skip_setup(card["setupRequests"])
         out.print(f"│ {card.get('toolName', '')} {json.dumps(card.get('args', {}))}", markup=False)
         reply = (await _prompt("│ allow? yes (y) / always in this thread (a) / no (n): ")).lower()
         if reply in ("a", "always"):
             return {"kind": "approval", "approved": True, "scope": "session"}
         return {"kind": "approval", "approved": reply in ("y", "yes")}
+
+
+async def _ask_questions(questions: list[dict[str, Any]]) -> dict[str, Any]:
+    answers = []
+    for question in questions:
+        options = question.get("options") or []
+        hint = f" ({' / '.join(options)})" if options else ""
+        reply = await _prompt(f"│ {question['question']}{hint}: ")
+        picked = [o.strip() for o in reply.split(",") if o.strip() in options]
+        answers.append(
+            {"questionId": question["id"], "selectedOptions": picked}
+            | ({} if picked else {"customText": reply})
+        )
+    return {"kind": "questions", "answers": answers}
+
+
+async def _ask_plan(tasks: list[dict[str, Any]]) -> dict[str, Any]:
+    for task in tasks:
+        out.print(f"│ • {task['description']}", markup=False)
+    reply = await _prompt("│ approve (y), deny (n), or type the changes you want: ")
+    if reply.lower() in ("y", "yes"):
+        return {"kind": "approval", "approved": True}
+    if reply.lower() in ("n", "no", ""):
+        return {"kind": "planDeny"}
+    return {"kind": "approval", "approved": False, "userInput": reply}
+
+
+def _skip_setup(requests: list[dict[str, Any]]) -> dict[str, Any]:
+    """Node setup needs the editor's forms; the terminal lists it and skips."""
+    for request in requests:
+        needs = [
+            *request.get("credentialTypes", []),
+            *(p["path"] for p in request.get("parameters", [])),
+        ]
+        out.print(f"│ {request['nodeName']}: needs {', '.join(needs)}", markup=False)
+    out.print("│ (set these up in the n8n editor; skipped here)", markup=False)
+    return {"kind": "setupWorkflowApply", "skippedNodes": [r["nodeName"] for r in requests]}
+
+
+async def _ask_domain(access: dict[str, Any]) -> dict[str, Any]:
+    out.print(f"│ {access.get('url', '')}", markup=False)
+    reply = (
+        await _prompt("│ fetch from this host? once (y) / this domain (d) / any (a) / no (n): ")
+    ).lower()
+    choices = {"y": "allow_once", "d": "allow_domain", "a": "allow_all"}
+    if reply in choices:
+        return {"kind": "domainAccessApprove", "domainAccessAction": choices[reply]}
+    return {"kind": "domainAccessDeny"}
+
+
+async def _ask_credentials(requests: list[dict[str, Any]]) -> dict[str, Any]:
+    chosen: dict[str, str] = {}
+    for request in requests:
+        kind = request["credentialType"]
+        existing = request.get("existingCredentials") or []
+        for index, credential in enumerate(existing, 1):
+            out.print(f"│ {index}. {credential['name']} ({credential['id']})", markup=False)
+        if not existing:
+            out.print(f"│ no {kind} credential yet: create one, then try again", markup=False)
+            continue
+        reply = await _prompt(f"│ which {kind}? number, or empty to skip: ")
+        if reply.isdigit() and 1 <= int(reply) <= len(existing):
+            chosen[kind] = existing[int(reply) - 1]["id"]
+    if not chosen:
+        return {"kind": "approval", "approved": False}
+    return {"kind": "credentialSelection", "credentials": chosen}
 
 
 _MARK = {"done": "x", "in_progress": "~", "failed": "!", "cancelled": "-"}

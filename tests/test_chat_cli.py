@@ -15,6 +15,7 @@ import pytest
 from tests.agent_fixtures import model
 from tests.fake_model import FakeMessagesAPI, text, tool
 from tests.test_cli import CLI, ServerProcess, start_server, stop_server
+from tests.web_servers import Servers
 
 __all__ = ["model"]  # fixtures, shared
 
@@ -90,3 +91,30 @@ async def test_tools_list_and_call(served: ServerProcess) -> None:
     assert "FAILED_PRECONDITION" in gated.stderr and "always_allow" in gated.stderr
     bad = await cli(served, "tools", "call", "update-tasks", "--args", "[1]")
     assert bad.returncode == 2 and "JSON object" in bad.stderr
+
+
+async def test_chat_answers_a_domain_card_with_the_choice_typed(
+    tmp_path: Path, model: FakeMessagesAPI
+) -> None:
+    site = Servers()
+    await site.start()
+    env = {
+        "INSTANCE_AI_MODEL": "claude-test",
+        "INSTANCE_AI_ANTHROPIC_API_KEY": "sk-test-key",
+        "INSTANCE_AI_ANTHROPIC_BASE_URL": model.url,
+        "INSTANCE_AI_WEB_FETCH_ALLOW_HOSTS": f"127.0.0.1:{site.site_port}",
+    }
+    server = await asyncio.to_thread(start_server, tmp_path / "data", env=env)
+    try:
+        model.script(
+            tool("fetch-url", {"url": site.url("/notes.txt")}),
+            tool("fetch-url", {"url": site.url("/article")}),
+            text("Read them."),
+        )
+        result = await cli(server, "chat", "read the notes", "--thread", "d1", stdin="d\n")
+    finally:
+        stop_server(server)
+        await site.close()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("fetch from this host?") == 1  # the domain was remembered
+    assert "Read them." in result.stdout and "run completed" in result.stdout

@@ -52,8 +52,10 @@ async def fetch_url(ctx: ToolContext, args: FetchInput) -> FetchOutput:
         raise FailedPreconditionError(
             f"The user did not allow fetching from {host}; do not try it again in this turn."
         )
-    # The person's answer applies to the first host that needs one (the one they were asked).
-    granted = {"action": answer.get("domainAccessAction")}
+    # The person's answer applies to the first host that needs one (the one they were asked);
+    # a plain approval (no domain choice) counts as this once.
+    default = "allow_once" if answer.get("approved") else None
+    granted = {"action": answer.get("domainAccessAction") or default}
 
     async def authorize(host: str) -> bool:
         if mode == "always_allow":
