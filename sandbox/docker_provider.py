@@ -18,12 +18,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
 from docker.models.containers import Container
 
 from sandbox import identity
+from sandbox.egress import BRIDGE_PORT, MOUNT_POINT
 from sandbox.errors import SandboxNotFoundError, SandboxUnavailableError
 from sandbox.image.rootfs import WORKSPACE
 
@@ -116,11 +119,21 @@ class DockerProvider:
         image: str,
         owner: str = "instance-ai",
         limits: SandboxLimits | None = None,
+        egress_root: Path | None = None,
     ) -> None:
         self.client = client
         self.image = image
         self.owner = owner
         self.limits = limits or SandboxLimits()
+        # Each container's own egress directory is created below this (None: no way out).
+        self.egress_root = egress_root
+
+    def egress_dir(self, container: Container) -> Path | None:
+        """The host directory mounted at the container's /run/instance-ai, if any."""
+        name = container.labels.get(identity.LABEL_EGRESS)
+        if self.egress_root is None or not name:
+            return None
+        return self.egress_root / str(name)
 
     def ensure(self, thread_id: str) -> SandboxInfo:
         """The thread's running sandbox: found, restarted, or created (volume kept)."""
@@ -284,8 +297,24 @@ class DockerProvider:
             self._labels(thread_id, sid),
         )
 
+    def _egress_mount(self, labels: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+        """A fresh directory of the container's own (bind-mounted) and the proxy variables;
+        nothing when egress is off."""
+        if self.egress_root is None:
+            return {}, {}
+        name = uuid.uuid4().hex[:16]
+        directory = self.egress_root / name
+        directory.mkdir(parents=True, exist_ok=True)
+        directory.chmod(0o755)
+        labels[identity.LABEL_EGRESS] = name
+        proxy = f"http://127.0.0.1:{BRIDGE_PORT}"
+        variables = {"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy}
+        variables |= {"https_proxy": proxy, "NO_PROXY": "localhost,127.0.0.1"}
+        return {str(directory): {"bind": MOUNT_POINT, "mode": "rw"}}, variables
+
     def _create_container(self, name: str, volume: str, labels: dict[str, str]) -> Container:
         limits = self.limits
+        egress_mounts, environment = self._egress_mount(labels)
         with engine_errors("create the sandbox"):
             try:
                 self.client.volumes.get(volume)  # kept from an earlier container: reattach
@@ -298,7 +327,8 @@ class DockerProvider:
                     labels=labels,
                     network_mode=limits.network_mode,
                     read_only=limits.read_only,
-                    volumes={volume: {"bind": WORKSPACE, "mode": "rw"}},
+                    volumes={volume: {"bind": WORKSPACE, "mode": "rw"}, **egress_mounts},
+                    environment=environment,
                     # /tmp inside the container, private to it:
                     tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.tmp_size},mode=1777"},  # noqa: S108
                     cap_drop=list(limits.cap_drop),

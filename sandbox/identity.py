@@ -15,6 +15,8 @@ LABEL_SANDBOX = LABEL_PREFIX + "sandbox"
 LABEL_CREATED = LABEL_PREFIX + "created"
 LABEL_IMAGE = LABEL_PREFIX + "image"
 LABEL_POOL = LABEL_PREFIX + "pool"
+# The container's own egress directory (see sandbox/egress.py), named at creation.
+LABEL_EGRESS = LABEL_PREFIX + "egress"
 
 
 def sandbox_id(thread_id: str) -> str:

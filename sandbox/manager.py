@@ -37,6 +37,7 @@ from docker.models.containers import Container
 from sandbox import files
 from sandbox.commands import CommandResult, CommandRunner, OutputCallback
 from sandbox.docker_provider import DockerProvider, SandboxInfo
+from sandbox.egress import MOUNT_POINT, EgressProxy
 from sandbox.errors import SandboxError, SandboxUnavailableError
 from sandbox.identity import LABEL_IMAGE
 from sandbox.image.rootfs import APP_DIR, USER_UID, WORKSPACE
@@ -46,7 +47,13 @@ log = structlog.get_logger(__name__)
 
 MARKER = ".sandbox-initialized"
 # Group-writable: commands run as job uids in group 1000 and must be able to edit the seed.
+# The egress bridge (127.0.0.1:3128 → the mounted proxy socket) runs once per container
+# start, detached from this exec; then the workspace is seeded once.
+BRIDGE_PID = "/tmp/egress-bridge.pid"  # noqa: S108 - the container's private /tmp
 _INITIALISE = (
+    f'if [ -d {MOUNT_POINT} ] && ! kill -0 "$(cat {BRIDGE_PID} 2>/dev/null)" 2>/dev/null; then '
+    f"setsid node {APP_DIR}/bin/egress-bridge.mjs </dev/null >/dev/null 2>&1 & "
+    f"echo $! > {BRIDGE_PID}; fi; "
     f"[ -e {MARKER} ] && exit 0; umask 002; cp -R -n {APP_DIR}/seed/. . && "
     f"chmod -R g+w . && touch {MARKER}"
 )
@@ -101,8 +108,11 @@ class SandboxManager:
         default_timeout_s: float = 300.0,
         use_worker: bool = True,
         pool_size: int = 0,
+        egress: EgressProxy | None = None,
     ) -> None:
         self.provider = provider
+        # The proxy each claimed container reaches the outside through (None: no way out).
+        self.egress = egress
         self.runner = runner or CommandRunner(provider.client)
         self.idle_ttl = idle_ttl
         self.ephemeral = ephemeral
@@ -145,6 +155,7 @@ class SandboxManager:
             if new_entry is None:
                 container = await _call(self._prepare, thread_id)
                 new_entry = _Entry(container=container, last_used=time.monotonic())
+            await self._open_egress(thread_id, new_entry.container)
             self._entries[thread_id] = new_entry
             future.set_result(new_entry.container)
             return new_entry.container
@@ -154,6 +165,11 @@ class SandboxManager:
             raise
         finally:
             del self._creating[thread_id]
+
+    async def _open_egress(self, thread_id: str, container: Container) -> None:
+        directory = self.provider.egress_dir(container)
+        if self.egress is not None and directory is not None:
+            await self.egress.listen(thread_id, directory)
 
     def _prepare(self, thread_id: str) -> Container:
         info = self.provider.ensure(thread_id)
@@ -505,6 +521,8 @@ class SandboxManager:
         entry = self._entries.pop(thread_id, None)
         if entry is not None:
             entry.drop_worker()
+        if self.egress is not None:
+            await self.egress.stop(thread_id)
         return await _call(self.provider.destroy, thread_id)
 
     def cached_threads(self) -> list[str]:
@@ -577,6 +595,8 @@ class SandboxManager:
         for entry in self._entries.values():
             entry.drop_worker()
         self._entries.clear()
+        if self.egress is not None:
+            await self.egress.close()
 
 
 async def _call(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:

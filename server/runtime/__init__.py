@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sandbox.egress import EgressProxy
 from server.catalog import CatalogService
 from server.domain.credential_test import CredentialTester
 from server.domain.credentials import (
@@ -27,6 +28,7 @@ from server.pipeline.verify import Verifier
 from server.pipeline.work import WorkLoop
 from server.runtime.background import BackgroundTasks
 from server.runtime.conversation import Conversation
+from server.runtime.egress import egress_policy
 from server.runtime.events import Event, EventLog
 from server.runtime.hitl import Hitl
 from server.runtime.plans import Plans
@@ -73,7 +75,13 @@ class Runtime:
         events.start()
         background = BackgroundTasks(events=events, limit=settings.background_task_limit)
         threads = Threads(db=db, events=events, background=background.running)
-        sandboxes = SandboxService(settings, db, thread_known=threads.exists)
+        hitl = Hitl(db=db, events=events, modes=dict(settings.permissions))
+        sandboxes = SandboxService(
+            settings,
+            db,
+            thread_known=threads.exists,
+            egress=EgressProxy(egress_policy(settings, hitl)),
+        )
         threads.on_deleted = sandboxes.destroy
         await sandboxes.start()
         catalog = CatalogService(sandboxes.catalog_dir)
@@ -96,7 +104,7 @@ class Runtime:
         )
         return cls(
             conversation=Conversation(db=db),
-            hitl=Hitl(db=db, events=events, modes=dict(settings.permissions)),
+            hitl=hitl,
             plans=Plans(db=db, events=events),
             background=background,
             data_tables=DataTableStore(db),

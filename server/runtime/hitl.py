@@ -3,6 +3,7 @@ per-action permission modes (`require_approval | always_allow | blocked`)."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
@@ -130,6 +131,16 @@ def parse_resume(value: dict[str, Any]) -> dict[str, Any]:
         scope = "session" if answer.resourceDecision == "allowForSession" else "once"
         return flat | {"approved": allowed, "scope": scope}
     return flat | {"approved": True}
+
+
+ANY_HOST = "*"
+
+
+def domain_action(host: str) -> str:
+    """The permission row naming an approved host (hashed: host names outgrow the column)."""
+    if host == ANY_HOST:
+        return "domain:*"
+    return "domain:" + hashlib.sha256(host.encode()).hexdigest()[:40]
 
 
 DENIED_BY_TIMEOUT = {"kind": "approval", "approved": False, "userInput": "(no answer in time)"}
@@ -271,6 +282,17 @@ class Hitl:
         async with self.db.session() as session:
             remembered = await session.get(PermissionRow, (thread_id, action))
         return "always_allow" if remembered is not None else configured
+
+    async def domain_allowed(self, thread_id: str, host: str) -> bool:
+        """Whether the thread approved requests to `host` (or to any host)."""
+        for name in (host, ANY_HOST):
+            if await self.mode(thread_id, domain_action(name)) == "always_allow":
+                return True
+        return False
+
+    async def allow_domain(self, thread_id: str, host: str) -> None:
+        """Remember the approval of `host` (ANY_HOST: every host) for the thread."""
+        await self.always_allow(thread_id, domain_action(host))
 
     async def always_allow(self, thread_id: str, action: str) -> None:
         """Remember "always allow" for `action` in this thread."""

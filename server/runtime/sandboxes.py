@@ -19,6 +19,7 @@ from sqlalchemy import select
 
 from sandbox.commands import CommandRunner
 from sandbox.docker_provider import DockerProvider, SandboxLimits, connect
+from sandbox.egress import EgressProxy
 from sandbox.errors import SandboxError
 from sandbox.image.build import require_image
 from sandbox.image.catalog import extract_catalog
@@ -26,6 +27,7 @@ from sandbox.local import LocalSandboxes
 from sandbox.manager import SandboxManager, ThreadPredicate
 from sandbox.protocol import Sandboxes
 from server.errors import NotFoundError, UnavailableError
+from server.runtime.egress import egress_root
 from server.runtime.threads import OPEN_RUN_STATES
 from server.settings import Settings
 from server.store import Database
@@ -45,9 +47,11 @@ class SandboxService:
         db: Database,
         *,
         thread_known: Callable[[str], Awaitable[bool]] | None = None,
+        egress: EgressProxy | None = None,
     ) -> None:
         self.settings = settings
         self.db = db
+        self._egress = egress
         # For requests (may cache); the janitor always asks the database.
         self._thread_known = thread_known or self._thread_exists
         self._manager: Sandboxes | None = None
@@ -79,7 +83,10 @@ class SandboxService:
 
     def _connect(self) -> SandboxManager:
         manager = build_manager(
-            self.settings, is_busy=self._is_busy, thread_exists=self._thread_exists
+            self.settings,
+            is_busy=self._is_busy,
+            thread_exists=self._thread_exists,
+            egress=self._egress,
         )
         try:
             self._catalog_dir = extract_catalog(
@@ -167,6 +174,7 @@ def build_manager(
     *,
     is_busy: ThreadPredicate | None = None,
     thread_exists: ThreadPredicate | None = None,
+    egress: EgressProxy | None = None,
 ) -> SandboxManager:
     """Connect to the engine and set up the manager (blocking). Raises SandboxError with
     what to do when the engine or the image is missing."""
@@ -188,7 +196,13 @@ def build_manager(
         cpus=s.sandbox_cpus,
         tmp_size=s.sandbox_tmp_size,
     )
-    provider = DockerProvider(client, image=tag, owner=s.sandbox_owner, limits=limits)
+    provider = DockerProvider(
+        client,
+        image=tag,
+        owner=s.sandbox_owner,
+        limits=limits,
+        egress_root=egress_root(s) if egress is not None else None,
+    )
     log.info("sandboxes ready", image=tag, owner=s.sandbox_owner)
     return SandboxManager(
         provider,
@@ -201,4 +215,5 @@ def build_manager(
         pool_size=s.sandbox_pool_size,
         is_busy=is_busy,
         thread_exists=thread_exists,
+        egress=egress,
     )

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from urllib.parse import urlsplit
 
 from pydantic import Field
@@ -11,10 +10,10 @@ from pydantic import Field
 from server.domain.web import HostNotApproved
 from server.errors import FailedPreconditionError
 from server.runtime import Runtime
+from server.runtime.hitl import ANY_HOST
 from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec, blocked_message
 
 GROUP = "web"
-ANY_HOST = "*"
 
 
 class FetchInput(ToolModel):
@@ -34,13 +33,6 @@ class FetchOutput(ToolModel):
     safety_flags: list[str] | None = Field(None, alias="safetyFlags")
 
 
-def domain_action(host: str) -> str:
-    """The permission row naming an approved host (hashed: host names outgrow the column)."""
-    if host == ANY_HOST:
-        return "domain:*"
-    return "domain:" + hashlib.sha256(host.encode()).hexdigest()[:40]
-
-
 async def fetch_url(ctx: ToolContext, args: FetchInput) -> FetchOutput:
     hitl = ctx.runtime.hitl
     mode = await hitl.mode(ctx.thread_id, "fetchUrl")
@@ -58,16 +50,13 @@ async def fetch_url(ctx: ToolContext, args: FetchInput) -> FetchOutput:
     granted = {"action": answer.get("domainAccessAction") or default}
 
     async def authorize(host: str) -> bool:
-        if mode == "always_allow":
+        if mode == "always_allow" or await hitl.domain_allowed(ctx.thread_id, host):
             return True
-        for name in (host, ANY_HOST):
-            if await hitl.mode(ctx.thread_id, domain_action(name)) == "always_allow":
-                return True
         action = granted.pop("action", None)
         if action == "allow_domain":
-            await hitl.always_allow(ctx.thread_id, domain_action(host))
+            await hitl.allow_domain(ctx.thread_id, host)
         elif action == "allow_all":
-            await hitl.always_allow(ctx.thread_id, domain_action(ANY_HOST))
+            await hitl.allow_domain(ctx.thread_id, ANY_HOST)
         return action in ("allow_once", "allow_domain", "allow_all")
 
     try:

@@ -1,0 +1,96 @@
+"""The sandbox's way out: a real container (no network) reaching a local site through the
+service's proxy on its mounted socket, under the SSRF rules and the thread's approvals."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from server.app import Application
+from server.settings import Settings
+from tests.conftest import serving
+from tests.web_servers import Servers
+
+# Node's http client, pointed at HTTP_PROXY the way proxy-aware clients are: absolute-form for
+# http (MODE=get), or a CONNECT tunnel (MODE=connect).
+CLIENT = r"""
+const http = require('http');
+const [mode, target] = [process.env.MODE, new URL(process.env.TARGET)];
+const proxy = new URL(process.env.HTTP_PROXY);
+const show = (status, body) => { console.log(JSON.stringify({status, body})); };
+if (mode === 'get') {
+  http.get({host: proxy.hostname, port: proxy.port, path: target.href,
+            headers: {Host: target.host}}, (res) => {
+    let body = '';
+    res.on('data', (c) => body += c);
+    res.on('end', () => show(res.statusCode, body));
+  }).on('error', (e) => show(0, e.message));
+} else {
+  const req = http.request({host: proxy.hostname, port: proxy.port, method: 'CONNECT',
+                            path: target.host});
+  req.on('connect', (res, socket) => {
+    if (res.statusCode !== 200) { show(res.statusCode, ''); socket.destroy(); return; }
+    const head = `Host: ${target.host}\r\nConnection: close\r\n\r\n`;
+    socket.write(`GET ${target.pathname} HTTP/1.1\r\n${head}`);
+    let raw = ''; socket.on('data', (c) => raw += c);
+    socket.on('end', () => show(200, raw.split('\r\n\r\n').slice(1).join('')));
+  });
+  req.on('response', (res) => {
+    let body = '';
+    res.on('data', (c) => body += c);
+    res.on('end', () => show(res.statusCode, body));
+  });
+  req.on('error', (e) => show(0, e.message));
+  req.end();
+}
+"""
+
+
+@pytest.fixture
+async def site() -> AsyncIterator[Servers]:
+    servers = Servers()
+    await servers.start()
+    yield servers
+    await servers.close()
+
+
+async def from_sandbox(app: Application, thread: str, mode: str, url: str) -> dict[str, object]:
+    manager = await app.runtime.sandboxes.for_thread(thread)
+    await manager.write_file(thread, "client.cjs", CLIENT.encode())
+    ran = await manager.run_command(
+        thread, f"MODE={mode} TARGET='{url}' node client.cjs", timeout_s=30
+    )
+    assert ran.exit_code == 0, ran.stderr
+    return dict(json.loads(ran.stdout.strip().splitlines()[-1]))
+
+
+async def test_the_sandbox_reaches_only_approved_public_hosts_through_the_proxy(
+    make_docker_settings: Callable[..., Settings], site: Servers
+) -> None:
+    settings = make_docker_settings(web_fetch_allow_hosts=[f"127.0.0.1:{site.site_port}"])
+    async with serving(settings) as (app, _channel):
+        await app.runtime.events.append("egress", "note", {})
+        notes = site.url("/notes.txt")
+        unapproved = await from_sandbox(app, "egress", "get", notes)
+        assert unapproved["status"] == 403 and "not approved" in str(unapproved["body"])
+        await app.runtime.hitl.allow_domain("egress", "127.0.0.1")
+        assert await from_sandbox(app, "egress", "get", notes) == {
+            "status": 200,
+            "body": "plain notes\nline two",
+        }
+        tunnelled = await from_sandbox(app, "egress", "connect", notes)
+        assert tunnelled == {"status": 200, "body": "plain notes\nline two"}
+        for mode in ("get", "connect"):
+            victim = await from_sandbox(
+                app, "egress", mode, f"http://127.0.0.1:{site.victim_port}/"
+            )
+            assert victim["status"] == 403, victim
+        metadata = await from_sandbox(app, "egress", "get", "http://169.254.169.254/latest/")
+        assert metadata["status"] == 403 and "internal address" in str(metadata["body"])
+        manager = await app.runtime.sandboxes.for_thread("egress")
+        plain = f"require('http').get('{notes}').on('error', (e) => console.log(e.code))"
+        direct = await manager.run_command("egress", f'node -e "{plain}"', timeout_s=30)
+        assert "ENETUNREACH" in direct.stdout or "ECONNREFUSED" in direct.stdout  # no network
+    assert site.victim_hits == 0
