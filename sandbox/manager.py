@@ -434,6 +434,36 @@ class SandboxManager:
             )
         )
 
+    async def node_resources(
+        self,
+        thread_id: str,
+        node: dict[str, Any],
+        *,
+        lookup: str,
+        method: str,
+        credentials: dict[str, dict[str, Any]],
+        filter_text: str | None = None,
+        pagination_token: str | None = None,
+        timeout_s: float = 30.0,
+    ) -> dict[str, Any]:
+        """Run a node type's listSearch / loadOptions method in the sandbox with the given
+        credential data (its requests go out through the egress proxy): `{ok, value}` or
+        `{ok: False, stage, message}`."""
+        return dict(
+            await self.operation(
+                thread_id,
+                "nodeResources",
+                timeout_s=timeout_s,
+                node=node,
+                lookup=lookup,
+                method=method,
+                credentials=credentials,
+                filter=filter_text,
+                paginationToken=pagination_token,
+                timeoutMs=int(timeout_s * 1000),
+            )
+        )
+
     async def output_schema(
         self,
         thread_id: str,

@@ -84,6 +84,19 @@ class WorkflowToolchain(Protocol):
 
     async def cancel_execution(self, thread_id: str, execution_id: str) -> None: ...
 
+    async def node_resources(
+        self,
+        thread_id: str,
+        node: dict[str, Any],
+        *,
+        lookup: str,
+        method: str,
+        credentials: dict[str, dict[str, Any]],
+        filter_text: str | None = None,
+        pagination_token: str | None = None,
+        timeout_s: float = 30.0,
+    ) -> dict[str, Any]: ...
+
     async def output_schema(
         self,
         thread_id: str,

@@ -7,10 +7,12 @@ import json
 from collections.abc import AsyncIterator, Callable
 
 import pytest
+from aiohttp import web
 
 from server.app import Application
 from server.settings import Settings
 from tests.conftest import serving
+from tests.tool_client import ToolClient
 from tests.web_servers import Servers
 
 # Node's http client, pointed at HTTP_PROXY the way proxy-aware clients are: absolute-form for
@@ -94,3 +96,55 @@ async def test_the_sandbox_reaches_only_approved_public_hosts_through_the_proxy(
         direct = await manager.run_command("egress", f'node -e "{plain}"', timeout_s=30)
         assert "ENETUNREACH" in direct.stdout or "ECONNREFUSED" in direct.stdout  # no network
     assert site.victim_hits == 0
+
+
+async def test_explore_node_resources_runs_the_nodes_own_method_through_the_proxy(
+    make_docker_settings: Callable[..., Settings],
+) -> None:
+    seen: list[str] = []
+
+    async def repositories(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization", ""))
+        items = [
+            {"name": "flows", "html_url": "https://github.com/octo/flows"},
+            {"name": "nodes", "html_url": "https://github.com/octo/nodes"},
+        ]
+        return web.json_response({"items": items, "total_count": 2})
+
+    app_ = web.Application()
+    app_.router.add_get("/search/repositories", repositories)
+    runner = web.AppRunner(app_)
+    await runner.setup()
+    # 127.0.0.2: a loopback address the sandbox's NO_PROXY (localhost, 127.0.0.1) leaves to the
+    # proxy, as it would a public host.
+    site = web.TCPSite(runner, "127.0.0.2", 0)
+    await site.start()
+    port = int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+    try:
+        settings = make_docker_settings(web_fetch_allow_hosts=[f"127.0.0.2:{port}"])
+        async with serving(settings) as (app, channel):
+            await app.runtime.events.append("explore", "note", {})
+            await app.runtime.hitl.allow_domain("explore", "127.0.0.2")
+            credential = await app.runtime.credentials.create(
+                project_id="personal",
+                name="GitHub",
+                type_name="githubApi",
+                data={"server": f"http://127.0.0.2:{port}", "accessToken": "ghp_PLANTED_42"},
+            )
+            tools = ToolClient(channel, "explore")
+            found = await tools.call(
+                "explore-node-resources",
+                nodeType="n8n-nodes-base.github",
+                resource="getRepositories",
+                credentialId=credential.id,
+                nodeParameters={"owner": "octo"},
+            )
+            assert [r["name"] for r in found["results"]] == ["flows", "nodes"]
+            assert "ghp_PLANTED_42" not in json.dumps(found)
+            unknown = await tools.refused(
+                "explore-node-resources", nodeType="n8n-nodes-base.github", resource="nope"
+            )
+            assert "getRepositories" in (unknown.details() or "")  # names the real ones
+    finally:
+        await runner.cleanup()
+    assert seen == ["token ghp_PLANTED_42"]

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field
 
 from server.catalog import Catalog, NodeType
-from server.errors import NotFoundError
+from server.errors import NotFoundError, UnavailableError
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
 GROUP = "nodes"
@@ -408,7 +408,90 @@ async def search_credential_types(
     )
 
 
+class ExploreInput(ToolModel):
+    node_type: str = Field(alias="nodeType", min_length=1, description="e.g. n8n-nodes-base.github")
+    resource: str = Field(
+        min_length=1, description="The listSearch / loadOptions method, e.g. getRepositories"
+    )
+    credential_id: str | None = Field(
+        None, alias="credentialId", description="Credential for services that need one"
+    )
+    node_parameters: dict[str, Any] = Field(
+        default_factory=dict,
+        alias="nodeParameters",
+        description="Parameters the method reads (e.g. owner, resource, authentication)",
+    )
+    filter: str | None = Field(None, description="Search text (listSearch methods)")
+    pagination_token: str | None = Field(None, alias="paginationToken")
+
+
+class ExploreOutput(ToolModel):
+    node_type: str = Field(alias="nodeType")
+    resource: str
+    results: list[dict[str, Any]]
+    pagination_token: str | None = Field(None, alias="paginationToken")
+
+
+async def explore_node_resources(ctx: ToolContext, args: ExploreInput) -> ExploreOutput:
+    """Run the node's own listSearch / loadOptions method in the sandbox, with the chosen
+    credential; its requests leave only through the egress proxy."""
+    node = _node(await _catalog(ctx), args.node_type)
+    credentials: dict[str, dict[str, Any]] = {}
+    secrets: list[str] = []
+    if args.credential_id:
+        info = await ctx.runtime.credentials.get(args.credential_id)
+        if not ctx.caller.sees(info.project_id):
+            raise NotFoundError(f"there is no credential {args.credential_id!r}")
+        credentials[info.type] = await ctx.runtime.credentials.reveal(info.id)
+        secrets = [str(v) for v in credentials[info.type].values() if len(str(v)) >= 4]
+    toolchain = await ctx.runtime.builder.toolchain(ctx.thread_id)
+    found = await toolchain.node_resources(
+        ctx.thread_id,
+        {
+            "name": "Explore",
+            "type": node.name,
+            "typeVersion": max(node.versions),
+            "parameters": args.node_parameters,
+        },
+        lookup="auto",
+        method=args.resource,
+        credentials=credentials,
+        filter_text=args.filter,
+        pagination_token=args.pagination_token,
+    )
+    if not found.get("ok"):
+        raise UnavailableError(
+            f"exploring {args.resource} failed: {_scrub(str(found.get('message')), secrets)}"
+        )
+    value = found.get("value")
+    if found.get("lookup") == "listSearch" and isinstance(value, dict):
+        return ExploreOutput(
+            node_type=node.name,
+            resource=args.resource,
+            results=list(value.get("results") or []),
+            pagination_token=value.get("paginationToken"),
+        )
+    return ExploreOutput(node_type=node.name, resource=args.resource, results=list(value or []))
+
+
+def _scrub(text: str, secrets: list[str]) -> str:
+    """An error message with any credential value in it masked."""
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
 TOOLS = [
+    ToolSpec(
+        name="explore-node-resources",
+        description="List what a node's dropdowns would offer (spreadsheets, channels, "
+        "repositories ...) by running the node type's own listSearch / loadOptions method with "
+        "a credential. Requests go only to hosts the user approved.",
+        group="nodes",
+        input_model=ExploreInput,
+        output_model=ExploreOutput,
+        handler=explore_node_resources,
+    ),
     ToolSpec(
         name="list-nodes",
         description="List available node types, optionally filtered by name or description.",

@@ -7,6 +7,10 @@
 // Requests (from ops.mjs):
 //   {kind: 'execute', executionId, workflow, pinData, startNode?}
 //   {kind: 'cancel', executionId}
+//   {kind: 'resources', node, lookup: 'listSearch'|'loadOptions'|'auto', method, credentials?, filter?}
+//     runs one of a node type's listSearch / loadOptions methods (what a node's dropdowns
+//     list: spreadsheets, channels, ...) with the credential the host passed for this call;
+//     its requests leave only through HTTP_PROXY, the service's egress proxy.
 //
 // What the run may not do, it cannot: the sandbox has no network, so an unpinned node with side
 // effects fails on its own; credentials do not exist here, so a node that needs them and is not
@@ -16,11 +20,12 @@ const { parentPort } = require('node:worker_threads');
 const path = require('node:path');
 const vm = require('node:vm');
 const { Workflow, NodeHelpers } = require('n8n-workflow');
-const { WorkflowExecute, ExecutionLifecycleHooks } = require('n8n-core');
+const { WorkflowExecute, ExecutionLifecycleHooks, LoadOptionsContext } = require('n8n-core');
 
 const BASE = 'n8n-nodes-base.';
 const NODES_BASE = path.dirname(require.resolve('n8n-nodes-base/package.json'));
 const KNOWN = require(path.join(NODES_BASE, 'dist/known/nodes.json'));
+const KNOWN_CREDENTIALS = require(path.join(NODES_BASE, 'dist/known/credentials.json'));
 const CODE_TIMEOUT_MS = 5000;
 const MAX_ITEMS = 100; // per node output returned to the host
 const running = new Map(); // executionId -> the engine's cancelable run
@@ -239,13 +244,84 @@ async function execute({ executionId, workflow: json, pinData: rawPins, startNod
   };
 }
 
+// -- node resources (listSearch / loadOptions) --------------------------------------------
+
+function credentialClass(type) {
+  const known = KNOWN_CREDENTIALS[type];
+  if (!known) return undefined;
+  const module = require(path.join(NODES_BASE, known.sourcePath));
+  return new module[known.className]();
+}
+
+// `={{$credentials.x}}` templates (what declarative `authenticate` objects hold), filled in.
+function fill(value, data) {
+  if (Array.isArray(value)) return value.map((v) => fill(v, data));
+  if (value && typeof value === 'object') {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [fill(k, data), fill(v, data)]));
+  }
+  if (typeof value !== 'string' || !value.startsWith('=')) return value;
+  const template = value.slice(1);
+  const whole = template.trim().match(/^\{\{\s*\$credentials\??\.([A-Za-z0-9_]+)\s*\}\}$/);
+  if (whole) return data[whole[1]];
+  return template.replace(/\{\{\s*\$credentials\??\.([A-Za-z0-9_]+)\s*\}\}/g, (_m, name) => String(data[name] ?? ''));
+}
+
+async function authenticate(type, data, request) {
+  const definition = credentialClass(type)?.authenticate;
+  if (typeof definition === 'function') return await definition(data, request);
+  if (!definition || definition.type !== 'generic') return request;
+  const add = fill(definition.properties || {}, data);
+  return {
+    ...request,
+    headers: { ...(request.headers || {}), ...(add.headers || {}) },
+    qs: { ...(request.qs || {}), ...(add.qs || {}) },
+    body: add.body ? { ...(request.body || {}), ...add.body } : request.body,
+    auth: add.auth ?? request.auth,
+  };
+}
+
+async function resources({ node: json, lookup, method, credentials = {}, filter, paginationToken }) {
+  const node = {
+    id: 'explore',
+    position: [0, 0],
+    parameters: {},
+    ...json,
+    credentials: Object.fromEntries(Object.keys(credentials).map((type) => [type, { id: type, name: type }])),
+  };
+  const workflow = new Workflow({ id: 'explore', nodes: [node], connections: {}, active: false, nodeTypes, staticData: {}, settings: {} });
+  const nodeType = nodeTypes.getByNameAndVersion(node.type, node.typeVersion);
+  const all = nodeType.methods || {};
+  if (lookup === 'auto') lookup = all.listSearch && all.listSearch[method] ? 'listSearch' : 'loadOptions';
+  const methods = all[lookup] || {};
+  const implementation = methods[method];
+  if (typeof implementation !== 'function') {
+    const names = [...Object.keys(all.listSearch || {}), ...Object.keys(all.loadOptions || {})].join(', ') || 'none';
+    throw new Error(`node type ${node.type} has no resource method '${method}' (it has: ${names})`);
+  }
+  const secrets = (type) => {
+    if (!credentials[type]) throw new Error(`no ${type} credential was given for this call: pass credentialId`);
+    return credentials[type];
+  };
+  const helper = {
+    ...credentialsHelper,
+    getDecrypted: async (_data, _details, type) => secrets(type),
+    getCredentials: async (_details, type) => ({ getData: () => secrets(type) }),
+    authenticate: async (data, type, request) => authenticate(type, data, request),
+  };
+  const data = { ...additionalData(undefined, 'explore', []), credentialsHelper: helper, currentNodeParameters: node.parameters };
+  const context = new LoadOptionsContext(workflow, workflow.getNode(node.name), data, `parameters.${method}`);
+  const value = lookup === 'listSearch' ? await implementation.call(context, filter, paginationToken) : await implementation.call(context);
+  return { lookup, value };
+}
+
 parentPort.on('message', async (message) => {
   if (message.kind === 'cancel') {
     running.get(message.executionId)?.cancel();
     return;
   }
   try {
-    parentPort.postMessage({ id: message.id, ok: true, result: await execute(message) });
+    const result = message.kind === 'resources' ? await resources(message) : await execute(message);
+    parentPort.postMessage({ id: message.id, ok: true, result });
   } catch (error) {
     parentPort.postMessage({ id: message.id, ok: false, error: { stage: 'run', message: String((error && error.message) || error) } });
   }

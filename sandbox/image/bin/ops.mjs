@@ -293,6 +293,13 @@ async function execute({ executionId, workflow, pinData, startNode, timeoutMs })
   return engine.call({ kind: 'execute', executionId, workflow, pinData: pinData || {}, startNode }, timeoutMs, 'the run');
 }
 
+// One of a node type's listSearch / loadOptions methods, in the engine thread, under a deadline.
+async function nodeResources({ node, lookup, method, credentials, filter, paginationToken, timeoutMs }) {
+  if (!node || !node.type) throw new WorkerError('invalid', 'give the node: {name, type, typeVersion, parameters}');
+  if (!['listSearch', 'loadOptions', 'auto'].includes(lookup)) throw new WorkerError('invalid', 'lookup is listSearch, loadOptions or auto');
+  return engine.call({ kind: 'resources', node, lookup, method, credentials, filter, paginationToken }, timeoutMs, 'loading the resources');
+}
+
 async function cancelExecution({ executionId }) {
   engine.post({ kind: 'cancel', executionId });
   return { requested: true };
@@ -462,6 +469,7 @@ export const handlers = {
   compile,
   outputSchema,
   execute,
+  nodeResources,
   cancelExecution,
   diagnose,
   toCode,
