@@ -413,6 +413,7 @@ GATES = {
     "cleanup-test-executions": "cleanupTestExecutions",
     "delete-credential": "deleteCredential",
     "fetch-url": "fetchUrl",
+    "test-credential": "fetchUrl",
     "web-search": "webSearch",
 }
 

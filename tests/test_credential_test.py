@@ -75,8 +75,14 @@ async def test_the_declared_test_request_tells_good_from_bad(
 ) -> None:
     settings = make_docker_settings(web_fetch_allow_hosts=[f"127.0.0.1:{github.port}"])
     server = f"http://127.0.0.1:{github.port}"
-    async with serving(settings) as (_app, channel):
+    async with serving(settings) as (app, channel):
         good = await create(channel, "githubApi", {"server": server, "accessToken": TOKEN})
+        # The host needs the user's approval first (a direct call cannot ask).
+        with pytest.raises(grpc.aio.AioRpcError) as unapproved:
+            await check_credential(channel, good)
+        assert unapproved.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert github.seen == []
+        await app.runtime.hitl.allow_domain("t", "127.0.0.1")
         bad = await create(channel, "githubApi", {"server": server, "accessToken": "ghp_wrong"})
         generic = await create(channel, "httpHeaderAuth", {"name": "X-Key", "value": TOKEN})
         inside = await create(

@@ -16,6 +16,7 @@ import structlog
 
 from server.catalog.catalog import CredentialType
 from server.domain.egress import check, pinned_request
+from server.domain.web import Authorize, HostNotApproved
 
 log = structlog.get_logger(__name__)
 
@@ -37,12 +38,17 @@ class CredentialTester:
         self._timeout = timeout_s
         self._allow = allow
 
-    async def test(self, kind: CredentialType, data: dict[str, Any]) -> TestOutcome:
+    async def test(
+        self, kind: CredentialType, data: dict[str, Any], *, authorize: Authorize
+    ) -> TestOutcome:
+        """Send the test request; `authorize(host)` false raises HostNotApproved first."""
         try:
             request = _request_of(kind, data)
         except Untestable as why:
             return TestOutcome(success=False, message=str(why))
         target = await check(request["url"], allow=self._allow)
+        if not await authorize(target.host):
+            raise HostNotApproved(target.host, request["url"].split("?")[0])
         path = urlsplit(request["url"]).path or "/"
         async with httpx.AsyncClient(timeout=self._timeout, follow_redirects=False) as client:
             built = pinned_request(

@@ -8,8 +8,10 @@ from datetime import datetime
 from pydantic import Field
 
 from server.domain.credentials import GENERIC_TYPES, CredentialInfo
+from server.domain.web import HostNotApproved
 from server.errors import NotFoundError
 from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec
+from server.tools.web import host_approvals, host_card
 
 GROUP = "credentials"
 
@@ -196,18 +198,24 @@ async def test_credential(ctx: ToolContext, args: CredentialIdInput) -> TestOutp
             success=False, message=f"credential type {info.type} is not in the catalog"
         )
     data = await ctx.runtime.credentials.reveal(info.id)
-    outcome = await ctx.runtime.credential_tester.test(kind, data)
+    authorize = await host_approvals(ctx, TEST_SPEC, "testing the credential against")
+    try:
+        outcome = await ctx.runtime.credential_tester.test(kind, data, authorize=authorize)
+    except HostNotApproved as needed:
+        raise host_card(needed, "testing the credential against") from None
     return TestOutput(success=outcome.success, message=outcome.message)
 
 
-TOOLS.append(
-    ToolSpec(
-        name="test-credential",
-        description="Check that a credential works by sending its type's test request (only "
-        "to public addresses). Says clearly when the type declares no test.",
-        group=GROUP,
-        input_model=CredentialIdInput,
-        output_model=TestOutput,
-        handler=test_credential,
-    )
+TEST_SPEC = ToolSpec(
+    name="test-credential",
+    description="Check that a credential works by sending its type's test request (only to "
+    "public addresses the user approved). Says clearly when the type declares no test.",
+    group=GROUP,
+    input_model=CredentialIdInput,
+    output_model=TestOutput,
+    handler=test_credential,
+    hitl_action="fetchUrl",
+    self_gated=True,
+    may_ask=True,
 )
+TOOLS.append(TEST_SPEC)

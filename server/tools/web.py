@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field
 
-from server.domain.web import HostNotApproved
+from server.domain.web import Authorize, HostNotApproved
 from server.errors import FailedPreconditionError
 from server.runtime import Runtime
 from server.runtime.hitl import ANY_HOST
@@ -33,19 +33,20 @@ class FetchOutput(ToolModel):
     safety_flags: list[str] | None = Field(None, alias="safetyFlags")
 
 
-async def fetch_url(ctx: ToolContext, args: FetchInput) -> FetchOutput:
+async def host_approvals(ctx: ToolContext, spec: ToolSpec, what: str) -> Authorize:
+    """Whether each host a call reaches is approved for the thread: the `fetchUrl`
+    permission, hosts remembered from earlier cards, and the person's answer to this call's
+    card (which applies to the first host needing one: the one they were asked about; a plain
+    approval counts as this once). Raises when the permission is blocked or they said no."""
     hitl = ctx.runtime.hitl
     mode = await hitl.mode(ctx.thread_id, "fetchUrl")
     if mode == "blocked":
-        raise FailedPreconditionError(blocked_message(SPEC_FETCH))
+        raise FailedPreconditionError(blocked_message(spec))
     answer = ctx.resume or {}
     if ctx.resume is not None and not answer.get("approved"):
-        host = urlsplit(args.url).hostname or args.url
         raise FailedPreconditionError(
-            f"The user did not allow fetching from {host}; do not try it again in this turn."
+            f"The user did not allow {what}; do not try it again in this turn."
         )
-    # The person's answer applies to the first host that needs one (the one they were asked);
-    # a plain approval (no domain choice) counts as this once.
     default = "allow_once" if answer.get("approved") else None
     granted = {"action": answer.get("domainAccessAction") or default}
 
@@ -59,19 +60,30 @@ async def fetch_url(ctx: ToolContext, args: FetchInput) -> FetchOutput:
             await hitl.allow_domain(ctx.thread_id, ANY_HOST)
         return action in ("allow_once", "allow_domain", "allow_all")
 
+    return authorize
+
+
+def host_card(needed: HostNotApproved, what: str) -> Suspend:
+    """The domain-access card for a host not approved yet."""
+    return Suspend(
+        {
+            "inputType": "approval",
+            "severity": "info",
+            "message": f"Allow {what} {needed.host}?",
+            "domainAccess": {"url": needed.url, "host": needed.host},
+        }
+    )
+
+
+async def fetch_url(ctx: ToolContext, args: FetchInput) -> FetchOutput:
+    host = urlsplit(args.url).hostname or args.url
+    authorize = await host_approvals(ctx, SPEC_FETCH, f"fetching from {host}")
     try:
         page = await ctx.runtime.web.fetch(
             args.url, max_chars=args.max_content_length, authorize=authorize
         )
     except HostNotApproved as needed:
-        raise Suspend(
-            {
-                "inputType": "approval",
-                "severity": "info",
-                "message": f"Allow fetching from {needed.host}?",
-                "domainAccess": {"url": needed.url, "host": needed.host},
-            }
-        ) from None
+        raise host_card(needed, "fetching from") from None
     return FetchOutput(
         url=page.url,
         final_url=page.final_url,
