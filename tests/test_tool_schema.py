@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, TypeAdapter
 
 from server.agent import Agent, provider_from_settings
 from server.settings import Settings
-from server.tools.registry import ToolInputError, ToolRegistry
+from server.tools.registry import ToolInputError, ToolRegistry, default_registry
 from server.tools.schema import Inexpressible, sanitize
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 from tests.agent_fixtures import last_tool_results, model, model_settings
@@ -253,3 +253,91 @@ def test_a_tool_whose_condition_fails_is_not_registered() -> None:
     with_search = SimpleNamespace(search_provider="brave")
     assert "web-search" not in [s.name for s, _ in registry.listed(without)]  # type: ignore[arg-type]
     assert "web-search" in [s.name for s, _ in registry.listed(with_search)]  # type: ignore[arg-type]
+
+
+# Every tool of the reference tool list (seeds/tools-reference.md).
+REFERENCE_TOOLS = [
+    "add-data-table-column",
+    "agents",
+    "apply-workflow-credentials",
+    "ask-user",
+    "build-agent",
+    "build-workflow",
+    "cancel-background-task",
+    "cleanup-test-executions",
+    "correct-background-task",
+    "create-data-table",
+    "create-folder",
+    "create-tasks",
+    "debug-execution",
+    "delete-credential",
+    "delete-data-table",
+    "delete-data-table-column",
+    "delete-data-table-rows",
+    "delete-folder",
+    "delete-workflow",
+    "explore-node-resources",
+    "fetch-url",
+    "get-credential",
+    "get-data-table-schema",
+    "get-execution",
+    "get-node-description",
+    "get-node-output",
+    "get-node-type-definition",
+    "get-suggested-nodes",
+    "get-workflow",
+    "get-workflow-as-code",
+    "get-workflow-version",
+    "insert-data-table-rows",
+    "list-credentials",
+    "list-data-tables",
+    "list-executions",
+    "list-folders",
+    "list-nodes",
+    "list-projects",
+    "list-tags",
+    "list-workflow-versions",
+    "list-workflows",
+    "move-workflow-to-folder",
+    "publish-workflow",
+    "query-data-table-rows",
+    "rename-data-table-column",
+    "report-verification-verdict",
+    "restore-workflow-version",
+    "run-workflow",
+    "search-credential-types",
+    "search-nodes",
+    "setup-credentials",
+    "setup-workflow",
+    "stop-execution",
+    "tag-workflow",
+    "test-credential",
+    "unarchive-workflow",
+    "unpublish-workflow",
+    "update-data-table-rows",
+    "update-tasks",
+    "update-workflow-version",
+    "verify-built-workflow",
+    "web-search",
+]
+
+
+def test_the_overview_lists_every_reference_tool_and_why_conditional_ones_are_absent() -> None:
+    registry = default_registry()
+    runtime = SimpleNamespace(settings=SimpleNamespace(licensed_features=[]), web_search=None)
+    listed = registry.overview(runtime)  # type: ignore[arg-type]
+    overview = {spec.name: (spec, registered) for spec, _schema, registered in listed}
+    assert set(REFERENCE_TOOLS) <= set(overview)
+    for name, (spec, registered) in overview.items():
+        if not registered:
+            assert spec.requires, f"{name} is absent without saying why"
+    absent = sorted(name for name, (_spec, registered) in overview.items() if not registered)
+    assert absent == [
+        "agents",
+        "build-agent",
+        "get-workflow-version",
+        "list-workflow-versions",
+        "restore-workflow-version",
+        "update-workflow-version",
+        "web-search",
+    ]

@@ -28,6 +28,7 @@ from server.runtime import Runtime
 from server.runtime.caller import LOCAL, Caller
 from server.runtime.ids import new_id
 from server.tools import (
+    agents_module,
     build,
     credentials,
     data_tables,
@@ -286,5 +287,6 @@ def default_registry() -> ToolRegistry:
             *projects.TOOLS,
             *credentials.TOOLS,
             *web.TOOLS,
+            *agents_module.TOOLS,
         ]
     )
