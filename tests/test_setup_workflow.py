@@ -60,22 +60,33 @@ async def test_missing_credentials_and_placeholders_are_asked_for_and_applied(
         model.script(tool("setup-workflow", {"workflowId": saved.id}), text("Set up."))
         chat = Chat(channel)
         run_id = await chat.send("s1", "set it up")
-        card = await chat.card("s1")
-        requests = {r["nodeName"]: r for r in card["setupRequests"]}
-        assert set(requests) == {"Notify", "Digest"}
-        assert requests["Notify"]["credentialTypes"] == ["slackApi"]
-        assert requests["Notify"]["parameters"] == [
-            {"path": "channelId", "hint": "the alerts channel"}
-        ]
-        assert requests["Notify"]["existingCredentials"] == {
-            "slackApi": [{"id": slack, "name": "Team Slack"}]
-        }
+        first = await chat.card("s1")
+        [notify] = first["setupRequests"]  # one node per card
+        assert notify["nodeName"] == "Notify" and notify["credentialTypes"] == ["slackApi"]
+        assert notify["parameters"] == [{"path": "channelId", "hint": "the alerts channel"}]
+        assert notify["existingCredentials"] == {"slackApi": [{"id": slack, "name": "Team Slack"}]}
         await chat.confirm(
             "s1",
-            card["requestId"],
+            first["requestId"],
             kind="setupWorkflowApply",
             nodeCredentials={"Notify": {"slackApi": slack}},
             nodeParameters={"Notify": {"channelId": "C0123"}},
+        )
+        second = await chat.until(
+            "s1",
+            lambda e: (
+                e["type"] == "confirmation-request"
+                and e["payload"]["requestId"] != first["requestId"]
+            ),
+        )
+        [digest] = second[-1]["payload"]["setupRequests"]
+        assert digest["nodeName"] == "Digest" and digest["credentialTypes"] == []
+        applied = await app.runtime.workflows.require(saved.id)
+        assert applied.version_number == 2  # the first answer is already saved
+        await chat.confirm(
+            "s1",
+            second[-1]["payload"]["requestId"],
+            kind="setupWorkflowApply",
             skippedNodes=["Digest"],
         )
         await chat.finished("s1", run_id)

@@ -22,6 +22,15 @@ class NodeSetup:
     # Dotted parameter path → the hint the placeholder carries.
     parameters: dict[str, str] = field(default_factory=dict)
 
+    @classmethod
+    def of_json(cls, value: dict[str, Any]) -> NodeSetup:
+        return cls(
+            node_name=value["nodeName"],
+            node_type=value["nodeType"],
+            credential_types=list(value.get("credentialTypes") or []),
+            parameters={p["path"]: p.get("hint", "") for p in value.get("parameters") or []},
+        )
+
     def as_json(self) -> dict[str, Any]:
         return {
             "nodeName": self.node_name,

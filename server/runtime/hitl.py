@@ -234,6 +234,21 @@ class Hitl:
                 raise NotFoundError(f"there is no confirmation request {request_id!r}")
             return Confirmation.of(row)
 
+    async def answered_for_call(self, thread_id: str, tool_call_id: str) -> list[Confirmation]:
+        """The answered (or expired) requests of one tool call, oldest first: the history of
+        a tool that asks a series of questions."""
+        async with self.db.session() as session:
+            rows = await session.execute(
+                select(ConfirmationRow)
+                .where(
+                    ConfirmationRow.thread_id == thread_id,
+                    ConfirmationRow.tool_call_id == tool_call_id,
+                    ConfirmationRow.status.in_(("answered", "expired")),
+                )
+                .order_by(ConfirmationRow.created_at, ConfirmationRow.request_id)
+            )
+            return [Confirmation.of(row) for row in rows.scalars()]
+
     async def answer(
         self, thread_id: str, request_id: str, answer: dict[str, Any], *, status: str = "answered"
     ) -> Confirmation:

@@ -363,63 +363,82 @@ class SetupOutput(ToolModel):
 
 
 async def setup_workflow(ctx: ToolContext, args: WorkflowIdInput) -> SetupOutput:
-    """Ask the person for every node's missing credentials and placeholder values in one
-    card, apply what they give as a new version, and say per node how it went."""
+    """Walk the person through the workflow's nodes that still need something, one card per
+    node (credentials to choose, placeholder values to fill). Each answer is applied as it
+    comes, as a new version; the series is this call's answered cards, so it survives a
+    restart. Ends with the completed, skipped and failed nodes."""
     workflow = await visible_workflow(ctx, args.workflow_id)
     catalog = await ctx.runtime.catalog.get()
-    visible = await ctx.runtime.credentials.all(sorted(ctx.caller.project_ids))
-    pending = needed(workflow.as_json(), catalog, {c.id for c in visible})
-    if not pending:
-        return SetupOutput(completed_nodes=[], skipped_nodes=[], failed_nodes=[])
-    if ctx.resume is None:
+    visible = {c.id: c for c in await ctx.runtime.credentials.all(sorted(ctx.caller.project_ids))}
+    history = []
+    if ctx.tool_call_id:
+        history = await ctx.runtime.hitl.answered_for_call(ctx.thread_id, ctx.tool_call_id)
+    outcomes: dict[str, str | None] = {}  # node → None (completed), "skipped", or the error
+    stop = False
+    for position, card in enumerate(history):
+        asked = NodeSetup.of_json(card.payload["setupRequests"][0])
+        answer = card.answer or {}
+        outcome = _outcome(asked, answer, visible)
+        outcomes[asked.node_name] = outcome
+        stop = stop or not answer.get("approved", True)
+        newest = position == len(history) - 1 and ctx.resume is not None
+        if newest and outcome is None:
+            chosen = (answer.get("nodeCredentials") or {}).get(asked.node_name) or {}
+            values = (answer.get("nodeParameters") or {}).get(asked.node_name) or {}
+            await ctx.runtime.workflows.replace_credentials(
+                workflow.id,
+                {asked.node_name: {k: _ref(visible[str(v)]) for k, v in chosen.items()}},
+                {asked.node_name: {p: values[p] for p in asked.parameters}},
+            )
+    current = await visible_workflow(ctx, args.workflow_id)
+    pending = [
+        p for p in needed(current.as_json(), catalog, set(visible)) if p.node_name not in outcomes
+    ]
+    if pending and not stop:
+        node = pending[0]
         raise Suspend(
             {
                 "inputType": "approval",
                 "severity": "info",
-                "message": f"Set up {len(pending)} node(s) of {workflow.name}",
-                "workflowId": workflow.id,
+                "message": f"Set up {node.node_name} ({len(pending)} node(s) left in "
+                f"{current.name})",
+                "workflowId": current.id,
                 "setupRequests": [
-                    p.as_json()
+                    node.as_json()
                     | {
                         "existingCredentials": {
-                            kind: [{"id": c.id, "name": c.name} for c in visible if c.type == kind]
-                            for kind in p.credential_types
+                            kind: [
+                                {"id": c.id, "name": c.name}
+                                for c in visible.values()
+                                if c.type == kind
+                            ]
+                            for kind in node.credential_types
                         }
                     }
-                    for p in pending
                 ],
             }
         )
-    answer = ctx.resume
-    skipped = set(answer.get("skippedNodes") or [])
-    if not answer.get("approved", True):
-        skipped = {p.node_name for p in pending}
-    by_id = {c.id: c for c in visible}
-    credentials: dict[str, dict[str, Any]] = {}
-    parameters: dict[str, dict[str, Any]] = {}
-    failed: list[dict[str, str]] = []
-    completed: list[str] = []
-    for item in pending:
-        if item.node_name in skipped:
-            continue
-        chosen = (answer.get("nodeCredentials") or {}).get(item.node_name) or {}
-        values = (answer.get("nodeParameters") or {}).get(item.node_name) or {}
-        problem = _setup_problem(item, chosen, values, by_id)
-        if problem:
-            failed.append({"nodeName": item.node_name, "error": problem})
-            continue
-        credentials[item.node_name] = {
-            kind: {"id": by_id[cid].id, "name": by_id[cid].name} for kind, cid in chosen.items()
-        }
-        parameters[item.node_name] = {p: values[p] for p in item.parameters}
-        completed.append(item.node_name)
-    if completed:
-        await ctx.runtime.workflows.replace_credentials(workflow.id, credentials, parameters)
+    skipped = [n for n, o in outcomes.items() if o == "skipped"] + [p.node_name for p in pending]
     return SetupOutput(
-        completed_nodes=completed,
-        skipped_nodes=sorted(skipped & {p.node_name for p in pending}),
-        failed_nodes=failed,
+        completed_nodes=[n for n, o in outcomes.items() if o is None],
+        skipped_nodes=skipped,
+        failed_nodes=[
+            {"nodeName": n, "error": o} for n, o in outcomes.items() if o not in (None, "skipped")
+        ],
     )
+
+
+def _ref(credential: Any) -> dict[str, str]:
+    return {"id": credential.id, "name": credential.name}
+
+
+def _outcome(asked: NodeSetup, answer: dict[str, Any], visible: dict[str, Any]) -> str | None:
+    """What one answer did to its node: None (completed), "skipped", or why it failed."""
+    if not answer.get("approved", True) or asked.node_name in (answer.get("skippedNodes") or []):
+        return "skipped"
+    chosen = (answer.get("nodeCredentials") or {}).get(asked.node_name) or {}
+    values = (answer.get("nodeParameters") or {}).get(asked.node_name) or {}
+    return _setup_problem(asked, chosen, values, visible)
 
 
 def _setup_problem(
@@ -439,9 +458,9 @@ def _setup_problem(
 TOOLS.append(
     ToolSpec(
         name="setup-workflow",
-        description="Ask the user, in one card, for what the workflow's nodes still need "
-        "(credentials, placeholder values), apply it as a new version, and report completed, "
-        "skipped and failed nodes.",
+        description="Walk the user through the workflow's nodes that still need credentials "
+        "or placeholder values, one card per node, applying each answer as a new version; "
+        "reports completed, skipped and failed nodes.",
         group=GROUP,
         input_model=WorkflowIdInput,
         output_model=SetupOutput,
