@@ -254,7 +254,7 @@ def list_tools(
     async def fetch() -> tools_pb2.ListToolsResponse:
         async with client.channel() as channel:
             listed: tools_pb2.ListToolsResponse = await tools_pb2_grpc.ToolsStub(channel).ListTools(
-                tools_pb2.ListToolsRequest(), metadata=client.metadata()
+                tools_pb2.ListToolsRequest(include_unavailable=True), metadata=client.metadata()
             )
             return listed
 

@@ -75,6 +75,12 @@ async def test_tools_list_and_call(served: ServerProcess) -> None:
     assert tools["create-tasks"]["inputSchema"]["type"] == "object"
     assert tools["create-tasks"]["group"] == "orchestration"
     assert tools["run-workflow"]["hitlAction"] == "runWorkflow"
+    # Conditional tools are listed too, saying what they need.
+    assert tools["web-search"]["registered"] is False
+    assert "SEARXNG" in tools["web-search"]["requires"]
+    assert tools["build-workflow"]["registered"] is True
+    plain = await cli(served, "tools", "list")
+    assert "web-search" in plain.stdout and "not registered: needs" in plain.stdout
 
     items = {"tasks": [{"id": "a", "description": "Draft the workflow", "status": "in_progress"}]}
     called = await cli(
