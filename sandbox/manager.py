@@ -417,10 +417,12 @@ class SandboxManager:
         pin_data: dict[str, list[Any]] | None = None,
         start_node: str | None = None,
         timeout_s: float = 300.0,
+        credentials: dict[str, dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """Run a WorkflowJSON on the n8n engine in the sandbox, nodes in `pin_data` replaced by
         their items: `{ok, status, order, nodes: {name: {status, outputs, error, pinned}},
-        ...}`, or `{ok: False, stage, message}` when it could not finish (timeout, memory)."""
+        ...}`, or `{ok: False, stage, message}` when it could not finish (timeout, memory).
+        `credentials` (id → {type, data}) are what a live run's nodes may use."""
         return dict(
             await self.operation(
                 thread_id,
@@ -430,6 +432,7 @@ class SandboxManager:
                 workflow=workflow,
                 pinData=pin_data or {},
                 startNode=start_node,
+                credentials=credentials or {},
                 timeoutMs=int(timeout_s * 1000),
             )
         )

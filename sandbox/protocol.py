@@ -80,6 +80,7 @@ class WorkflowToolchain(Protocol):
         pin_data: dict[str, list[Any]] | None = None,
         start_node: str | None = None,
         timeout_s: float = 300.0,
+        credentials: dict[str, dict[str, Any]] | None = None,
     ) -> dict[str, Any]: ...
 
     async def cancel_execution(self, thread_id: str, execution_id: str) -> None: ...

@@ -12,7 +12,7 @@ from aiohttp import web
 from server.app import Application
 from server.settings import Settings
 from tests.conftest import serving
-from tests.tool_client import ToolClient
+from tests.tool_client import ToolClient, saved_workflow
 from tests.web_servers import Servers
 
 # Node's http client, pointed at HTTP_PROXY the way proxy-aware clients are: absolute-form for
@@ -148,3 +148,74 @@ async def test_explore_node_resources_runs_the_nodes_own_method_through_the_prox
     finally:
         await runner.cleanup()
     assert seen == ["token ghp_PLANTED_42"]
+
+
+async def test_a_live_run_uses_its_credential_through_the_proxy_and_reports_no_secret(
+    make_docker_settings: Callable[..., Settings],
+) -> None:
+    seen: list[str] = []
+
+    async def orders(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("X-Api-Key", ""))
+        if request.headers.get("X-Api-Key") != "key-PLANTED-77":
+            return web.json_response({"error": "bad key"}, status=401)
+        return web.json_response({"orders": 3})
+
+    service = web.Application()
+    service.router.add_get("/orders", orders)
+    runner = web.AppRunner(service)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.2", 0)  # 127.0.0.2: proxied (see NO_PROXY above)
+    await site.start()
+    port = int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+    try:
+        settings = make_docker_settings(
+            web_fetch_allow_hosts=[f"127.0.0.2:{port}"], permissions={"runWorkflow": "always_allow"}
+        )
+        async with serving(settings) as (app, channel):
+            credential = await app.runtime.credentials.create(
+                project_id="personal",
+                name="Orders API",
+                type_name="httpHeaderAuth",
+                data={"name": "X-Api-Key", "value": "key-PLANTED-77"},
+            )
+            nodes = [
+                {
+                    "name": "Start",
+                    "type": "n8n-nodes-base.manualTrigger",
+                    "typeVersion": 1,
+                    "position": [0, 0],
+                    "parameters": {},
+                },
+                {
+                    "name": "Fetch",
+                    "type": "n8n-nodes-base.httpRequest",
+                    "typeVersion": 4.2,
+                    "position": [200, 0],
+                    "parameters": {
+                        "url": f"http://127.0.0.2:{port}/orders",
+                        "authentication": "genericCredentialType",
+                        "genericAuthType": "httpHeaderAuth",
+                        "options": {},
+                    },
+                    "credentials": {"httpHeaderAuth": {"id": credential.id, "name": "Orders API"}},
+                },
+            ]
+            connections = {"Start": {"main": [[{"node": "Fetch", "type": "main", "index": 0}]]}}
+            workflow = await saved_workflow(
+                app, "live", "Orders", nodes=nodes, connections=connections
+            )
+            tools = ToolClient(channel, "live")
+            blocked = await tools.call("run-workflow", workflowId=workflow)
+            assert blocked["status"] == "error"  # 127.0.0.2 is not approved for the thread yet
+            await app.runtime.hitl.allow_domain("live", "127.0.0.2")
+            ran = await tools.call("run-workflow", workflowId=workflow)
+            assert ran["status"] == "success", ran
+            output = await tools.call(
+                "get-node-output", executionId=ran["executionId"], nodeName="Fetch"
+            )
+            assert output["data"] == [[{"orders": 3}]]
+            assert "key-PLANTED-77" not in json.dumps([blocked, ran, output])
+    finally:
+        await runner.cleanup()
+    assert seen == ["key-PLANTED-77"]

@@ -49,6 +49,7 @@ async def saved_workflow(
     workflow_id: str | None = None,
     project_id: str | None = None,
     nodes: list[Any] | None = None,
+    connections: dict[str, Any] | None = None,
 ) -> str:
     """A saved build, straight into the store (no sandbox: these tools work on the store)."""
     await app.runtime.events.append(thread, "note", {})  # the thread exists
@@ -56,7 +57,9 @@ async def saved_workflow(
         thread_id=thread,
         file_path=f"src/{name if workflow_id is None else 'same'}.workflow.ts",
         source_hash=name,
-        content=WorkflowContent(name=name, nodes=nodes or [], connections={}, settings={}),
+        content=WorkflowContent(
+            name=name, nodes=nodes or [], connections=connections or {}, settings={}
+        ),
         workflow_id=workflow_id,
         project_id=project_id,
     )

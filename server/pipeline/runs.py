@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -13,9 +14,10 @@ from typing import Any
 import structlog
 
 from server.catalog import CatalogService
+from server.domain.credentials import CredentialStore
 from server.domain.executions import Execution, ExecutionStore
 from server.domain.workflows import Workflow, WorkflowStore
-from server.errors import InvalidArgumentError
+from server.errors import InvalidArgumentError, NotFoundError
 from server.pipeline.build import WorkflowBuilder
 from server.pipeline.trigger_input import shape_trigger_input
 from server.runtime.caller import LOCAL, Caller
@@ -49,11 +51,13 @@ class WorkflowRunner:
         catalog: CatalogService,
         workflows: WorkflowStore,
         executions: ExecutionStore,
+        credentials: CredentialStore | None = None,
     ) -> None:
         self._builder = builder
         self._catalog = catalog
         self._workflows = workflows
         self._executions = executions
+        self._credentials = credentials
         self._running: dict[str, str] = {}  # execution id -> thread id
 
     async def run(self, request: RunRequest) -> Execution:
@@ -82,6 +86,8 @@ class WorkflowRunner:
             is_verification=request.is_verification,
         )
         self._running[execution.id] = request.thread_id
+        # A live run gets the credentials its nodes reference (verification simulates them).
+        secrets = {} if request.is_verification else await self._secrets(workflow, request.caller)
         try:
             outcome = await toolchain.execute(
                 request.thread_id,
@@ -90,6 +96,7 @@ class WorkflowRunner:
                 pin_data=pins,
                 start_node=trigger["name"] if trigger else None,
                 timeout_s=request.timeout_s,
+                credentials=secrets,
             )
         except asyncio.CancelledError:
             # The caller went away: stop the run too, and record how it ended.
@@ -106,7 +113,27 @@ class WorkflowRunner:
             raise
         finally:
             self._running.pop(execution.id, None)
-        return await self._record(execution.id, outcome, request.timeout_s)
+        return await self._record(execution.id, masked(outcome, secrets), request.timeout_s)
+
+    async def _secrets(self, workflow: Workflow, caller: Caller) -> dict[str, dict[str, Any]]:
+        """The decrypted credentials the workflow's nodes reference, by id (only those the
+        caller may see; others stay missing and their nodes fail saying so)."""
+        if self._credentials is None:
+            return {}
+        found: dict[str, dict[str, Any]] = {}
+        for node in workflow.nodes:
+            for ref in (node.get("credentials") or {}).values():
+                credential_id = ref.get("id") if isinstance(ref, dict) else None
+                if not credential_id or credential_id in found:
+                    continue
+                try:
+                    info = await self._credentials.get(str(credential_id))
+                except NotFoundError:
+                    continue
+                if caller.sees(info.project_id):
+                    data = await self._credentials.reveal(info.id)
+                    found[info.id] = {"type": info.type, "data": data}
+        return found
 
     async def _record(
         self, execution_id: str, outcome: dict[str, Any], timeout_s: float
@@ -155,3 +182,15 @@ def named_trigger(triggers: list[dict[str, Any]], wanted: str) -> dict[str, Any]
             f"{wanted!r} is not a trigger of this workflow; its triggers: {names}"
         )
     return found
+
+
+def masked(outcome: dict[str, Any], secrets: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The run's report with every credential value (4+ characters) replaced by ***: node
+    errors may quote a URL or a header."""
+    values = {str(v) for c in secrets.values() for v in c["data"].values() if len(str(v)) >= 4}
+    if not values:
+        return outcome
+    text = json.dumps(outcome)
+    for value in sorted(values, key=len, reverse=True):
+        text = text.replace(json.dumps(value)[1:-1], "***")
+    return dict(json.loads(text))

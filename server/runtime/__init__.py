@@ -95,8 +95,13 @@ class Runtime:
             diagnostics_timeout_s=settings.build_diagnostics_timeout_seconds,
         )
         executions = ExecutionStore(db)
+        credentials = credential_store(settings, db)
         runner = WorkflowRunner(
-            builder=builder, catalog=catalog, workflows=workflows, executions=executions
+            builder=builder,
+            catalog=catalog,
+            workflows=workflows,
+            executions=executions,
+            credentials=credentials,
         )
         loop = WorkLoop(WorkItemStore(db))
         verifier = Verifier(
@@ -109,7 +114,7 @@ class Runtime:
             background=background,
             data_tables=DataTableStore(db),
             folders=FolderStore(db),
-            credentials=credential_store(settings, db),
+            credentials=credentials,
             web=WebFetcher(
                 timeout_s=settings.web_fetch_timeout_seconds,
                 allow=frozenset(settings.web_fetch_allow_hosts),

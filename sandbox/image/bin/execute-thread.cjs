@@ -126,7 +126,7 @@ function safeJson(value) {
 }
 
 function noCredentials(_additionalData, _details, type) {
-  throw new Error(`credentials of type '${type}' are not available in a verification run: simulate this node (pin its output)`);
+  throw new Error(`no ${type} credential is available to this run: verification simulates such nodes; a live run needs the node's credential set (setup-credentials)`);
 }
 
 const credentialsHelper = {
@@ -144,10 +144,30 @@ const credentialsHelper = {
 
 const url = (suffix) => `http://localhost:5678/${suffix}`; // must parse; nothing listens
 
-function additionalData(hooks, executionId, logs) {
+// The credentials of one live run, by id ({type, data}), as the host passed them: what the
+// run's nodes reference, decrypted for this run only. Verification runs pass none.
+function credentialsFor(byId = {}) {
+  const find = (details, type) => {
+    const found = details && byId[details.id];
+    if (!found || found.type !== type) return undefined;
+    return found.data;
+  };
+  return {
+    ...credentialsHelper,
+    getDecrypted: async (additionalData, details, type) => find(details, type) ?? noCredentials(additionalData, details, type),
+    getCredentials: async (details, type) => {
+      const data = find(details, type);
+      if (data === undefined) noCredentials(undefined, details, type);
+      return { getData: () => data };
+    },
+    authenticate: async (data, type, request) => authenticate(type, data, request),
+  };
+}
+
+function additionalData(hooks, executionId, logs, credentials) {
   return {
     hooks,
-    credentialsHelper,
+    credentialsHelper: credentialsFor(credentials),
     executionId,
     userId: 'instance-ai',
     variables: {},
@@ -190,7 +210,7 @@ function nodeResult(runs, pinned) {
   };
 }
 
-async function execute({ executionId, workflow: json, pinData: rawPins, startNode: startName }) {
+async function execute({ executionId, workflow: json, pinData: rawPins, startNode: startName, credentials }) {
   const pinData = Object.fromEntries(Object.entries(rawPins || {}).map(([name, items]) => [name, wrap(items)]));
   const workflow = new Workflow({
     id: json.id ?? 'verification',
@@ -215,7 +235,7 @@ async function execute({ executionId, workflow: json, pinData: rawPins, startNod
     roots.find((node) => pinData[node.name]) ||
     roots[0];
   const started = Date.now();
-  const run = new WorkflowExecute(additionalData(hooks, executionId, logs), 'manual').run({ workflow, startNode, pinData });
+  const run = new WorkflowExecute(additionalData(hooks, executionId, logs, credentials), 'manual').run({ workflow, startNode, pinData });
   running.set(executionId, run);
   let result;
   try {
@@ -298,17 +318,8 @@ async function resources({ node: json, lookup, method, credentials = {}, filter,
     const names = [...Object.keys(all.listSearch || {}), ...Object.keys(all.loadOptions || {})].join(', ') || 'none';
     throw new Error(`node type ${node.type} has no resource method '${method}' (it has: ${names})`);
   }
-  const secrets = (type) => {
-    if (!credentials[type]) throw new Error(`no ${type} credential was given for this call: pass credentialId`);
-    return credentials[type];
-  };
-  const helper = {
-    ...credentialsHelper,
-    getDecrypted: async (_data, _details, type) => secrets(type),
-    getCredentials: async (_details, type) => ({ getData: () => secrets(type) }),
-    authenticate: async (data, type, request) => authenticate(type, data, request),
-  };
-  const data = { ...additionalData(undefined, 'explore', []), credentialsHelper: helper, currentNodeParameters: node.parameters };
+  const byId = Object.fromEntries(Object.entries(credentials).map(([type, data]) => [type, { type, data }]));
+  const data = { ...additionalData(undefined, 'explore', [], byId), currentNodeParameters: node.parameters };
   const context = new LoadOptionsContext(workflow, workflow.getNode(node.name), data, `parameters.${method}`);
   const value = lookup === 'listSearch' ? await implementation.call(context, filter, paginationToken) : await implementation.call(context);
   return { lookup, value };

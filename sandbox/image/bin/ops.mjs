@@ -288,9 +288,9 @@ async function toCode({ workflow, timeoutMs }) {
 
 // Run a WorkflowJSON on the n8n engine with pin data: `{ok, status, order, nodes, ...}`, or
 // `{ok: false, stage, message}` when the run could not finish (timeout, memory, engine error).
-async function execute({ executionId, workflow, pinData, startNode, timeoutMs }) {
+async function execute({ executionId, workflow, pinData, startNode, credentials, timeoutMs }) {
   if (!workflow || !Array.isArray(workflow.nodes)) throw new WorkerError('invalid', 'give a WorkflowJSON with a "nodes" array');
-  return engine.call({ kind: 'execute', executionId, workflow, pinData: pinData || {}, startNode }, timeoutMs, 'the run');
+  return engine.call({ kind: 'execute', executionId, workflow, pinData: pinData || {}, startNode, credentials: credentials || {} }, timeoutMs, 'the run');
 }
 
 // One of a node type's listSearch / loadOptions methods, in the engine thread, under a deadline.
