@@ -110,14 +110,17 @@ class _Chat:
         elif kind == "tool-call":
             self.tool_names[payload["toolCallId"]] = payload["toolName"]
             args = json.dumps(payload.get("args", {}), separators=(",", ":"))
-            out.print(f"[cyan]→ {payload['toolName']}[/] [dim]{_short(args)}[/]")
+            out.print(f"[cyan]→ {payload['toolName']}[/] ", end="")
+            out.print(_short(args), markup=False)
         elif kind == "tool-result":
             name = self.tool_names.get(payload["toolCallId"], "tool")
             result = json.dumps(payload.get("result", {}), separators=(",", ":"))
-            out.print(f"[green]✓ {name}[/] [dim]{_short(result)}[/]")
+            out.print(f"[green]✓ {name}[/] ", end="")
+            out.print(_short(result), markup=False)
         elif kind in ("tool-error", "tool-interrupted"):
             name = self.tool_names.get(payload["toolCallId"], "tool")
-            out.print(f"[red]✗ {name}:[/] {payload.get('error', '')}", markup=True)
+            out.print(f"[red]✗ {name}:[/] ", end="")
+            out.print(str(payload.get("error", "")), markup=False)
         elif kind == "tasks-update":
             for item in payload.get("tasks", {}).get("tasks", []):
                 out.print(
@@ -126,7 +129,8 @@ class _Chat:
         elif kind in ("agent-spawned", "agent-completed"):
             out.print(f"[magenta]{kind}[/] {payload.get('role', '')} {payload.get('status', '')}")
         elif kind == "error":
-            out.print(f"[red]error:[/] {payload.get('content', '')}")
+            out.print("[red]error:[/] ", end="")
+            out.print(str(payload.get("content", "")), markup=False)
         elif kind == "run-finish":
             reason = f" ({payload['reason']})" if payload.get("reason") else ""
             out.print(f"[bold]run {payload.get('status')}{reason}[/]")
