@@ -387,8 +387,18 @@ class Agent(Orchestration):
         return [
             {"name": spec.name, "description": spec.description, "input_schema": schema}
             for spec, schema in self.registry.listed(self.runtime)
-            if not (scope.background and spec.group == ORCHESTRATION_GROUP)
+            if self._offers(scope, spec)
         ]
+
+    def _offers(self, scope: RunScope, spec: ToolSpec) -> bool:
+        """Whether the model of this run is offered the tool (registered, expressible, and not
+        an orchestration tool for a background agent)."""
+        registered = spec.condition is None or spec.condition(self.runtime)
+        return (
+            registered
+            and spec.name in self.registry.provider_schemas
+            and not (scope.background and spec.group == ORCHESTRATION_GROUP)
+        )
 
     async def _model_turn(self, scope: RunScope, messages: list[dict[str, Any]]) -> ModelTurn:
         """One assistant turn, streamed live; a stream that dies is retried from scratch
@@ -547,8 +557,7 @@ class Agent(Orchestration):
     ) -> tuple[ToolSpec, Any] | dict[str, Any]:
         """The tool and its validated arguments, or a correctable error for the model."""
         spec = self._spec(call["name"])
-        offered = {t["name"] for t in self._tools_for(scope)}
-        if spec is None or spec.name not in offered:
+        if spec is None or not self._offers(scope, spec):
             error = f"Unknown tool {call['name']!r}; use one of your tools."
             return await self._refuse(ctx, call, announce, error)
         if call.get("malformed"):

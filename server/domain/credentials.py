@@ -236,13 +236,9 @@ def _info(row: Any) -> CredentialInfo:
         name=row.name,
         type=row.type,
         project_id=row.project_id,
-        created_at=_utc(row.created_at),
-        updated_at=_utc(row.updated_at),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
     )
-
-
-def _utc(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def _check(name: str, type_name: str, data: dict[str, Any]) -> None:

@@ -327,8 +327,8 @@ class DataTableStore:
             project_id=found.project_id,
             name=found.name,
             columns=[Column(id=c.id, name=c.name, type=c.type) for c in columns],
-            created_at=_utc(found.created_at),
-            updated_at=_utc(found.updated_at),
+            created_at=found.created_at,
+            updated_at=found.updated_at,
         )
 
     @staticmethod
@@ -340,10 +340,6 @@ class DataTableStore:
 
 def _column_id() -> str:
     return uuid.uuid4().hex[:16]
-
-
-def _utc(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def _physical(table: DataTable) -> sa.Table:

@@ -10,6 +10,7 @@ from pydantic import Field
 from server.domain.credentials import GENERIC_TYPES, CredentialInfo
 from server.domain.web import HostNotApproved
 from server.errors import NotFoundError
+from server.tools.scope import visible_credential
 from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec
 from server.tools.web import host_approvals, host_card
 
@@ -45,15 +46,6 @@ class ListOutput(ToolModel):
 async def list_credentials(ctx: ToolContext, args: ListInput) -> ListOutput:
     found = await ctx.runtime.credentials.all(sorted(ctx.caller.project_ids), args.type)
     return ListOutput(credentials=[CredentialModel.of(c) for c in found])
-
-
-async def visible_credential(ctx: ToolContext, credential_id: str) -> CredentialInfo:
-    info = await ctx.runtime.credentials.get(credential_id)
-    if not ctx.caller.sees(info.project_id):
-        raise NotFoundError(
-            f"there is no credential {credential_id!r}; list-credentials names them"
-        )
-    return info
 
 
 class CredentialIdInput(ToolModel):

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from server.catalog import Catalog, NodeType
 from server.errors import NotFoundError, UnavailableError
+from server.tools.scope import visible_credential
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
 GROUP = "nodes"
@@ -439,9 +440,7 @@ async def explore_node_resources(ctx: ToolContext, args: ExploreInput) -> Explor
     credentials: dict[str, dict[str, Any]] = {}
     secrets: list[str] = []
     if args.credential_id:
-        info = await ctx.runtime.credentials.get(args.credential_id)
-        if not ctx.caller.sees(info.project_id):
-            raise NotFoundError(f"there is no credential {args.credential_id!r}")
+        info = await visible_credential(ctx, args.credential_id)
         credentials[info.type] = await ctx.runtime.credentials.reveal(info.id)
         secrets = [str(v) for v in credentials[info.type].values() if len(str(v)) >= 4]
     toolchain = await ctx.runtime.builder.toolchain(ctx.thread_id)

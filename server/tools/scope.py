@@ -3,6 +3,7 @@ object answers exactly like a missing one."""
 
 from __future__ import annotations
 
+from server.domain.credentials import CredentialInfo
 from server.domain.executions import Execution
 from server.domain.workflows import Workflow
 from server.errors import NotFoundError
@@ -19,6 +20,15 @@ async def visible_execution(ctx: ToolContext, execution_id: str) -> Execution:
     if workflow is not None and not ctx.caller.sees(workflow.project_id):
         raise NotFoundError(f"execution {execution_id!r} does not exist")
     return execution
+
+
+async def visible_credential(ctx: ToolContext, credential_id: str) -> CredentialInfo:
+    info = await ctx.runtime.credentials.get(credential_id)
+    if not ctx.caller.sees(info.project_id):
+        raise NotFoundError(
+            f"there is no credential {credential_id!r}; list-credentials names them"
+        )
+    return info
 
 
 def check_project(ctx: ToolContext, project_id: str | None) -> str:
