@@ -15,6 +15,7 @@ import structlog
 import typer
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from evals.cli import eval_command
 from instance_ai.v1 import SERVICES, agent_pb2, agent_pb2_grpc
 from server.api.convert import from_struct
 from server.api.errors import RESUME_AFTER_KEY
@@ -61,6 +62,7 @@ app.add_typer(credentials_app, name="credentials")
 app.command()(chat)
 app.command()(build)
 app.command()(verify)
+app.command(name="eval")(eval_command)
 
 
 @app.command()
