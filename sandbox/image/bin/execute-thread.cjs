@@ -100,7 +100,7 @@ function codeRunner(logs) {
     try {
       if (settings.nodeMode === 'runOnceForAllItems') {
         const proxy = functions.getWorkflowDataProxy(itemIndex);
-        return { ok: true, result: await run(settings.code, { ...proxy, $: proxy.$, items: functions.getInputData() }) };
+        return { ok: true, result: detached(await run(settings.code, { ...proxy, $: proxy.$, items: functions.getInputData() })) };
       }
       const results = [];
       const { startIndex, count } = settings.chunk;
@@ -108,13 +108,20 @@ function codeRunner(logs) {
         const proxy = functions.getWorkflowDataProxy(index);
         const item = functions.getInputData()[index];
         const result = await run(settings.code, { ...proxy, $: proxy.$, item });
-        if (result) results.push(result);
+        if (result) results.push(detached(result));
       }
       return { ok: true, result: results };
     } catch (error) {
       return { ok: false, error: { message: error.message, stack: error.stack } };
     }
   };
+}
+
+// What a program returns may hold the engine's data proxies (e.g. `$input.first().json.list`
+// returned as is). n8n's real task runner sends results over a socket as JSON, so they arrive
+// plain; do the same, or the run's data cannot leave this thread.
+function detached(value) {
+  return value === undefined ? undefined : JSON.parse(JSON.stringify(value));
 }
 
 function safeJson(value) {
