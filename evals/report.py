@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, select_autoescape
+from jinja2 import Environment, PackageLoader
 
 from evals.rows import CATEGORIES
 
@@ -20,7 +20,8 @@ HISTOGRAM_BINS = 10
 
 _templates = Environment(
     loader=PackageLoader("evals", "templates"),
-    autoescape=select_autoescape(["html"]),
+    # Always escaped: failure reasons and case titles are text, never markup.
+    autoescape=True,
     trim_blocks=True,
     lstrip_blocks=True,
 )
@@ -47,15 +48,31 @@ def failures(document: dict[str, Any]) -> list[dict[str, Any]]:
         for case in document["cases"]
         for unit in case["units"]
         for result in unit["results"]
-        if not result["passed"]
+        if not result["passed"] and result["category"] != "not_run"
     ]
+
+
+def not_run(document: dict[str, Any]) -> list[dict[str, str]]:
+    """Cases that could not run at all (e.g. prompt cases on a server with no model), once each."""
+    found = []
+    for case in document["cases"]:
+        reasons = [
+            result["reason"]
+            for unit in case["units"]
+            for result in unit["results"]
+            if result["category"] == "not_run"
+        ]
+        if reasons:
+            found.append({"case": case["id"], "reason": reasons[0]})
+    return found
 
 
 def headline(document: dict[str, Any]) -> str:
     summary = document["summary"]
+    skipped = len(not_run(document))
     return (
         f"{summary['unitPasses']}/{summary['unitRuns']} unit runs passed "
-        f"({percent(summary['passRate'])})"
+        f"({percent(summary['passRate'])})" + (f", {skipped} case(s) not run" if skipped else "")
     )
 
 
@@ -105,6 +122,10 @@ def markdown(document: dict[str, Any]) -> str:
             f"{_cell(f['reason'], 300)} |"
             for f in failed
         ]
+    skipped = not_run(document)
+    if skipped:
+        lines += ["", "### Not run", "", "| case | why |", "| --- | --- |"]
+        lines += [f"| {s['case']} | {_cell(s['reason'], 200)} |" for s in skipped]
     lines += ["", "<details><summary>All cases</summary>", ""]
     lines += [
         "| case | kind | tags | status | pass@k | pass^k |",
@@ -160,6 +181,7 @@ def html(document: dict[str, Any]) -> str:
         doc=document,
         headline=headline(document),
         failures=failures(document),
+        not_run=not_run(document),
         categories=CATEGORIES,
         tag_bars=_tag_bars(document),
         histogram=histogram(

@@ -89,8 +89,8 @@ class RowsFile:
         return self.path.exists() and self.path.stat().st_size > 0
 
     def read(self) -> tuple[Header, list[Row]]:
-        """The header and the complete rows; a torn last line (a crash mid-write) is dropped,
-        and a later row for the same case iteration wins."""
+        """The header and the complete rows; a torn line (a crash mid-write) is dropped, and a
+        later row for the same case iteration wins."""
         lines = self.path.read_text().splitlines()
         try:
             header = Header.model_validate_json(lines[0])
@@ -99,11 +99,13 @@ class RowsFile:
         rows: dict[tuple[str, int], Row] = {}
         for number, line in enumerate(lines[1:], start=2):
             try:
-                row = Row.model_validate_json(line)
+                value = json.loads(line)
+            except ValueError:
+                continue  # torn by a crash: that iteration simply runs again
+            try:
+                row = Row.model_validate(value)
             except ValidationError:
-                if number == len(lines):
-                    break
-                raise RowsFileError(f"{self.path}:{number} is not a valid row") from None
+                raise RowsFileError(f"{self.path}:{number} is not a row of a run") from None
             rows[(row.case, row.iteration)] = row
         return header, list(rows.values())
 
