@@ -55,6 +55,7 @@ bench: setup
 	$(BIN)/python -m bench.build
 	$(BIN)/python -m bench.verify
 	$(BIN)/python -m bench.agent
+	$(BIN)/python -m bench.eval
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

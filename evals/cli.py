@@ -10,7 +10,9 @@ reports are written in every case but 2.
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -130,9 +132,14 @@ def exit_code(outcome: Outcome) -> int:
 
 
 def _summarise(outcome: Outcome, report: Path, as_json: bool) -> None:
-    if as_json:
-        return
     document = outcome.document
+    files = [str(report / name) for name in (RESULTS_FILE, MARKDOWN_FILE, HTML_FILE)]
+    if as_json:
+        gate = document.get("comparison", {}).get("gate")
+        summary = {"event": "done", "complete": outcome.complete, "stopReason": outcome.stop_reason}
+        summary |= {"summary": document["summary"], "gate": gate, "reports": files}
+        sys.stdout.write(json.dumps(summary) + "\n")
+        return
     state = "" if outcome.complete else f" (partial: {outcome.stop_reason})"
     out.print(f"{headline(document)}{state}", markup=False)
     gate = document.get("comparison", {}).get("gate")
@@ -140,5 +147,5 @@ def _summarise(outcome: Outcome, report: Path, as_json: bool) -> None:
         out.print(f"baseline gate: {'passed' if gate['passed'] else 'FAILED'}", markup=False)
         for reason in gate["reasons"]:
             out.print(f"  regression: {reason}", markup=False)
-    for name in (RESULTS_FILE, MARKDOWN_FILE, HTML_FILE):
-        out.print(f"  {report / name}", markup=False)
+    for file in files:
+        out.print(f"  {file}", markup=False)

@@ -99,9 +99,12 @@ def markdown(document: dict[str, Any]) -> str:
         f"| pass rate | {percent(summary['passRate'])} |",
         f"| pass@k (units passing at least once) | {percent(summary['passAtK'])} |",
         f"| pass^k (units passing every time) | {percent(summary['passHatK'])} |",
-        "| failures | "
-        + " · ".join(f"{c.replace('_', ' ')} {summary['failures'][c]}" for c in CATEGORIES)
+        "| failed unit runs | "
+        + " · ".join(
+            f"{c.replace('_', ' ')} {summary['failures'][c]}" for c in CATEGORIES if c != "not_run"
+        )
         + " |",
+        f"| units not run | {summary['failures']['not_run']} |",
         "| latency per case | "
         + " · ".join(f"{k} {seconds(summary['latencyMs'][k])}" for k in ("p50", "p90", "max"))
         + " |",

@@ -170,7 +170,8 @@ class Runner:
     async def _work(
         self, queue: asyncio.Queue[tuple[Case, int]], lanes: Lanes, run_id: str
     ) -> None:
-        while not queue.empty():
+        # The stop check covers a Ctrl-C that came before the workers existed.
+        while not queue.empty() and not self._stop_reason:
             case, iteration = queue.get_nowait()
             row = await self._attempts(case, iteration, lanes, run_id)
             self.rows_file.append(row)

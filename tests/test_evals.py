@@ -205,6 +205,8 @@ async def test_an_interrupted_run_resumes_to_the_results_of_an_uninterrupted_one
     code, events, stderr = await run_cli(*cases, *common, "--report", str(interrupted), "--resume")
     assert code == 0, stderr
     assert events[0] == {"event": "start", "total": 8 - done_before, "alreadyDone": done_before}
+    assert events[-1]["event"] == "done" and events[-1]["complete"] is True
+    assert events[-1]["summary"]["unitRuns"] == 12
     resumed = json.loads((interrupted / "eval-results.json").read_text())
     assert resumed["run"]["complete"] is True
     assert resumed["run"]["id"] == partial["run"]["id"]

@@ -112,6 +112,25 @@ async def test_a_failing_code_node_is_named_and_logs_are_kept(manager: SandboxMa
     assert run["logs"] == ["log: shaping 1"]
 
 
+async def test_a_code_node_may_return_its_input_objects_as_they_are(
+    manager: SandboxManager,
+) -> None:
+    # `$input.first().json.list` hands back the engine's data proxies; returned unchanged they
+    # must still come out as plain items (once, they could not leave the worker thread).
+    run = await manager.execute(
+        "t1",
+        chain(
+            code("Batch", "return [{json: {list: [{email: 'a@x'}, {email: 'b@x'}]}}];"),
+            code("One Each", "return $input.first().json.list.map((json) => ({ json }));"),
+            node("Per Item", "code", 2, mode="runOnceForEachItem", jsCode="return $input.item;"),
+        ),
+        execution_id="proxies",
+    )
+    assert run["status"] == "success", run
+    assert run["nodes"]["One Each"]["outputs"][0]["items"] == [{"email": "a@x"}, {"email": "b@x"}]
+    assert run["nodes"]["Per Item"]["outputs"][0]["items"] == [{"email": "a@x"}, {"email": "b@x"}]
+
+
 async def test_runs_that_never_end_are_stopped_and_the_sandbox_keeps_serving(
     manager: SandboxManager,
 ) -> None:

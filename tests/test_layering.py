@@ -51,3 +51,13 @@ def test_the_sandbox_public_surface_is_pinned() -> None:
     )
     for name in sandbox.__all__:
         assert getattr(sandbox, name) is not None
+
+
+def test_evals_use_only_the_public_contract_and_the_client_helpers() -> None:
+    probe = (
+        "import sys, evals.cli, evals.runner, evals.report; "
+        "print(sorted(m for m in sys.modules if m == 'server' or m.startswith('server.')))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['server', 'server.cli_common', 'server.client']"
