@@ -153,12 +153,13 @@ class EvalClient:
         )
 
     async def converse(self, thread: str, turns: list[str]) -> Conversation:
-        """Send the user turns one run at a time, answering the agent's cards the way a
-        cooperative user would, and collect the workflows it built."""
+        """Send the user turns one at a time, each once the thread is idle (its run, follow-up
+        runs and background tasks finished), answering the agent's cards the way a cooperative
+        user would, and collect the workflows it built."""
         said = Conversation()
         pending = list(turns)
         build_calls: set[str] = set()
-        run_id = await self._send(thread, pending.pop(0))
+        await self._send(thread, pending.pop(0))
         async for event in self._events(thread):
             payload = plain(event.payload)
             if event.type == "tool-call" and payload.get("toolName") == "build-workflow":
@@ -171,12 +172,25 @@ class EvalClient:
                 await self._answer(thread, payload, pending)
             elif event.type == "error":
                 said.errors.append(str(payload.get("content") or payload.get("message") or ""))
-            elif event.type == "run-finish" and event.run_id == run_id:
+            elif event.type == "run-finish":
                 said.run_statuses.append(str(payload.get("status", "")))
+                if await self._busy(thread):
+                    continue  # a follow-up run or a background task is still working
                 if not pending:
                     return said
-                run_id = await self._send(thread, pending.pop(0))
+                await self._send(thread, pending.pop(0))
         return said
+
+    async def _busy(self, thread: str) -> bool:
+        status = await _rpc(
+            lambda: self._agent.GetThreadStatus(
+                agent_pb2.GetThreadStatusRequest(thread_id=thread),
+                metadata=self.config.metadata(),
+            )
+        )
+        return bool(status.has_active_run) or any(
+            task.status == "running" for task in status.background_tasks
+        )
 
     async def _send(self, thread: str, text: str) -> str:
         try:

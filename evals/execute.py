@@ -1,5 +1,5 @@
-"""One attempt at one case iteration on one server: build (or converse), verify each scenario,
-score it, and delete the thread (and so its sandbox) whatever happened.
+"""One attempt at one case iteration on one server, in a fresh thread: build (or converse),
+verify each scenario, and score it. The runner deletes the thread afterwards.
 
 Transport failures propagate (`TransportError`): the runner decides whether to try another
 server. Everything else ends as a row: a scored outcome per unit, with a category and reason.
@@ -7,8 +7,6 @@ server. Everything else ends as a row: a scored outcome per unit, with a categor
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
 from typing import Any
 
@@ -29,11 +27,7 @@ async def run_case(
     client: EvalClient, case: Case, *, iteration: int, thread: str, server: str, attempts: int
 ) -> Row:
     started = time.monotonic()
-    try:
-        build, units = await _evaluate(client, case, thread)
-    finally:
-        with contextlib.suppress(Exception):
-            await asyncio.shield(client.delete_thread(thread))
+    build, units = await _evaluate(client, case, thread)
     return Row(
         case=case.id,
         iteration=iteration,

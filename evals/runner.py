@@ -5,10 +5,12 @@ reports written from the rows at the end — also when the run is interrupted or
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import time
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,7 +22,13 @@ from evals.baseline import compare
 from evals.cases import Case, CaseProblem
 from evals.client import TransportError
 from evals.execute import failed_units, run_case
-from evals.lanes import ABORT_AFTER_SECONDS, PROBE_INTERVAL_SECONDS, Lanes, LanesExhaustedError
+from evals.lanes import (
+    ABORT_AFTER_SECONDS,
+    PROBE_INTERVAL_SECONDS,
+    Lane,
+    Lanes,
+    LanesExhaustedError,
+)
 from evals.progress import Reporter
 from evals.report import write_reports
 from evals.rows import ROWS_FILE, Header, Row, RowsFile, RowsFileError
@@ -82,6 +90,7 @@ class Runner:
         self._rows: list[Row] = []
         self._stop_reason = ""
         self._workers: list[asyncio.Task[None]] = []
+        self._deletions: set[asyncio.Task[None]] = set()
 
     def interrupt(self) -> None:
         """Ctrl-C: stop starting and finishing cases; the report is written from what is done."""
@@ -115,6 +124,9 @@ class Runner:
                 for _ in range(min(self.options.concurrency, max(1, len(jobs))))
             ]
             results = await asyncio.gather(*self._workers, return_exceptions=True)
+            # Threads of attempts cut short (Ctrl-C, a timeout) are still deleted, sandboxes
+            # with them, before the channels close.
+            await asyncio.gather(*self._deletions, return_exceptions=True)
         for result in results:
             if isinstance(result, LanesExhaustedError):
                 self._stop_reason = self._stop_reason or f"aborted: {result}"
@@ -208,9 +220,18 @@ class Runner:
                 reason = f"the service answered {exc.code().name}: {exc.details()}"
                 return self._infrastructure(case, iteration, attempt, lane.address, started, reason)
             finally:
+                await self._delete_thread(lane, thread)
                 await lanes.release(lane, transport_failed=transport_failed)
         reason = f"no server completed it in {MAX_ATTEMPTS} attempts; last: {last_error}"
         return self._infrastructure(case, iteration, MAX_ATTEMPTS, "", started, reason)
+
+    async def _delete_thread(self, lane: Lane, thread: str) -> None:
+        """Delete the attempt's thread; waited for, unless the attempt itself was cancelled,
+        in which case `run` waits for it at the end."""
+        deletion = asyncio.ensure_future(_quietly(lane.client.delete_thread(thread)))
+        self._deletions.add(deletion)
+        deletion.add_done_callback(self._deletions.discard)
+        await asyncio.shield(deletion)
 
     @staticmethod
     def _infrastructure(
@@ -242,6 +263,12 @@ class Runner:
             document["comparison"] = compare(self.options.baseline, document)
         write_reports(self.options.report_dir, document)
         return Outcome(document=document, stop_reason=self._stop_reason, rows=rows)
+
+
+async def _quietly(call: Awaitable[None]) -> None:
+    # A server that is gone cannot delete anything; its sandboxes are its janitor's to clear.
+    with contextlib.suppress(Exception):
+        await call
 
 
 def load_baseline(path: Path) -> dict[str, Any]:

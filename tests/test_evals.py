@@ -181,7 +181,10 @@ async def run_cli(
 
 
 async def test_an_interrupted_run_resumes_to_the_results_of_an_uninterrupted_one(
-    eval_server: tuple[Application, str], tmp_path: Path
+    eval_server: tuple[Application, str],
+    tmp_path: Path,
+    docker_client: docker.DockerClient,
+    owner: str,
 ) -> None:
     _app, address = eval_server
     cases = [str(p) for p in bundled(*QUICK)]
@@ -192,6 +195,8 @@ async def test_an_interrupted_run_resumes_to_the_results_of_an_uninterrupted_one
         *cases, *common, "--report", str(interrupted), interrupt_after_rows=2
     )
     assert code == 130, stderr
+    # The iteration cut short still had its thread deleted, and its sandbox with it.
+    assert containers(docker_client, owner) == []
     partial = json.loads((interrupted / "eval-results.json").read_text())
     assert partial["run"]["complete"] is False and partial["run"]["stopReason"] == "interrupted"
     done_before = sum(len(case["iterations"]) for case in partial["cases"])
