@@ -11,7 +11,7 @@ import sandbox
 def test_sandbox_and_browser_relay_import_nothing_from_server() -> None:
     probe = (
         "import sys, sandbox, sandbox.manager, sandbox.local, sandbox.worker, "
-        "sandbox.image.build, browser_relay; "
+        "sandbox.image.build, browser_relay, browser_relay.server; "
         "print(sorted(m for m in sys.modules if m == 'server' or m.startswith('server.')))"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
