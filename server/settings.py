@@ -174,6 +174,17 @@ class Settings(BaseSettings):
         None, description="enables web-search through this SearXNG instance (if no Brave key)"
     )
     web_fetch_timeout_seconds: float = Field(30, gt=0, le=120, description="per fetch-url")
+    browser_relay_host: str = Field(
+        "127.0.0.1", description="where the browser relay (extension, CDP, setup page) listens"
+    )
+    browser_relay_port: int = Field(
+        0, ge=0, le=65535, description="the browser relay's port (0: any free port, logged)"
+    )
+    browser_relay_public_url: str | None = Field(
+        None,
+        description="the relay's origin as a person's browser reaches it (e.g. "
+        "https://ai.example.com behind a proxy); default: http://HOST:PORT",
+    )
     web_fetch_allow_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="comma-separated host:port pairs fetch-url may reach although they are "

@@ -17,8 +17,6 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from instance_ai.v1 import (
     agent_pb2,
     agent_pb2_grpc,
-    browser_pb2,
-    browser_pb2_grpc,
     pipeline_pb2,
     pipeline_pb2_grpc,
     tools_pb2,
@@ -97,27 +95,6 @@ async def test_health_reports_serving_for_the_server_and_each_service(
     with pytest.raises(grpc.aio.AioRpcError) as unknown:
         await stub.Check(health_pb2.HealthCheckRequest(service="no.such.Service"))
     assert unknown.value.code() is grpc.StatusCode.NOT_FOUND
-
-
-@pytest.mark.parametrize(
-    ("make_call", "needs"),
-    [
-        (
-            lambda ch: browser_pb2_grpc.BrowserStub(ch).CreateConnectLink(
-                browser_pb2.CreateConnectLinkRequest()
-            ),
-            "browser relay",
-        ),
-    ],
-)
-async def test_rpcs_not_built_yet_say_what_they_need(
-    channel: grpc.aio.Channel, make_call: object, needs: str
-) -> None:
-    assert callable(make_call)
-    with pytest.raises(grpc.aio.AioRpcError) as error:
-        await make_call(channel)
-    assert error.value.code() is grpc.StatusCode.UNIMPLEMENTED
-    assert needs in (error.value.details() or "")
 
 
 async def test_a_build_without_sandboxes_is_unavailable_and_says_why(

@@ -13,6 +13,8 @@ from grpc_reflection.v1alpha import reflection
 from instance_ai.v1 import (
     agent_pb2,
     agent_pb2_grpc,
+    browser_pb2,
+    browser_pb2_grpc,
     credentials_pb2,
     credentials_pb2_grpc,
     pipeline_pb2,
@@ -24,11 +26,11 @@ from instance_ai.v1 import (
 )
 from server.agent import Agent
 from server.api.agent import AgentServicer
+from server.api.browser import BrowserServicer
 from server.api.credentials import CredentialsServicer
 from server.api.interceptors import AuthInterceptor, ErrorInterceptor
 from server.api.pipeline import PipelineServicer
 from server.api.tools import ToolsServicer
-from server.api.unimplemented import add_pending_services
 from server.api.workspace import WorkspaceServicer
 from server.runtime import Runtime
 from server.settings import Settings
@@ -94,14 +96,15 @@ async def start_grpc_server(runtime: Runtime, agent: Agent, registry: ToolRegist
     tools_pb2_grpc.add_ToolsServicer_to_server(ToolsServicer(runtime, registry), server)
     pipeline_pb2_grpc.add_PipelineServicer_to_server(PipelineServicer(runtime, registry), server)
     credentials_pb2_grpc.add_CredentialsServicer_to_server(CredentialsServicer(runtime), server)
+    browser_pb2_grpc.add_BrowserServicer_to_server(BrowserServicer(runtime), server)
     services = [
         agent_pb2.DESCRIPTOR.services_by_name["Agent"].full_name,
         workspace_pb2.DESCRIPTOR.services_by_name["Workspace"].full_name,
         tools_pb2.DESCRIPTOR.services_by_name["Tools"].full_name,
         pipeline_pb2.DESCRIPTOR.services_by_name["Pipeline"].full_name,
         credentials_pb2.DESCRIPTOR.services_by_name["Credentials"].full_name,
+        browser_pb2.DESCRIPTOR.services_by_name["Browser"].full_name,
     ]
-    services += add_pending_services(server)
 
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

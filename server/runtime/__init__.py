@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from browser_relay.server import RelayServer
+from browser_relay.sessions import BrowserSessions
 from sandbox.egress import EgressProxy
 from server.catalog import CatalogService
 from server.domain.credential_test import CredentialTester
@@ -67,6 +69,7 @@ class Runtime:
     web: WebFetcher
     credential_tester: CredentialTester
     web_search: WebSearch | None
+    browser: RelayServer
 
     @classmethod
     async def open(cls, settings: Settings) -> Runtime:
@@ -107,7 +110,14 @@ class Runtime:
         verifier = Verifier(
             builder=builder, catalog=catalog, workflows=workflows, runner=runner, loop=loop
         )
+        browser = await RelayServer(
+            BrowserSessions(),
+            host=settings.browser_relay_host,
+            port=settings.browser_relay_port,
+            public_url=settings.browser_relay_public_url,
+        ).start()
         return cls(
+            browser=browser,
             conversation=Conversation(db=db),
             hitl=hitl,
             plans=Plans(db=db, events=events),
@@ -141,6 +151,7 @@ class Runtime:
 
     async def close(self) -> None:
         await self.background.cancel_all()
+        await self.browser.close()
         await self.sandboxes.close()
         await self.events.close()
         await self.db.close()

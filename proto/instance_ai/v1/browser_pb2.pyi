@@ -25,6 +25,7 @@ class CreateConnectLinkRequest(_message.Message):
     USER_ID_FIELD_NUMBER: _builtins.int
     thread_id: _builtins.str
     user_id: _builtins.str
+    """Empty or the calling user (x-instance-ai-user): a link is only made for oneself."""
     def __init__(
         self,
         *,
@@ -93,7 +94,9 @@ class GetBrowserSessionResponse(_message.Message):
     CONNECTED_AT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     state: _builtins.str
-    """"waiting", "connected" or "disconnected"."""
+    """"waiting" (no extension yet), "connected", or "reconnecting" (the extension dropped and
+    has a grace period to come back).
+    """
     @_builtins.property
     def connected_at(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
