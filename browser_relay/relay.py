@@ -29,6 +29,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from browser_relay.wire import (
+    Attached,
     AttachedTab,
     CdpEvent,
     Detached,
@@ -135,6 +136,8 @@ class RelaySession:
             await self._event(message.params)
         elif isinstance(message, Detached):
             await self._tab_gone(message.params.tab_id)
+        elif isinstance(message, Attached):
+            await self._announce(message.params)
 
     async def _reply(self, reply: Reply) -> None:
         waiting = self._pending.pop(reply.id, None)

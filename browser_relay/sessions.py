@@ -29,6 +29,11 @@ SETUP_TOKEN_SECONDS = 15 * 60
 RELAY_TOKEN_SECONDS = 5 * 60
 
 
+def user_key(user_id: str) -> str:
+    """The key of a user's own browser session."""
+    return f"user:{user_id}"
+
+
 def session_id_for(key: str) -> str:
     """The session id for a caller-influenced key: a hash, safe in any path or file name."""
     return hashlib.sha256(key.encode()).hexdigest()[:32]

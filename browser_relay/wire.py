@@ -5,8 +5,10 @@ Relay → extension, a call: `{"id": n, "method": M, "params": {...}}` with M on
 `closeTab {tabId}`, `forwardCDPCommand {tabId, sessionId?, method, params?}`.
 
 Extension → relay: the reply `{"id": n, "result": ...}` or `{"id": n, "error": "text"}`;
-the events `{"method": "forwardCDPEvent", "params": {tabId, sessionId?, method, params?}}` and
-`{"method": "detachedFromTab", "params": {tabId}}`. `attachToTab` and `createTab` answer
+the events `{"method": "forwardCDPEvent", "params": {tabId, sessionId?, method, params?}}`,
+`{"method": "detachedFromTab", "params": {tabId}}`, and `{"method": "attachedTab", "params":
+{tabId, targetInfo}}` for a tab the extension attached by itself (a popup an attached tab
+opened). `attachToTab` and `createTab` answer
 `{tabId, targetInfo}`. `sessionId` is only set for child sessions (frames, workers): the tab's
 own session is implied by `tabId`.
 """
@@ -61,25 +63,32 @@ class AttachedTab(_Message):
     target_info: dict[str, Any] = Field(alias="targetInfo")
 
 
-FromExtension = Annotated[Reply | ForwardedEvent | Detached, Field(union_mode="left_to_right")]
-_from_extension: TypeAdapter[Reply | ForwardedEvent | Detached] = TypeAdapter(FromExtension)
+class Attached(_Message):
+    method: Literal["attachedTab"]
+    params: AttachedTab
+
+
+Message = Reply | ForwardedEvent | Detached | Attached
+FromExtension = Annotated[Message, Field(union_mode="left_to_right")]
+_from_extension: TypeAdapter[Message] = TypeAdapter(FromExtension)
+EVENTS = ("forwardCDPEvent", "detachedFromTab", "attachedTab")
 
 
 class WireError(ValueError):
     """A frame that is not a message of the protocol; the connection stays up."""
 
 
-def parse_from_extension(raw: str | bytes) -> Reply | ForwardedEvent | Detached:
+def parse_from_extension(raw: str | bytes) -> Message:
     try:
         value = json.loads(raw)
     except ValueError as exc:
         raise WireError(f"not JSON: {exc}") from None
     if not isinstance(value, dict):
         raise WireError("a message is a JSON object")
-    if "id" not in value and value.get("method") not in ("forwardCDPEvent", "detachedFromTab"):
+    if "id" not in value and value.get("method") not in EVENTS:
         raise WireError(
             f"unknown message {str(value.get('method'))[:60]!r}: expected a reply with an id, "
-            "forwardCDPEvent or detachedFromTab"
+            f"or one of {', '.join(EVENTS)}"
         )
     try:
         return _from_extension.validate_python(value)

@@ -106,6 +106,8 @@ class ExtensionStandIn:
     async def run(self) -> None:
         async with connect(self.relay_url, max_size=MAX_MESSAGE_BYTES) as relay:
             self.relay = relay
+            watcher = asyncio.create_task(self._watch_popups())
+            self.readers.add(watcher)
             try:
                 async for raw in relay:
                     message = json.loads(raw)
@@ -118,6 +120,30 @@ class ExtensionStandIn:
                 pass
             finally:
                 self.relay = None
+
+    async def _watch_popups(self) -> None:
+        """Like the extension's chrome.tabs.onCreated: a tab opened by an attached tab is
+        attached too, and announced (`attachedTab`)."""
+        async with httpx.AsyncClient() as client:
+            browser_url = (await client.get(f"{self.devtools}/json/version")).json()
+        async with connect(
+            browser_url["webSocketDebuggerUrl"], max_size=MAX_MESSAGE_BYTES
+        ) as browser:
+            await browser.send(
+                json.dumps(
+                    {"id": 1, "method": "Target.setDiscoverTargets", "params": {"discover": True}}
+                )
+            )
+            async for raw in browser:
+                message = json.loads(raw)
+                info = (message.get("params") or {}).get("targetInfo") or {}
+                if (
+                    message.get("method") == "Target.targetCreated"
+                    and info.get("type") == "page"
+                    and info.get("openerId") in self.tabs
+                ):
+                    attached = await self._attach(info["targetId"])
+                    await self._send({"method": "attachedTab", "params": attached})
 
     async def send_raw(self, text: str) -> None:
         assert self.relay is not None

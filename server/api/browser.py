@@ -11,16 +11,11 @@ from datetime import UTC, datetime
 import grpc
 from google.protobuf import timestamp_pb2
 
-from browser_relay.sessions import session_id_for
+from browser_relay.sessions import session_id_for, user_key
 from instance_ai.v1 import browser_pb2, browser_pb2_grpc
 from server.api.caller import caller_of
 from server.errors import NotFoundError
 from server.runtime import Runtime
-
-
-def browser_key(user_id: str) -> str:
-    """The relay key of a user's browser session."""
-    return f"user:{user_id}"
 
 
 class BrowserServicer(browser_pb2_grpc.BrowserServicer):
@@ -33,10 +28,10 @@ class BrowserServicer(browser_pb2_grpc.BrowserServicer):
         caller = caller_of(context)
         if request.user_id and request.user_id != caller.user_id:
             raise NotFoundError("a connect link can only be made for the calling user")
-        endpoints = self._relay.endpoints(browser_key(caller.user_id))
+        endpoints = self._relay.endpoints(user_key(caller.user_id))
         return browser_pb2.CreateConnectLinkResponse(
             setup_url=endpoints.setup_url,
-            session_id=session_id_for(browser_key(caller.user_id)),
+            session_id=session_id_for(user_key(caller.user_id)),
             expires_at=_timestamp(endpoints.setup_expires_at),
         )
 
@@ -45,7 +40,7 @@ class BrowserServicer(browser_pb2_grpc.BrowserServicer):
     ) -> browser_pb2.GetBrowserSessionResponse:
         caller = caller_of(context)
         session = self._relay.sessions.get(request.session_id)
-        if session is None or session.id != session_id_for(browser_key(caller.user_id)):
+        if session is None or session.id != session_id_for(user_key(caller.user_id)):
             raise NotFoundError(f"there is no browser session {request.session_id[:64]!r}")
         response = browser_pb2.GetBrowserSessionResponse(
             session_id=session.id, state=session.relay.state

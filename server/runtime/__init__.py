@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from browser_relay.driver import Drivers
 from browser_relay.server import RelayServer
 from browser_relay.sessions import BrowserSessions
 from sandbox.egress import EgressProxy
@@ -70,6 +71,7 @@ class Runtime:
     credential_tester: CredentialTester
     web_search: WebSearch | None
     browser: RelayServer
+    browsers: Drivers
 
     @classmethod
     async def open(cls, settings: Settings) -> Runtime:
@@ -118,6 +120,7 @@ class Runtime:
         ).start()
         return cls(
             browser=browser,
+            browsers=Drivers(),
             conversation=Conversation(db=db),
             hitl=hitl,
             plans=Plans(db=db, events=events),
@@ -151,6 +154,7 @@ class Runtime:
 
     async def close(self) -> None:
         await self.background.cancel_all()
+        await self.browsers.close()
         await self.browser.close()
         await self.sandboxes.close()
         await self.events.close()

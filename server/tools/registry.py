@@ -29,6 +29,7 @@ from server.runtime.caller import LOCAL, Caller
 from server.runtime.ids import new_id
 from server.tools import (
     agents_module,
+    browser,
     build,
     credentials,
     data_tables,
@@ -287,6 +288,7 @@ def default_registry() -> ToolRegistry:
             *projects.TOOLS,
             *credentials.TOOLS,
             *web.TOOLS,
+            *browser.TOOLS,
             *agents_module.TOOLS,
         ]
     )
