@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
@@ -16,10 +18,14 @@ from aiohttp import web
 
 from browser_relay.sessions import user_key
 from server.app import Application
+from server.settings import Settings
+from tests.agent_fixtures import Chat, last_tool_results, model, model_settings
 from tests.browser_fixtures import Chromium, chromium, extension
+from tests.conftest import serving
+from tests.fake_model import FakeMessagesAPI, Turn, text, tool
 from tests.tool_client import ToolClient
 
-__all__ = ["chromium"]  # fixtures, shared
+__all__ = ["chromium", "model", "model_settings"]  # fixtures, shared
 
 WHO = (("x-instance-ai-user", "ada"),)
 
@@ -189,3 +195,54 @@ async def test_without_a_browser_a_direct_call_is_refused_with_what_to_do(
 ) -> None:
     refused = await ToolClient(channel, "nobrowser", WHO).refused("browser_tab_list")
     assert refused.code() is grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_the_connect_card_through_the_agent_loop(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI, chromium: Chromium
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def answer(request: dict[str, Any]) -> Turn:
+        results = last_tool_results(request)
+        seen.extend(results)
+        if not results:
+            return tool("browser_tab_list", {})
+        return text("Done.")
+
+    model.responder = answer
+    async with serving(model_settings()) as (app, channel):
+        chat = Chat(channel)
+        # No browser: the call suspends with one card for both surfaces.
+        run_id = await chat.send("b1", "List my browser tabs")
+        card = await chat.card("b1")
+        assert card["type"] == "browser_use_connect"
+        assert card["setupUrl"].startswith(
+            app.runtime.browser.http_url + "/browser/connect?token=bus_"
+        )
+        assert (
+            card["components"][0]["type"] == "section"
+            and card["setupUrl"] in card["components"][0]["text"]
+        )
+        assert card["components"][1] == {
+            "type": "button",
+            "label": "I've connected — continue",
+            "value": "continue",
+            "style": "primary",
+        }
+        # "I've connected" without connecting: the tool explains instead of asking again.
+        await chat.confirm("b1", card["requestId"], kind="approval", approved=True)
+        events = await chat.finished("b1", run_id)
+        assert [e["type"] for e in events].count("confirmation-request") == 1
+        assert seen[-1]["is_error"] and "still not connected" in seen[-1]["content"]
+
+        # Connected through the setup page's link: the same question now has an answer.
+        async with httpx.AsyncClient() as client:
+            link = (
+                await client.get(card["setupUrl"].replace("/connect?", "/connect-link?"))
+            ).json()
+        async with extension(chromium.http, link["relayUrl"]):
+            run_id = await chat.send("b1", "And now?")
+            events = await chat.finished("b1", run_id)
+        assert [e["type"] for e in events].count("confirmation-request") == 1  # no new card
+        listed = json.loads(seen[-1]["content"])
+        assert not seen[-1].get("is_error") and len(listed["tabs"]) == 1
