@@ -15,6 +15,7 @@ import structlog
 import typer
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from browser_relay.cli import browser_relay
 from evals.cli import eval_command
 from instance_ai.v1 import SERVICES, agent_pb2, agent_pb2_grpc
 from server.api.convert import from_struct
@@ -63,6 +64,7 @@ app.command()(chat)
 app.command()(build)
 app.command()(verify)
 app.command(name="eval")(eval_command)
+app.command(name="browser-relay")(browser_relay)
 
 
 @app.command()

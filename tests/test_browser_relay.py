@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import signal
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -375,3 +376,22 @@ async def test_the_setup_page_shows_waiting_then_connected(
         assert "not valid" in (await bad.text_content("body") or "")
         await viewer.close()
     assert errors == []
+
+
+async def test_the_relay_runs_on_its_own_from_the_command_line() -> None:
+    import httpx
+
+    from tests.test_cli import CLI
+
+    process = await asyncio.create_subprocess_exec(
+        CLI, "browser-relay", "--key", "../odd key", stdout=asyncio.subprocess.PIPE
+    )
+    assert process.stdout is not None
+    printed = json.loads(await asyncio.wait_for(process.stdout.readline(), timeout=60))
+    async with httpx.AsyncClient() as client:
+        page = await client.get(printed["setupUrl"])
+    assert page.status_code == 200 and "Connect your browser" in page.text
+    assert printed["cdpUrl"].startswith("ws://127.0.0.1:")
+    assert list(printed["cdpHeaders"]) == [CDP_TOKEN_HEADER]
+    process.send_signal(signal.SIGINT)
+    assert await asyncio.wait_for(process.wait(), timeout=30) == 0

@@ -1,5 +1,6 @@
 """The orchestrator's system prompt, in sections: who it is, how to plan, the build → verify →
-report loop, and how to use tools. Background agents get a shorter one for their task."""
+report loop, how to use tools, and whose browser the browser tools drive. Background agents
+get a shorter one for their task."""
 
 from __future__ import annotations
 
@@ -42,8 +43,18 @@ TOOL_USE = """\
   cancel-background-task stops it."""
 
 
+BROWSER = """\
+# The browser
+- The browser_* tools drive the user's own browser: their tabs, their logins, through an
+  extension they connected. Act only on what the task needs, and say what you did there.
+- With no browser connected, a browser tool shows the user a card to connect one; if they
+  answer without connecting, the tool says so: explain, and do not call it again this turn.
+- Read a page with browser_snapshot: element refs ([ref=e5]) are what the other tools take.
+  An open dialog (modalStates) blocks the page until browser_dialog answers it."""
+
+
 def orchestrator_prompt() -> str:
-    return "\n\n".join([ROLE, PLANNING, BUILD_LOOP, TOOL_USE])
+    return "\n\n".join([ROLE, PLANNING, BUILD_LOOP, TOOL_USE, BROWSER])
 
 
 def background_prompt(role: str) -> str:
