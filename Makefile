@@ -56,6 +56,7 @@ bench: setup
 	$(BIN)/python -m bench.verify
 	$(BIN)/python -m bench.agent
 	$(BIN)/python -m bench.eval
+	$(BIN)/python -m bench.relay
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -51,6 +51,13 @@ class Chromium:
 
 @pytest.fixture
 def chromium() -> Iterator[Chromium]:
+    with run_chromium() as browser:
+        yield browser
+
+
+@contextlib.contextmanager
+def run_chromium() -> Iterator[Chromium]:
+    """Debian's Chromium, headless, its DevTools endpoint on a free loopback port."""
     executable = shutil.which("chromium")
     assert executable, "scripts/setup-system installs Debian's chromium"
     with tempfile.TemporaryDirectory() as profile:

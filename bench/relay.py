@@ -1,0 +1,119 @@
+"""Relay benchmark: what the CDP relay adds per command, beside Playwright attached straight to
+the same headless Chromium (`connect_over_cdp` on its DevTools port) in the same run.
+
+Two figures, each through the relay (with the tests' extension stand-in playing the extension)
+and direct, interleaved round by round so the machine's noise hits both alike:
+- one CDP round trip: `page.evaluate("1")`, p50 over many calls (target: ≤ 1 ms added);
+- a navigate + fill + click + read round trip on a local page.
+
+    python -m bench.relay [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from playwright.async_api import Page, async_playwright
+
+from browser_relay.server import RelayServer
+from browser_relay.sessions import BrowserSessions
+from tests.browser_fixtures import extension, run_chromium
+
+PAGE = """<html><body><input id="name"><button id="go" onclick="
+  out.textContent = 'Hello, ' + document.getElementById('name').value">Go</button>
+  <p id="out"></p></body></html>"""
+
+
+async def serve_page() -> tuple[web.AppRunner, str]:
+    async def page(_request: web.Request) -> web.Response:
+        return web.Response(text=PAGE, content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/", page)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}/"
+
+
+async def timed(action: Callable[..., Awaitable[object]]) -> float:
+    started = time.perf_counter()
+    await action()
+    return (time.perf_counter() - started) * 1000
+
+
+async def round_trip(page: Page, url: str) -> None:
+    await page.goto(url)
+    await page.fill("#name", "Ada")
+    await page.click("#go")
+    await page.text_content("#out")
+
+
+async def main(rounds: int) -> None:
+    runner, url = await serve_page()
+    # Two browsers: a CDP client attached straight to a browser attaches to all its tabs,
+    # and would also act on the tab behind the relay.
+    with run_chromium() as behind_relay, run_chromium() as plain:
+        await measure(behind_relay.http, plain.http, url, rounds)
+    await runner.cleanup()
+
+
+async def measure(devtools: str, direct_devtools: str, url: str, rounds: int) -> None:
+    relay = await RelayServer(BrowserSessions()).start()
+    session = relay.sessions.session("bench")
+    token = relay.sessions.mint_relay_token(session).value
+    relay_url = f"{relay.ws_url}/extension/{session.id}?token={token}"
+    try:
+        async with extension(devtools, relay_url), async_playwright() as pw:
+            endpoints = relay.endpoints("bench")
+            relayed = await pw.chromium.connect_over_cdp(
+                endpoints.cdp_url, headers=endpoints.cdp_headers
+            )
+            direct = await pw.chromium.connect_over_cdp(direct_devtools)
+            via_relay = relayed.contexts[0].pages[0]
+            straight = direct.contexts[0].pages[0]
+            for page in (via_relay, straight):
+                await round_trip(page, url)  # warm
+            evaluate: dict[str, list[float]] = {"relay": [], "direct": []}
+            trips: dict[str, list[float]] = {"relay": [], "direct": []}
+            for _ in range(rounds):
+                for name, page in (("relay", via_relay), ("direct", straight)):
+                    for _ in range(20):
+                        evaluate[name].append(await timed(lambda p=page: p.evaluate("1")))
+                    trips[name].append(await timed(lambda p=page: round_trip(p, url)))
+            await relayed.close()
+            await direct.close()
+    finally:
+        await relay.close()
+
+    def p50(values: list[float]) -> float:
+        return statistics.median(values)
+
+    added = p50(evaluate["relay"]) - p50(evaluate["direct"])
+    print(
+        f"relay (with the extension stand-in: two Python hops) vs direct connect_over_cdp, "
+        f"{rounds} interleaved rounds"
+    )
+    print(
+        f"  one CDP round trip (evaluate '1'), p50: direct {p50(evaluate['direct']):.2f} ms, "
+        f"relay {p50(evaluate['relay']):.2f} ms: +{added:.2f} ms per command "
+        f"({p50(evaluate['relay']) / p50(evaluate['direct']):.2f}x)"
+    )
+    print(
+        f"  navigate + fill + click + read, p50: direct {p50(trips['direct']):.1f} ms, "
+        f"relay {p50(trips['relay']):.1f} ms "
+        f"({p50(trips['relay']) / p50(trips['direct']):.2f}x)"
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=30)
+    asyncio.run(main(parser.parse_args().rounds))
