@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import structlog
+
 from browser_relay.driver import Drivers
 from browser_relay.server import RelayServer
 from browser_relay.sessions import BrowserSessions
@@ -39,6 +41,8 @@ from server.runtime.sandboxes import SandboxService
 from server.runtime.threads import Threads, ThreadStatus
 from server.settings import Settings
 from server.store import Database
+
+log = structlog.get_logger(__name__)
 
 __all__ = ["Event", "EventLog", "Runtime", "SandboxService", "ThreadStatus", "Threads"]
 
@@ -118,6 +122,7 @@ class Runtime:
             port=settings.browser_relay_port,
             public_url=settings.browser_relay_public_url,
         ).start()
+        log.info("browser relay listening", url=browser.http_url)
         return cls(
             browser=browser,
             browsers=Drivers(),
