@@ -197,6 +197,8 @@ class DockerProvider:
         pool_prefix = identity.pool_name(self.owner, "")
         with engine_errors("list pooled sandboxes"):
             containers = self.client.containers.list(
+                # A container removed while listing (a janitor elsewhere) is no error.
+                ignore_removed=True,
                 all=True,
                 filters={"label": [f"{identity.LABEL_OWNER}={self.owner}", identity.LABEL_POOL]},
             )
@@ -230,7 +232,10 @@ class DockerProvider:
         pool_prefix = identity.pool_name(self.owner, "")
         with engine_errors("list sandboxes"):
             containers = self.client.containers.list(
-                all=True, filters={"label": f"{identity.LABEL_OWNER}={self.owner}"}
+                # A container removed while listing (a janitor elsewhere) is no error.
+                ignore_removed=True,
+                all=True,
+                filters={"label": f"{identity.LABEL_OWNER}={self.owner}"},
             )
         return [self._info(c) for c in containers if not (c.name or "").startswith(pool_prefix)]
 
@@ -258,7 +263,10 @@ class DockerProvider:
             ]
         with engine_errors("list containers"):
             containers = self.client.containers.list(
-                all=True, filters={"label": f"{identity.LABEL_OWNER}={self.owner}"}
+                # A container removed while listing (a janitor elsewhere) is no error.
+                ignore_removed=True,
+                all=True,
+                filters={"label": f"{identity.LABEL_OWNER}={self.owner}"},
             )
         mounted = {_workspace_volume(c) for c in containers}
         return [v.name for v in volumes if v.name not in mounted]

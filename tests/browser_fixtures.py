@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
 import re
 import shutil
 import signal
@@ -60,7 +61,8 @@ def run_chromium() -> Iterator[Chromium]:
     """Debian's Chromium, headless, its DevTools endpoint on a free loopback port."""
     executable = shutil.which("chromium")
     assert executable, "scripts/setup-system installs Debian's chromium"
-    with tempfile.TemporaryDirectory() as profile:
+    # Chromium's helpers may still touch the profile as it exits: never an error here.
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:
         process = subprocess.Popen(
             [
                 executable,
@@ -73,6 +75,8 @@ def run_chromium() -> Iterator[Chromium]:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
+            # Its own process group: the helpers it starts end with it.
+            start_new_session=True,
         )
         assert process.stderr is not None
         http = ""
@@ -85,12 +89,14 @@ def run_chromium() -> Iterator[Chromium]:
         try:
             yield Chromium(http=http, process=process)
         finally:
-            process.send_signal(signal.SIGTERM)
+            os.killpg(process.pid, signal.SIGTERM)
             try:
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+            with contextlib.suppress(ProcessLookupError):  # helpers still running, if any
+                os.killpg(process.pid, signal.SIGKILL)
             process.stderr.close()
 
 

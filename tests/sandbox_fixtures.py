@@ -39,7 +39,7 @@ def owner(docker_client: docker.DockerClient) -> Iterator[str]:
     name = f"test-{uuid.uuid4().hex[:10]}"
     yield name
     selector = {"label": f"{identity.LABEL_OWNER}={name}"}
-    for container in docker_client.containers.list(all=True, filters=selector):
+    for container in docker_client.containers.list(all=True, filters=selector, ignore_removed=True):
         container.remove(force=True)
     by_name = {"name": identity.volume_name(name, "")}
     for volume in docker_client.volumes.list(filters=selector) + docker_client.volumes.list(
