@@ -17,30 +17,15 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable
 
-from aiohttp import web
 from playwright.async_api import Page, async_playwright
 
 from browser_relay.server import RelayServer
 from browser_relay.sessions import BrowserSessions
-from tests.browser_fixtures import extension, run_chromium
+from tests.browser_fixtures import extension, run_chromium, serve_pages
 
 PAGE = """<html><body><input id="name"><button id="go" onclick="
   out.textContent = 'Hello, ' + document.getElementById('name').value">Go</button>
   <p id="out"></p></body></html>"""
-
-
-async def serve_page() -> tuple[web.AppRunner, str]:
-    async def page(_request: web.Request) -> web.Response:
-        return web.Response(text=PAGE, content_type="text/html")
-
-    app = web.Application()
-    app.router.add_get("/", page)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return runner, f"http://127.0.0.1:{port}/"
 
 
 async def timed(action: Callable[..., Awaitable[object]]) -> float:
@@ -57,12 +42,15 @@ async def round_trip(page: Page, url: str) -> None:
 
 
 async def main(rounds: int) -> None:
-    runner, url = await serve_page()
+    async with serve_pages({"/": PAGE}) as base:
+        await compare(base + "/", rounds)
+
+
+async def compare(url: str, rounds: int) -> None:
     # Two browsers: a CDP client attached straight to a browser attaches to all its tabs,
     # and would also act on the tab behind the relay.
     with run_chromium() as behind_relay, run_chromium() as plain:
         await measure(behind_relay.http, plain.http, url, rounds)
-    await runner.cleanup()
 
 
 async def measure(devtools: str, direct_devtools: str, url: str, rounds: int) -> None:

@@ -21,7 +21,6 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from markdownify import markdownify
 from playwright.async_api import (
     Browser,
     BrowserContext,
@@ -205,11 +204,10 @@ class BrowserDriver:
             data = await self.page(page_id).screenshot(full_page=full)
         return base64.b64encode(data).decode()
 
-    async def content(self, page_id: str | None, selector: str | None) -> dict[str, Any]:
+    async def html(self, page_id: str | None, selector: str | None) -> str:
+        """The page's HTML, or one element's inner HTML."""
         page = self.page(page_id)
-        html = await (page.locator(selector).first.inner_html() if selector else page.content())
-        text = markdownify(html, strip=["script", "style"], heading_style="ATX")
-        return {"title": await page.title(), "url": page.url, "content": _squeeze(text)}
+        return await (page.locator(selector).first.inner_html() if selector else page.content())
 
     async def pdf(self, page_id: str | None, paper: str, landscape: bool) -> str:
         data = await self.page(page_id).pdf(format=paper, landscape=landscape)
@@ -299,15 +297,6 @@ def _console(message: ConsoleMessage) -> dict[str, Any]:
 
 def _request(request: Request) -> dict[str, Any]:
     return {"method": request.method, "url": request.url, "resourceType": request.resource_type}
-
-
-def _squeeze(text: str) -> str:
-    lines = [line.rstrip() for line in text.splitlines()]
-    out: list[str] = []
-    for line in lines:
-        if line or (out and out[-1]):
-            out.append(line)
-    return "\n".join(out).strip()
 
 
 class Drivers:

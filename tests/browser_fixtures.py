@@ -27,6 +27,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from aiohttp import web
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
@@ -291,3 +292,29 @@ async def extension(devtools: str, relay_url: str) -> AsyncIterator[ExtensionSta
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+@contextlib.asynccontextmanager
+async def serve_pages(pages: dict[str, str]) -> AsyncIterator[str]:
+    """HTML pages on a free 127.0.0.1 port, by path; its base URL. `{port}` in a page becomes
+    the port, so a page can embed a frame from another site (`http://localhost:{port}/...`)."""
+    port: list[int] = []
+
+    def answer(html: str) -> Any:
+        async def handler(_request: web.Request) -> web.Response:
+            return web.Response(text=html.replace("{port}", str(port[0])), content_type="text/html")
+
+        return handler
+
+    app = web.Application()
+    for path, html in pages.items():
+        app.router.add_get(path, answer(html))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port.append(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port[0]}"
+    finally:
+        await runner.cleanup()

@@ -9,12 +9,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 from playwright.async_api import BrowserContext, Worker, async_playwright
 
 from browser_relay.server import RelayServer
 from browser_relay.sessions import BrowserSessions
-from tests.browser_fixtures import CHROMIUM_ARGS
+from tests.browser_fixtures import CHROMIUM_ARGS, serve_pages
 
 EXTENSION = Path(__file__).resolve().parents[1] / "browser_relay" / "extension"
 PAGE = """<html><head><title>Shared</title></head><body><input id="who">
@@ -24,17 +23,8 @@ PAGE = """<html><head><title>Shared</title></head><body><input id="who">
 
 @pytest.fixture
 async def site() -> AsyncIterator[str]:
-    async def page(_request: web.Request) -> web.Response:
-        return web.Response(text=PAGE, content_type="text/html")
-
-    app = web.Application()
-    app.router.add_get("/", page)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/"  # type: ignore[union-attr]
-    await runner.cleanup()
+    async with serve_pages({"/": PAGE}) as base:
+        yield base + "/"
 
 
 async def worker_of(context: BrowserContext) -> Worker:

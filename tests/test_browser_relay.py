@@ -12,14 +12,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiohttp import web
 from playwright.async_api import Browser, async_playwright
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from browser_relay.server import CDP_TOKEN_HEADER, RelayServer
 from browser_relay.sessions import RELAY_TOKEN_SECONDS, SETUP_TOKEN_SECONDS, BrowserSessions
-from tests.browser_fixtures import CHROMIUM_ARGS, Chromium, chromium, extension
+from tests.browser_fixtures import CHROMIUM_ARGS, Chromium, chromium, extension, serve_pages
 
 __all__ = ["chromium"]  # fixtures, shared
 
@@ -44,24 +43,8 @@ class Clock:
 @pytest.fixture
 async def pages() -> AsyncIterator[str]:
     """Test pages on 127.0.0.1; the form embeds a frame from `localhost` (another site)."""
-    app = web.Application()
-    runner = web.AppRunner(app)
-    port_box: list[int] = []
-
-    async def form(_request: web.Request) -> web.Response:
-        return web.Response(text=FORM.format(port=port_box[0]), content_type="text/html")
-
-    async def frame(_request: web.Request) -> web.Response:
-        return web.Response(text=FRAME, content_type="text/html")
-
-    app.router.add_get("/form", form)
-    app.router.add_get("/frame", frame)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port_box.append(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
-    yield f"http://127.0.0.1:{port_box[0]}"
-    await runner.cleanup()
+    async with serve_pages({"/form": FORM, "/frame": FRAME}) as base:
+        yield base
 
 
 @pytest.fixture

@@ -14,13 +14,12 @@ from typing import Any
 import grpc
 import httpx
 import pytest
-from aiohttp import web
 
 from browser_relay.sessions import user_key
 from server.app import Application
 from server.settings import Settings
 from tests.agent_fixtures import Chat, last_tool_results, model, model_settings
-from tests.browser_fixtures import Chromium, chromium, extension
+from tests.browser_fixtures import Chromium, chromium, extension, serve_pages
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, Turn, text, tool
 from tests.tool_client import ToolClient
@@ -55,28 +54,8 @@ OTHER = "<html><head><title>Other</title></head><body><p>another page</p></body>
 
 @pytest.fixture
 async def site() -> AsyncIterator[str]:
-    app = web.Application()
-    port: list[int] = []
-
-    async def page(_request: web.Request) -> web.Response:
-        return web.Response(text=PAGE.format(port=port[0]), content_type="text/html")
-
-    async def other(_request: web.Request) -> web.Response:
-        return web.Response(text=OTHER, content_type="text/html")
-
-    async def ping(_request: web.Request) -> web.Response:
-        return web.json_response({"pong": True})
-
-    app.router.add_get("/page", page)
-    app.router.add_get("/other", other)
-    app.router.add_get("/api/ping", ping)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port.append(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
-    yield f"http://127.0.0.1:{port[0]}"
-    await runner.cleanup()
+    async with serve_pages({"/page": PAGE, "/other": OTHER, "/api/ping": "pong"}) as base:
+        yield base
 
 
 async def connect_browser(app: Application, devtools: str) -> str:

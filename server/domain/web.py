@@ -122,10 +122,7 @@ async def _read_capped(response: httpx.Response) -> tuple[bytes, bool]:
 def _extract(body: bytes, content_type: str, url: str) -> tuple[str, str]:
     kind = content_type.split(";")[0].strip().lower()
     if kind in ("text/html", "application/xhtml+xml") or (not kind and body.lstrip()[:1] == b"<"):
-        html = body.decode(_charset(content_type), errors="replace")
-        document = Document(html)
-        markdown = markdownify.markdownify(document.summary(html_partial=True), heading_style="ATX")
-        return document.short_title(), _tidy(markdown)
+        return readable_markdown(body.decode(_charset(content_type), errors="replace"))
     if kind == "application/pdf" or body[:5] == b"%PDF-":
         try:
             reader = pypdf.PdfReader(io.BytesIO(body))
@@ -133,7 +130,7 @@ def _extract(body: bytes, content_type: str, url: str) -> tuple[str, str]:
         except Exception as exc:  # pypdf raises many kinds for broken files
             raise UnavailableError(f"{url} is a PDF that cannot be read ({exc})") from None
         title = str(reader.metadata.title or "") if reader.metadata else ""
-        return title, _tidy(text)
+        return title, tidy_text(text)
     if kind.startswith("text/") or kind in ("application/json", "application/xml"):
         text = body.decode(_charset(content_type), errors="replace")
         if kind == "application/json":
@@ -151,7 +148,20 @@ def _charset(content_type: str) -> str:
     return "utf-8"
 
 
-def _tidy(text: str) -> str:
+def readable_markdown(html: str) -> tuple[str, str]:
+    """A page's title and its main content (Readability) as Markdown."""
+    document = Document(html)
+    markdown = markdownify.markdownify(document.summary(html_partial=True), heading_style="ATX")
+    return document.short_title(), tidy_text(markdown)
+
+
+def html_markdown(html: str) -> str:
+    """A piece of HTML as Markdown, all of it (no Readability: it was chosen on purpose)."""
+    return tidy_text(markdownify.markdownify(html, strip=["script", "style"], heading_style="ATX"))
+
+
+def tidy_text(text: str) -> str:
+    """Trailing spaces and runs of blank lines gone."""
     lines = [line.rstrip() for line in text.splitlines()]
     out: list[str] = []
     for line in lines:

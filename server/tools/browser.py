@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 
 from browser_relay.driver import BrowserDriver, DriverError, Target
 from browser_relay.sessions import user_key
+from server.domain.web import html_markdown, readable_markdown
 from server.errors import FailedPreconditionError
 from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec
 
@@ -473,7 +474,12 @@ async def screenshot(d: BrowserDriver, a: ScreenshotInput) -> DataOutput:
 
 
 async def content(d: BrowserDriver, a: ContentInput) -> ContentOutput:
-    return ContentOutput.model_validate(await d.content(a.page_id, a.selector))
+    """Readable Markdown: the page's main content (Readability, as fetch-url does), or all of
+    the element a selector names."""
+    html = await d.html(a.page_id, a.selector)
+    tab = await _tab(d, a.page_id)
+    text = html_markdown(html) if a.selector else readable_markdown(html)[1]
+    return ContentOutput(title=tab.title, url=tab.url, content=text)
 
 
 async def evaluate(d: BrowserDriver, a: EvaluateInput) -> PageOutput:
