@@ -5,6 +5,7 @@ malformed frames, an extension that drops mid-command, and the setup page in a r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import signal
@@ -378,3 +379,26 @@ async def test_the_relay_runs_on_its_own_from_the_command_line() -> None:
     assert list(printed["cdpHeaders"]) == [CDP_TOKEN_HEADER]
     process.send_signal(signal.SIGINT)
     assert await asyncio.wait_for(process.wait(), timeout=30) == 0
+
+
+async def test_a_crashed_page_does_not_wedge_the_session(
+    relay: RelayServer, chromium: Chromium, pages: str
+) -> None:
+    async with (
+        extension(chromium.http, extension_url(relay, "crashy")),
+        async_playwright() as pw,
+    ):
+        browser = await attach_playwright(pw, relay, "crashy")
+        context = browser.contexts[0]
+        page = context.pages[0]
+        await page.goto(f"{pages}/frame")
+        crashed = asyncio.Event()
+        page.on("crash", lambda _page: crashed.set())
+        with contextlib.suppress(Exception):  # the renderer dies before it can answer
+            await asyncio.wait_for(page.goto("chrome://crash"), timeout=10)
+        await asyncio.wait_for(crashed.wait(), timeout=10)
+        # The session goes on: a new tab works, through the same relay and extension.
+        fresh = await context.new_page()
+        await fresh.goto(f"{pages}/frame")
+        assert await fresh.text_content("button") == "press"
+        await browser.close()
