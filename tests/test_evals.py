@@ -171,11 +171,14 @@ async def run_cli(
     )
     assert process.stdout is not None and process.stderr is not None
     events: list[dict[str, Any]] = []
+    interrupted = False
     async for line in process.stdout:
         events.append(json.loads(line))
         finished = sum(1 for e in events if e["event"] == "case")
-        if interrupt_after_rows is not None and finished == interrupt_after_rows:
+        if not interrupted and finished == interrupt_after_rows:
+            # Once: a second Ctrl-C while it exits would kill it outright.
             process.send_signal(signal.SIGINT)
+            interrupted = True
     stderr = (await process.stderr.read()).decode()
     return await process.wait(), events, stderr
 
