@@ -91,7 +91,6 @@ class RelaySession:
         self._tabs: dict[str, Tab] = {}
         self._children: dict[str, int | str] = {}
         self._grace_timer: asyncio.TimerHandle | None = None
-        self.connected = asyncio.Event()
 
     @property
     def state(self) -> str:
@@ -108,7 +107,6 @@ class RelaySession:
             await self.extension.close(1000, "replaced by a new connection of the extension")
         self.extension = socket
         self._cancel_grace()
-        self.connected.set()
         self._on_change()
         # Its answers arrive through the loop below, so the re-attachment runs beside it.
         reattach = asyncio.create_task(self._reattach())
@@ -206,7 +204,6 @@ class RelaySession:
 
     async def _extension_gone(self) -> None:
         self.extension = None
-        self.connected.clear()
         for waiting in self._pending.values():
             if isinstance(waiting, ForwardTo):
                 await self._to_client(

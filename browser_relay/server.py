@@ -94,12 +94,17 @@ class RelayServer:
     def ws_url(self) -> str:
         return "ws" + self.http_url.removeprefix("http")
 
+    def cdp_endpoint(self, session: BrowserSession) -> tuple[str, dict[str, str]]:
+        """Where the automation client connects to a session: the URL and its token header."""
+        return f"ws://127.0.0.1:{self.port}/cdp/{session.id}", {CDP_TOKEN_HEADER: session.cdp_token}
+
     def endpoints(self, key: str) -> Endpoints:
         session = self.sessions.session(key)
         setup = self.sessions.setup_token(session)
+        cdp_url, cdp_headers = self.cdp_endpoint(session)
         return Endpoints(
-            cdp_url=f"ws://127.0.0.1:{self.port}/cdp/{session.id}",
-            cdp_headers={CDP_TOKEN_HEADER: session.cdp_token},
+            cdp_url=cdp_url,
+            cdp_headers=cdp_headers,
             setup_url=f"{self.http_url}/browser/connect?{urlencode({'token': setup.value})}",
             setup_expires_at=setup.expires_at,
         )

@@ -54,7 +54,6 @@ class BrowserSession:
     relay_token: Expiring | None = None
     relay_token_used: bool = False
     connected_at: float | None = None
-    changes: int = 0
 
 
 class BrowserSessions:
@@ -124,7 +123,6 @@ class BrowserSessions:
 
     def _changed(self, session_id: str) -> None:
         session = self._sessions[session_id]
-        session.changes += 1
         if session.relay.state == "connected" and session.connected_at is None:
             session.connected_at = self._clock()
         elif session.relay.state == "waiting":

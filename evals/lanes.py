@@ -29,7 +29,6 @@ class Lane:
     in_flight: int = 0
     failures_in_a_row: int = 0
     quarantined: bool = False
-    finished: int = 0
 
 
 class Lanes:
@@ -87,7 +86,6 @@ class Lanes:
             lane.in_flight -= 1
             if not transport_failed:
                 lane.failures_in_a_row = 0
-                lane.finished += 1
             else:
                 lane.failures_in_a_row += 1
                 if lane.failures_in_a_row >= QUARANTINE_AFTER and not lane.quarantined:

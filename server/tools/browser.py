@@ -277,10 +277,9 @@ async def _driver(ctx: ToolContext) -> BrowserDriver:
     relay = ctx.runtime.browser
     session = relay.sessions.session(key)
     if session.relay.state == "connected":
-        endpoints = relay.endpoints(key)
-        return await ctx.runtime.browsers.driver(
-            session.id, endpoints.cdp_url, endpoints.cdp_headers
-        )
+        # Only the CDP side: a connected browser needs no setup link minted.
+        cdp_url, cdp_headers = relay.cdp_endpoint(session)
+        return await ctx.runtime.browsers.driver(session.id, cdp_url, cdp_headers)
     if ctx.resume is not None:
         raise FailedPreconditionError(
             "The browser is still not connected. Tell the user the connection did not come "
