@@ -121,7 +121,7 @@ async def main(rounds: int, burst: int) -> None:
     configure_logging(level="warning")
     client = connect()
     owner = f"bench-{uuid.uuid4().hex[:8]}"
-    provider = DockerProvider(client, image=image_tags()[2], owner=owner)
+    provider = DockerProvider(client, image=image_tags()[-1], owner=owner)
     try:
         pooled, cold = await acquire_figures(provider, rounds)
         lines = [row("acquire: warm pool vs cold create+start", pooled, cold)]

@@ -27,6 +27,7 @@ from playwright.async_api import (
     ConsoleMessage,
     Dialog,
     FileChooser,
+    FilePayload,
     Locator,
     Page,
     Playwright,
@@ -267,7 +268,9 @@ class BrowserDriver:
             await dialog.dismiss()
         return {"type": dialog.type, "message": dialog.message}
 
-    async def upload(self, page_id: str | None, element: Target | None, files: list[str]) -> None:
+    async def upload(
+        self, page_id: str | None, element: Target | None, files: list[FilePayload]
+    ) -> None:
         state = self.state(page_id)
         if element is not None:
             await self.locate(element, page_id).set_input_files(files)
@@ -321,6 +324,13 @@ class Drivers:
         await driver.connect()
         self._drivers[session_id] = driver
         return driver
+
+    async def drop(self, session_id: str) -> None:
+        """Disconnect a session's driver, if there is one."""
+        driver = self._drivers.pop(session_id, None)
+        if driver is not None:
+            with contextlib.suppress(PlaywrightError):
+                await driver.close()
 
     async def close(self) -> None:
         for driver in self._drivers.values():

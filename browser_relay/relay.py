@@ -273,6 +273,9 @@ class RelaySession:
             for task in tasks:
                 task.cancel()
             self._cancel_grace()
+            # The extension is let go below: its tabs mean nothing to the next client.
+            self._tabs.clear()
+            self._children.clear()
             if self.extension is not None:
                 await self.extension.close(1000, "the automation client disconnected")
             self._on_change()

@@ -28,7 +28,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
-from browser_relay.sessions import BrowserSession, BrowserSessions
+from browser_relay.sessions import BrowserSession, BrowserSessions, Expiring
 from browser_relay.wire import MAX_MESSAGE_BYTES, PROTOCOL_VERSION
 
 log = structlog.get_logger(__name__)
@@ -98,6 +98,13 @@ class RelayServer:
         """Where the automation client connects to a session: the URL and its token header."""
         return f"ws://127.0.0.1:{self.port}/cdp/{session.id}", {CDP_TOKEN_HEADER: session.cdp_token}
 
+    def extension_url(
+        self, session: BrowserSession, token: Expiring, *, local: bool = False
+    ) -> str:
+        """Where the extension (or, `local`, an in-process stand-in for it) connects."""
+        base = f"ws://127.0.0.1:{self.port}" if local else self.ws_url
+        return f"{base}/extension/{session.id}?{urlencode({'token': token.value})}"
+
     def endpoints(self, key: str) -> Endpoints:
         session = self.sessions.session(key)
         setup = self.sessions.setup_token(session)
@@ -149,11 +156,10 @@ class RelayServer:
         if page == "status":
             return _json(HTTPStatus.OK, _status(session))
         relay = self.sessions.mint_relay_token(session)
-        relay_url = f"{self.ws_url}/extension/{session.id}?{urlencode({'token': relay.value})}"
         return _json(
             HTTPStatus.OK,
             {
-                "relayUrl": relay_url,
+                "relayUrl": self.extension_url(session, relay),
                 "expiresAt": relay.expires_at,
                 "protocolVersion": PROTOCOL_VERSION,
             },

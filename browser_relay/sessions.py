@@ -34,6 +34,11 @@ def user_key(user_id: str) -> str:
     return f"user:{user_id}"
 
 
+def sandbox_key(thread_id: str) -> str:
+    """The key of the headless browser in a thread's sandbox."""
+    return f"sandbox:{thread_id}"
+
+
 def session_id_for(key: str) -> str:
     """The session id for a caller-influenced key: a hash, safe in any path or file name."""
     return hashlib.sha256(key.encode()).hexdigest()[:32]

@@ -37,10 +37,12 @@ from docker.models.containers import Container
 from sandbox import files
 from sandbox.commands import CommandResult, CommandRunner, OutputCallback
 from sandbox.docker_provider import DockerProvider, SandboxInfo
-from sandbox.egress import MOUNT_POINT, EgressProxy
+from sandbox.egress import BRIDGE_PORT, MOUNT_POINT, EgressProxy
 from sandbox.errors import SandboxError, SandboxUnavailableError
 from sandbox.identity import LABEL_IMAGE
+from sandbox.image.browser import BROWSER_ENVIRONMENT, browser_command
 from sandbox.image.rootfs import APP_DIR, USER_UID, WORKSPACE
+from sandbox.streams import ProcessStream
 from sandbox.worker import WorkerClient, WorkerGoneError, result_of
 
 log = structlog.get_logger(__name__)
@@ -546,6 +548,24 @@ class SandboxManager:
             except WorkerGoneError:
                 entry.drop_worker()
         return await _call(through_exec, await self.acquire(thread_id))
+
+    # -- the headless browser -----------------------------------------------------------
+
+    async def open_browser(self, thread_id: str) -> ProcessStream:
+        """Start Chromium in the thread's sandbox, its CDP pipe on the stream's stdin and
+        stdout (see image/browser.py). Its pages reach the outside only through the thread's
+        egress proxy, when the service has one; without one they reach nothing beyond the
+        sandbox (files in the workspace, servers on its loopback)."""
+        container = await self.acquire(thread_id)
+        has_egress = self.egress is not None and self.provider.egress_dir(container) is not None
+        return await ProcessStream.open(
+            self.provider.client,
+            container,
+            browser_command(f"127.0.0.1:{BRIDGE_PORT}" if has_egress else None),
+            user=f"{USER_UID}:{USER_UID}",
+            workdir=WORKSPACE,
+            environment=BROWSER_ENVIRONMENT,
+        )
 
     # -- lifecycle ----------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from sandbox.commands import CommandResult, OutputCallback
 from sandbox.files import FileEntry
+from sandbox.streams import ProcessStream
 
 
 class Sandboxes(Protocol):
@@ -107,3 +108,10 @@ class WorkflowToolchain(Protocol):
         resource: str | None = None,
         operation: str | None = None,
     ) -> dict[str, Any] | None: ...
+
+
+@runtime_checkable
+class BrowserHost(Protocol):
+    """Sandboxes that can run a headless browser (the Docker manager can; local cannot)."""
+
+    async def open_browser(self, thread_id: str) -> ProcessStream: ...

@@ -174,6 +174,12 @@ class Settings(BaseSettings):
         None, description="enables web-search through this SearXNG instance (if no Brave key)"
     )
     web_fetch_timeout_seconds: float = Field(30, gt=0, le=120, description="per fetch-url")
+    browser: Literal["user", "sandbox"] = Field(
+        "user",
+        description="what the browser tools drive: user, the person's own browser through "
+        "the extension (a connect card asks for it); sandbox, a headless Chromium in the "
+        "thread's sandbox (no person needed: evaluation jobs, headless use; docker provider)",
+    )
     browser_relay_host: str = Field(
         "127.0.0.1", description="where the browser relay (extension, CDP, setup page) listens"
     )

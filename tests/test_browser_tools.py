@@ -8,7 +8,6 @@ import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -67,11 +66,19 @@ async def connect_browser(app: Application, devtools: str) -> str:
 
 
 async def test_every_browser_tool_on_a_real_tab(
-    app: Application, channel: grpc.aio.Channel, chromium: Chromium, site: str, tmp_path: Path
+    make_settings: Callable[..., Settings], chromium: Chromium, site: str
 ) -> None:
-    tools = ToolClient(channel, "browse", WHO)
-    upload = tmp_path / "report.txt"
-    upload.write_text("numbers")
+    # Uploads come from the thread's workspace (local directories serve here).
+    async with serving(make_settings(sandbox_provider="local")) as (app, channel):
+        await app.runtime.events.append("browse", "note", {})
+        tools = ToolClient(channel, "browse", WHO)
+        await tools.call("workspace_write_file", path="report.txt", content="numbers")
+        await drive_every_tool(app, tools, chromium, site)
+
+
+async def drive_every_tool(
+    app: Application, tools: ToolClient, chromium: Chromium, site: str
+) -> None:
     async with extension(chromium.http, await connect_browser(app, chromium.http)):
         first = (await tools.call("browser_tab_list"))["tabs"]
         assert len(first) == 1 and first[0]["active"]
@@ -111,7 +118,7 @@ async def test_every_browser_tool_on_a_real_tab(
         await tools.call("browser_dialog", action="accept", text="Lyon")
         await tools.call("browser_wait", text="Lyon", timeoutMs=5000)
 
-        await tools.call("browser_upload", element={"selector": "#file"}, files=[str(upload)])
+        await tools.call("browser_upload", element={"selector": "#file"}, files=["report.txt"])
         await tools.call("browser_wait", predicate="picked.textContent === 'report.txt'")
 
         scrolled = await tools.call(

@@ -1,10 +1,12 @@
-"""Build the sandbox image offline, in three layers, each tagged by a hash of its inputs.
+"""Build the sandbox image offline, in four layers, each tagged by a hash of its inputs.
 
 1. **base** (`instance-ai-sandbox-base:<hash>`): `docker import` of a root filesystem assembled
    from this host's binaries (`rootfs.py`).
 2. **deps** (`instance-ai-sandbox-deps:<hash>`): the lockfile-pinned npm tree, installed on the
    host with `npm ci --ignore-scripts` and copied into a container of the base, committed.
-3. **final** (`instance-ai-sandbox:<hash>`): the code in `bin/`, the workspace seed in `seed/`
+3. **browser** (`instance-ai-sandbox-browser:<hash>`): this host's Chromium with the libraries
+   and fonts it needs (`browser.py`), for the sandboxed headless browser.
+4. **final** (`instance-ai-sandbox:<hash>`): the code in `bin/`, the workspace seed in `seed/`
    (copied into a workspace on first use), plus the run-time config
    (user, HOME, TMPDIR, n8n's folder), committed the same way. A code change rebuilds only this.
 
@@ -24,13 +26,13 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import docker
 import docker.errors
 
 from sandbox.errors import ImageBuildError, SandboxUnavailableError
-from sandbox.image import rootfs
+from sandbox.image import browser, rootfs
 from sandbox.image.catalog import CATALOG_PACKAGES, catalog_file
 
 IMAGE_DIR = Path(__file__).resolve().parent
@@ -79,24 +81,30 @@ def _tree_bytes(directory: Path) -> bytes:
     )
 
 
-def image_tags() -> tuple[str, str, str]:
-    """The base, deps and final tags the current inputs build (no engine call)."""
+def image_tags() -> tuple[str, str, str, str]:
+    """The base, deps, browser and final tags the current inputs build (no engine call)."""
     files = rootfs.collect_files()
     base = _digest(rootfs.inputs_digest(files).encode())
     deps = _digest(base.encode(), (DEPS_DIR / "package.json").read_bytes(), _npm_inputs())
+    chromium = _digest(deps.encode(), browser.inputs_digest(browser.collect_files()).encode())
     final = _digest(
-        deps.encode(),
+        chromium.encode(),
         Path(__file__).read_bytes(),  # it stages the layer (and makes the node type index)
         _tree_bytes(BIN_DIR),
         _tree_bytes(SEED_DIR),
         "\n".join(RUN_CONFIG).encode(),
     )
-    return (f"{REPOSITORY}-base:{base}", f"{REPOSITORY}-deps:{deps}", f"{REPOSITORY}:{final}")
+    return (
+        f"{REPOSITORY}-base:{base}",
+        f"{REPOSITORY}-deps:{deps}",
+        f"{REPOSITORY}-browser:{chromium}",
+        f"{REPOSITORY}:{final}",
+    )
 
 
 def require_image(client: docker.DockerClient) -> str:
     """The final tag, or SandboxUnavailableError saying how to build it."""
-    tag = image_tags()[2]
+    tag = image_tags()[-1]
     try:
         client.images.get(tag)
     except docker.errors.ImageNotFound:
@@ -119,11 +127,11 @@ class ImageBuilder:
         self._cache_dir = cache_dir
         self._log = log or (lambda _message: None)
 
-    def tags(self) -> tuple[str, str, str]:
+    def tags(self) -> tuple[str, str, str, str]:
         return image_tags()
 
     def build(self) -> BuiltImage:
-        base_tag, deps_tag, final_tag = self.tags()
+        base_tag, deps_tag, browser_tag, final_tag = self.tags()
         built: list[str] = []
         node_modules = self._node_modules()
         if not self._exists(base_tag):
@@ -139,11 +147,19 @@ class ImageBuilder:
                 [],
             )
             built.append(deps_tag)
+        if not self._exists(browser_tag):
+            self._commit_browser(deps_tag, browser_tag)
+            built.append(browser_tag)
         if not self._exists(final_tag):
             with tempfile.TemporaryDirectory() as staging:
                 _stage_code(node_modules, Path(staging))
                 self._commit_layer(
-                    deps_tag, final_tag, rootfs.APP_DIR, Path(staging), ["bin", "seed"], RUN_CONFIG
+                    browser_tag,
+                    final_tag,
+                    rootfs.APP_DIR,
+                    Path(staging),
+                    ["bin", "seed"],
+                    RUN_CONFIG,
                 )
             built.append(final_tag)
         self._log(f"sandbox image {final_tag} ready" + (f" (built {built})" if built else ""))
@@ -212,6 +228,37 @@ class ImageBuilder:
     ) -> None:
         """Copy `names` from `source_dir` into `destination` of a container of `parent`, then
         commit it as `tag` with Dockerfile `changes`."""
+
+        def write(payload: IO[bytes]) -> None:
+            with tarfile.open(fileobj=payload, mode="w") as tar:
+                for name in names:
+                    tar.add(source_dir / name, arcname=name, filter=_root_owned)
+
+        self._commit_tar(parent, tag, destination, write, changes)
+
+    def _commit_browser(self, parent: str, tag: str) -> None:
+        self._log("adding this host's Chromium (the sandboxed browser)")
+        files = browser.collect_files()
+        with tempfile.TemporaryDirectory() as tmp:
+            tar_path = Path(tmp) / "browser.tar"
+            browser.write_layer_tar(files, tar_path)
+
+            def write(payload: IO[bytes]) -> None:
+                with tar_path.open("rb") as layer:
+                    shutil.copyfileobj(layer, payload)
+
+            self._commit_tar(parent, tag, "/", write, [])
+
+    def _commit_tar(
+        self,
+        parent: str,
+        tag: str,
+        destination: str,
+        write: Callable[[IO[bytes]], None],
+        changes: list[str],
+    ) -> None:
+        """Unpack the tar `write` produces at `destination` in a container of `parent`, then
+        commit it as `tag` with Dockerfile `changes`."""
         self._log(f"building layer {tag}")
         container = self._client.containers.create(
             parent, command=["true"], network_mode="none", user="0:0"
@@ -219,9 +266,7 @@ class ImageBuilder:
         try:
             # Spooled to disk: the dependency tree is ~900 MB.
             with tempfile.TemporaryFile() as payload:
-                with tarfile.open(fileobj=payload, mode="w") as tar:
-                    for name in names:
-                        tar.add(source_dir / name, arcname=name, filter=_root_owned)
+                write(payload)
                 payload.seek(0)
                 if not container.put_archive(destination, payload):
                     raise ImageBuildError(f"copying into {destination} for {tag} failed")

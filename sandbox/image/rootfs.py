@@ -48,7 +48,7 @@ def _host_path(name: str) -> Path:
     )
 
 
-def _libraries(binary: Path) -> set[str]:
+def libraries(binary: Path) -> set[str]:
     result = subprocess.run(["ldd", str(binary)], capture_output=True, text=True)
     if result.returncode != 0:  # static binaries and scripts need nothing
         return set()
@@ -57,7 +57,7 @@ def _libraries(binary: Path) -> set[str]:
     return {m.group(1) for line in result.stdout.splitlines() if (m := _LDD_PATH.search(line))}
 
 
-def _in_merged_usr(path: str) -> str:
+def in_merged_usr(path: str) -> str:
     """Where a host path lives in a merged-/usr tree: /lib/x → usr/lib/x, /bin/x → usr/bin/x."""
     real_dir = os.path.realpath(os.path.dirname(path))
     return (real_dir + "/" + os.path.basename(path)).lstrip("/")
@@ -68,9 +68,9 @@ def collect_files() -> dict[str, Path]:
     files: dict[str, Path] = {}
     for name in BINARIES:
         binary = _host_path(name)
-        files[_in_merged_usr(str(binary))] = binary.resolve()
-        for library in _libraries(binary.resolve()):
-            files[_in_merged_usr(library)] = Path(library).resolve()
+        files[in_merged_usr(str(binary))] = binary.resolve()
+        for library in libraries(binary.resolve()):
+            files[in_merged_usr(library)] = Path(library).resolve()
     return files
 
 

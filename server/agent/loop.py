@@ -405,7 +405,11 @@ class Agent(Orchestration):
         (its live deltas are superseded by the durable text-block of the attempt that
         succeeds, keyed by responseId)."""
         provider = self._require_provider()
-        system = background_prompt(scope.kind) if scope.background else orchestrator_prompt()
+        system = (
+            background_prompt(scope.kind)
+            if scope.background
+            else orchestrator_prompt(self.settings.browser)
+        )
         request = ModelRequest(
             system=system,
             messages=messages,

@@ -43,18 +43,32 @@ TOOL_USE = """\
   cancel-background-task stops it."""
 
 
-BROWSER = """\
+BROWSER_USER = """\
 # The browser
 - The browser_* tools drive the user's own browser: their tabs, their logins, through an
   extension they connected. Act only on what the task needs, and say what you did there.
 - With no browser connected, a browser tool shows the user a card to connect one; if they
   answer without connecting, the tool says so: explain, and do not call it again this turn.
 - Read a page with browser_snapshot: element refs ([ref=e5]) are what the other tools take.
-  An open dialog (modalStates) blocks the page until browser_dialog answers it."""
+  An open dialog (modalStates) blocks the page until browser_dialog answers it.
+- browser_upload takes paths in the workspace."""
+
+BROWSER_SANDBOX = """\
+# The browser
+- The browser_* tools drive a headless Chromium inside this thread's sandbox, not the user's
+  browser: none of their tabs or logins, nothing to connect.
+- A page you write in the workspace opens as file:///home/user/workspace/<path>. Other sites
+  are reached only through the sandbox's egress rules: hosts the user approved through
+  fetch-url; a refused host shows as a proxy error page.
+- Read a page with browser_snapshot: element refs ([ref=e5]) are what the other tools take.
+  An open dialog (modalStates) blocks the page until browser_dialog answers it.
+- browser_upload takes paths in the workspace."""
 
 
-def orchestrator_prompt() -> str:
-    return "\n\n".join([ROLE, PLANNING, BUILD_LOOP, TOOL_USE, BROWSER])
+def orchestrator_prompt(browser: str = "user") -> str:
+    """`browser` is which browser the browser tools drive (the `browser` setting)."""
+    section = BROWSER_SANDBOX if browser == "sandbox" else BROWSER_USER
+    return "\n\n".join([ROLE, PLANNING, BUILD_LOOP, TOOL_USE, section])
 
 
 def background_prompt(role: str) -> str:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import structlog
 
 from browser_relay.driver import Drivers
+from browser_relay.headless import HeadlessBrowsers
 from browser_relay.server import RelayServer
 from browser_relay.sessions import BrowserSessions
 from sandbox.egress import EgressProxy
@@ -76,6 +77,7 @@ class Runtime:
     web_search: WebSearch | None
     browser: RelayServer
     browsers: Drivers
+    headless: HeadlessBrowsers
 
     @classmethod
     async def open(cls, settings: Settings) -> Runtime:
@@ -126,6 +128,7 @@ class Runtime:
         return cls(
             browser=browser,
             browsers=Drivers(),
+            headless=HeadlessBrowsers(browser),
             conversation=Conversation(db=db),
             hitl=hitl,
             plans=Plans(db=db, events=events),
@@ -160,6 +163,7 @@ class Runtime:
     async def close(self) -> None:
         await self.background.cancel_all()
         await self.browsers.close()
+        await self.headless.close()
         await self.browser.close()
         await self.sandboxes.close()
         await self.events.close()

@@ -1,9 +1,10 @@
-"""The browser tools: Playwright, through the relay, on the calling user's own browser.
+"""The browser tools: Playwright, through the relay, on the calling user's own browser or, with
+`INSTANCE_AI_BROWSER=sandbox`, on a headless Chromium in the thread's sandbox.
 
-With no browser connected, a tool suspends with one connect card that serves both surfaces:
-`type` and `setupUrl` for the in-app chat, `components` (a section and a link button) for
-channels. Answering it ("I've connected") runs the tool again; if there is still no browser,
-the tool says so instead of asking again.
+With no browser of the user's connected, a tool suspends with one connect card that serves
+both surfaces: `type` and `setupUrl` for the in-app chat, `components` (a section and a link
+button) for channels. Answering it ("I've connected") runs the tool again; if there is still
+no browser, the tool says so instead of asking again.
 
 `browser_scroll`, `browser_cookies` and `browser_storage` take a union (on `mode` / `action`):
 the registry flattens it for the model and validates each call against the real union.
@@ -11,15 +12,20 @@ the registry flattens it for the model and validates each call against the real 
 
 from __future__ import annotations
 
+import mimetypes
+import posixpath
 from typing import Annotated, Any, Literal
 
 from playwright.async_api import Error as PlaywrightError
+from playwright.async_api import FilePayload
 from pydantic import Field, model_validator
 
 from browser_relay.driver import BrowserDriver, DriverError, Target
-from browser_relay.sessions import user_key
+from browser_relay.headless import BrowserGone
+from browser_relay.sessions import sandbox_key, user_key
+from sandbox.protocol import BrowserHost
 from server.domain.web import html_markdown, readable_markdown
-from server.errors import FailedPreconditionError
+from server.errors import FailedPreconditionError, UnavailableError
 from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec
 
 GROUP = "browser"
@@ -120,7 +126,7 @@ ScrollInput = Annotated[ScrollToElement | ScrollByDirection, Field(discriminator
 
 class UploadInput(OnPage):
     element: Element | None = Field(None, description="not needed when a file chooser is open")
-    files: list[str] = Field(min_length=1, description="paths the browser can read")
+    files: list[str] = Field(min_length=1, description="paths in the workspace")
 
 
 class DialogInput(OnPage):
@@ -273,6 +279,8 @@ class ListOutput(ToolModel):
 
 
 async def _driver(ctx: ToolContext) -> BrowserDriver:
+    if ctx.runtime.settings.browser == "sandbox":
+        return await _sandbox_driver(ctx)
     key = user_key(ctx.caller.user_id)
     relay = ctx.runtime.browser
     session = relay.sessions.session(key)
@@ -288,6 +296,29 @@ async def _driver(ctx: ToolContext) -> BrowserDriver:
         )
     setup_url = relay.endpoints(key).setup_url
     raise Suspend(connect_card(setup_url))
+
+
+async def _sandbox_driver(ctx: ToolContext) -> BrowserDriver:
+    """The headless browser in the thread's sandbox, started on first use."""
+    sandboxes = await ctx.runtime.sandboxes.for_thread(ctx.thread_id)
+    if not isinstance(sandboxes, BrowserHost):
+        raise FailedPreconditionError(
+            "the sandboxed browser runs in a Docker sandbox: set "
+            "INSTANCE_AI_SANDBOX_PROVIDER=docker (or INSTANCE_AI_BROWSER=user to drive the "
+            "person's own browser)"
+        )
+    key = sandbox_key(ctx.thread_id)
+    relay, headless = ctx.runtime.browser, ctx.runtime.headless
+    session = relay.sessions.session(key)
+    if not headless.running(key):
+        # A driver of a browser that is gone would wait on its tabs: start afresh.
+        await ctx.runtime.browsers.drop(session.id)
+    try:
+        session = await headless.ensure(key, lambda: sandboxes.open_browser(ctx.thread_id))
+    except BrowserGone as exc:
+        raise UnavailableError(str(exc)) from None
+    cdp_url, cdp_headers = relay.cdp_endpoint(session)
+    return await ctx.runtime.browsers.driver(session.id, cdp_url, cdp_headers)
 
 
 def connect_card(setup_url: str) -> dict[str, Any]:
@@ -341,14 +372,16 @@ async def _after(driver: BrowserDriver, page_id: str | None, result: Any = None)
     )
 
 
-def _handler(run: Any) -> Any:
+def _handler(run: Any, *, with_context: bool = False) -> Any:
     """A browser tool handler: the driver for the caller's browser, with Playwright's and
     the driver's errors turned into answers the model can act on."""
 
     async def handle(ctx: ToolContext, args: Any) -> ToolModel:
         driver = await _driver(ctx)
         try:
-            result: ToolModel = await run(driver, args)
+            result: ToolModel = await (
+                run(driver, args, ctx) if with_context else run(driver, args)
+            )
         except (PlaywrightError, DriverError) as exc:
             raise FailedPreconditionError(str(exc).split("\nCall log:")[0]) from None
         return result
@@ -451,8 +484,18 @@ async def scroll(d: BrowserDriver, a: ScrollToElement | ScrollByDirection) -> Pa
     return await _after(d, a.page_id, {"scrollY": offset})
 
 
-async def upload(d: BrowserDriver, a: UploadInput) -> PageOutput:
-    await d.upload(a.page_id, a.element.target() if a.element else None, a.files)
+async def upload(d: BrowserDriver, a: UploadInput, ctx: ToolContext) -> PageOutput:
+    # From the thread's workspace, whichever browser: never from the service's own disk.
+    sandboxes = await ctx.runtime.sandboxes.for_thread(ctx.thread_id)
+    files = [
+        FilePayload(
+            name=posixpath.basename(path),
+            mimeType=mimetypes.guess_type(path)[0] or "application/octet-stream",
+            buffer=await sandboxes.read_file(ctx.thread_id, path),
+        )
+        for path in a.files
+    ]
+    await d.upload(a.page_id, a.element.target() if a.element else None, files)
     return await _after(d, a.page_id)
 
 
@@ -543,7 +586,13 @@ async def storage(d: BrowserDriver, a: StorageGet | StorageSet | StorageClear) -
 
 
 def _spec(
-    name: str, description: str, input_model: Any, output: type[ToolModel], run: Any
+    name: str,
+    description: str,
+    input_model: Any,
+    output: type[ToolModel],
+    run: Any,
+    *,
+    with_context: bool = False,
 ) -> ToolSpec:
     return ToolSpec(
         name=name,
@@ -551,7 +600,7 @@ def _spec(
         group=GROUP,
         input_model=input_model,
         output_model=output,
-        handler=_handler(run),
+        handler=_handler(run, with_context=with_context),
         # Asks only when no browser is connected (the connect card).
         may_ask=True,
     )
@@ -560,7 +609,7 @@ def _spec(
 TOOLS = [
     _spec(
         "browser_tab_open",
-        "Open a new tab in the user's browser (optionally at a URL) and make it active.",
+        "Open a new tab (optionally at a URL) and make it active.",
         TabOpenInput,
         TabOutput,
         tab_open,
@@ -665,10 +714,11 @@ TOOLS = [
     ),
     _spec(
         "browser_upload",
-        "Give files to a file input or to the open file chooser.",
+        "Give files from the workspace to a file input or to the open file chooser.",
         UploadInput,
         PageOutput,
         upload,
+        with_context=True,
     ),
     _spec(
         "browser_dialog",

@@ -1,0 +1,122 @@
+"""A process in a sandbox with its stdin and stdout attached, as asyncio streams.
+
+One attached `docker exec` (stdin open, no TTY): the engine hands over the connection, which
+carries stdin one way and stdout and stderr the other, multiplexed in frames (an 8-byte
+header: stream, three zero bytes, a big-endian length). The hijacked socket is driven by the
+event loop directly, so a long-lived, chatty process (a browser's CDP pipe) needs no thread.
+stderr is kept as a short tail, for the error when the process dies.
+
+The process starts only after a first newline on stdin: docker-py may read past the upgrade
+response's headers, and bytes it swallowed would break the framing, so nothing may be written
+before the connection is ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+from collections import deque
+from typing import Any
+
+import docker
+import docker.errors
+import structlog
+from docker.models.containers import Container
+
+from sandbox.errors import SandboxUnavailableError
+
+log = structlog.get_logger(__name__)
+
+_HEADER = struct.Struct(">BxxxL")
+STDOUT, STDERR = 1, 2
+STDERR_LINES = 40
+
+
+class ProcessStream:
+    def __init__(
+        self, wrapper: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self._wrapper = wrapper  # docker-py's socket wrapper: the fd closes with it
+        self._reader = reader
+        self._writer = writer
+        # What the process wrote to stdout, demultiplexed; EOF when it exits.
+        self.stdout = asyncio.StreamReader(limit=2**26)
+        self._stderr: deque[str] = deque(maxlen=STDERR_LINES)
+        self._pump = asyncio.create_task(self._demultiplex(), name="sandbox-stream")
+
+    @classmethod
+    async def open(
+        cls,
+        client: docker.DockerClient,
+        container: Container,
+        argv: list[str],
+        *,
+        user: str,
+        workdir: str,
+        environment: dict[str, str] | None = None,
+    ) -> ProcessStream:
+        def start() -> Any:
+            exec_id = client.api.exec_create(
+                container.id,
+                ["sh", "-c", 'read -r _ && exec "$@"', "sh", *argv],
+                stdin=True,
+                user=user,
+                workdir=workdir,
+                environment=environment,
+            )["Id"]
+            return client.api.exec_start(exec_id, socket=True)
+
+        try:
+            wrapper = await asyncio.to_thread(start)
+        except docker.errors.DockerException as exc:
+            raise SandboxUnavailableError(
+                f"could not start a process in the sandbox: {exc}"
+            ) from exc
+        reader, writer = await asyncio.open_unix_connection(sock=wrapper._sock, limit=2**26)
+        stream = cls(wrapper, reader, writer)
+        await stream.write(b"\n")  # the go-ahead (see above)
+        return stream
+
+    async def write(self, data: bytes) -> None:
+        if self._writer.is_closing():
+            raise SandboxUnavailableError("the sandbox process has exited")
+        self._writer.write(data)
+        await self._writer.drain()
+
+    def stderr_tail(self) -> str:
+        return "\n".join(self._stderr)
+
+    async def close(self) -> None:
+        """Close stdin (EOF: a well-behaved process exits), give it a moment, then let go of
+        the connection. The letting go happens even when this is cancelled."""
+        try:
+            if not self._writer.is_closing():
+                with contextlib.suppress(OSError):
+                    if self._writer.can_write_eof():
+                        self._writer.write_eof()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(self._pump), 5)
+        finally:
+            self._writer.close()
+            self._pump.cancel()
+            with contextlib.suppress(OSError, AttributeError):
+                self._wrapper._response.close()
+                self._wrapper.close()
+
+    async def _demultiplex(self) -> None:
+        partial = b""
+        try:
+            while True:
+                stream, size = _HEADER.unpack(await self._reader.readexactly(_HEADER.size))
+                data = await self._reader.readexactly(size)
+                if stream == STDOUT:
+                    self.stdout.feed_data(data)
+                elif stream == STDERR:
+                    *lines, partial = (partial + data).split(b"\n")
+                    self._stderr.extend(line.decode(errors="replace") for line in lines)
+        except (asyncio.IncompleteReadError, OSError):
+            pass
+        finally:
+            self.stdout.feed_eof()
+            self._writer.close()
