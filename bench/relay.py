@@ -6,6 +6,10 @@ and direct, interleaved round by round so the machine's noise hits both alike:
 - one CDP round trip: `page.evaluate("1")`, p50 over many calls (target: ≤ 1 ms added);
 - a navigate + fill + click + read round trip on a local page.
 
+The stand-in is a second Python hop that the real extension replaces, so a third client goes
+through one plain WebSocket forwarder (the same library, no relay logic) to a third browser:
+what one such hop costs. The relay's own share is the relay's figure less that hop.
+
     python -m bench.relay [--rounds N]
 """
 
@@ -13,14 +17,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
+import httpx
 from playwright.async_api import Page, async_playwright
+from websockets.asyncio.client import connect
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
 
 from browser_relay.server import RelayServer
 from browser_relay.sessions import BrowserSessions
+from browser_relay.wire import MAX_MESSAGE_BYTES
 from tests.browser_fixtures import extension, run_chromium, serve_pages
 
 PAGE = """<html><body><input id="name"><button id="go" onclick="
@@ -49,11 +60,33 @@ async def main(rounds: int) -> None:
 async def compare(url: str, rounds: int) -> None:
     # Two browsers: a CDP client attached straight to a browser attaches to all its tabs,
     # and would also act on the tab behind the relay.
-    with run_chromium() as behind_relay, run_chromium() as plain:
-        await measure(behind_relay.http, plain.http, url, rounds)
+    with run_chromium() as behind_relay, run_chromium() as plain, run_chromium() as hopped:
+        async with forwarder(hopped.http) as hop_url:
+            await measure(behind_relay.http, plain.http, hop_url, url, rounds)
 
 
-async def measure(devtools: str, direct_devtools: str, url: str, rounds: int) -> None:
+@contextlib.asynccontextmanager
+async def forwarder(devtools: str) -> AsyncIterator[str]:
+    """One WebSocket hop and nothing else: every frame passed on as it is, both ways."""
+    async with httpx.AsyncClient() as client:
+        browser_ws = (await client.get(f"{devtools}/json/version")).json()["webSocketDebuggerUrl"]
+
+    async def pass_on(client_side: ServerConnection) -> None:
+        async with connect(browser_ws, max_size=MAX_MESSAGE_BYTES) as browser:
+
+            async def pump(source: Any, sink: Any) -> None:
+                with contextlib.suppress(ConnectionClosed):  # either side leaving ends it
+                    async for frame in source:
+                        await sink.send(frame)
+
+            await asyncio.gather(pump(client_side, browser), pump(browser, client_side))
+
+    async with serve(pass_on, "127.0.0.1", 0, max_size=MAX_MESSAGE_BYTES) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        yield f"ws://127.0.0.1:{port}/"
+
+
+async def measure(devtools: str, direct_devtools: str, hop_url: str, url: str, rounds: int) -> None:
     relay = await RelayServer(BrowserSessions()).start()
     session = relay.sessions.session("bench")
     token = relay.sessions.mint_relay_token(session).value
@@ -65,19 +98,23 @@ async def measure(devtools: str, direct_devtools: str, url: str, rounds: int) ->
                 endpoints.cdp_url, headers=endpoints.cdp_headers
             )
             direct = await pw.chromium.connect_over_cdp(direct_devtools)
+            hopped = await pw.chromium.connect_over_cdp(hop_url)
             via_relay = relayed.contexts[0].pages[0]
             straight = direct.contexts[0].pages[0]
-            for page in (via_relay, straight):
+            one_hop = hopped.contexts[0].pages[0]
+            clients = (("relay", via_relay), ("direct", straight), ("hop", one_hop))
+            for _name, page in clients:
                 await round_trip(page, url)  # warm
-            evaluate: dict[str, list[float]] = {"relay": [], "direct": []}
-            trips: dict[str, list[float]] = {"relay": [], "direct": []}
+            evaluate: dict[str, list[float]] = {name: [] for name, _page in clients}
+            trips: dict[str, list[float]] = {name: [] for name, _page in clients}
             for _ in range(rounds):
-                for name, page in (("relay", via_relay), ("direct", straight)):
+                for name, page in clients:
                     for _ in range(20):
                         evaluate[name].append(await timed(lambda p=page: p.evaluate("1")))
                     trips[name].append(await timed(lambda p=page: round_trip(p, url)))
             await relayed.close()
             await direct.close()
+            await hopped.close()
     finally:
         await relay.close()
 
@@ -85,6 +122,7 @@ async def measure(devtools: str, direct_devtools: str, url: str, rounds: int) ->
         return statistics.median(values)
 
     added = p50(evaluate["relay"]) - p50(evaluate["direct"])
+    hop = p50(evaluate["hop"]) - p50(evaluate["direct"])
     print(
         f"relay (with the extension stand-in: two Python hops) vs direct connect_over_cdp, "
         f"{rounds} interleaved rounds"
@@ -93,6 +131,10 @@ async def measure(devtools: str, direct_devtools: str, url: str, rounds: int) ->
         f"  one CDP round trip (evaluate '1'), p50: direct {p50(evaluate['direct']):.2f} ms, "
         f"relay {p50(evaluate['relay']):.2f} ms: +{added:.2f} ms per command "
         f"({p50(evaluate['relay']) / p50(evaluate['direct']):.2f}x)"
+    )
+    print(
+        f"  one plain WebSocket hop (the stand-in's share), p50: {p50(evaluate['hop']):.2f} ms: "
+        f"+{hop:.2f} ms; so the relay itself adds +{added - hop:.2f} ms per command"
     )
     print(
         f"  navigate + fill + click + read, p50: direct {p50(trips['direct']):.1f} ms, "
