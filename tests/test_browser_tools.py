@@ -4,7 +4,6 @@ cross-origin frame, dialogs, an upload, a new tab, a drag)."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator, Callable
@@ -21,7 +20,7 @@ from tests.agent_fixtures import Chat, last_tool_results, model, model_settings
 from tests.browser_fixtures import Chromium, chromium, extension, serve_pages
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, Turn, text, tool
-from tests.tool_client import ToolClient
+from tests.tool_client import ToolClient, tabs_opened_by
 
 __all__ = ["chromium", "model", "model_settings"]  # fixtures, shared
 
@@ -152,13 +151,7 @@ async def drive_every_tool(
         assert (await tools.call("browser_cookies", action="clear"))["items"] == []
 
         # A page that opens a tab: the next action reports it.
-        opened = await tools.call("browser_click", element={"selector": "#popup"})
-        new_tabs = opened.get("newTabs") or []
-        for _ in range(50):  # the popup may be announced just after the click returns
-            if new_tabs:
-                break
-            await asyncio.sleep(0.05)
-            new_tabs = (await tools.call("browser_wait", predicate="true")).get("newTabs") or []
+        new_tabs = await tabs_opened_by(tools, element={"selector": "#popup"})
         assert new_tabs and new_tabs[0]["url"].endswith("/other") and not new_tabs[0]["active"]
 
         tab = (await tools.call("browser_tab_open", url=f"{site}/other"))["tab"]

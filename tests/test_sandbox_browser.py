@@ -26,7 +26,7 @@ from tests.agent_fixtures import Chat, last_tool_results, model, with_model
 from tests.browser_fixtures import serve_pages
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, Turn, text, tool
-from tests.tool_client import ToolClient
+from tests.tool_client import ToolClient, tabs_opened_by
 
 __all__ = ["model"]  # a fixture, shared
 
@@ -132,13 +132,7 @@ async def test_the_browser_tools_drive_the_sandboxed_browser(
         assert shot.startswith(b"\x89PNG")
         assert base64.b64decode((await tools.call("browser_pdf"))["data"]).startswith(b"%PDF")
 
-        opened = await tools.call("browser_click", element={"selector": "#popup"})
-        new_tabs = opened.get("newTabs") or []
-        for _ in range(50):  # the popup may be announced just after the click returns
-            if new_tabs:
-                break
-            await asyncio.sleep(0.05)
-            new_tabs = (await tools.call("browser_wait", predicate="true")).get("newTabs") or []
+        new_tabs = await tabs_opened_by(tools, element={"selector": "#popup"})
         assert new_tabs and new_tabs[0]["url"].endswith("/site/other.html")
 
         # The outside only through the thread's egress: refused until the host is approved.

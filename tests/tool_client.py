@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import grpc
@@ -39,6 +40,18 @@ class ToolClient:
         with pytest.raises(grpc.aio.AioRpcError) as error:
             await self.call(tool_name, **arguments)
         return error.value
+
+
+async def tabs_opened_by(tools: ToolClient, **click: Any) -> list[dict[str, Any]]:
+    """Click with browser_click; the tabs the click opened (`newTabs`), which may be announced
+    just after the click returns, so later actions are asked too."""
+    new_tabs = (await tools.call("browser_click", **click)).get("newTabs") or []
+    for _ in range(50):
+        if new_tabs:
+            break
+        await asyncio.sleep(0.05)
+        new_tabs = (await tools.call("browser_wait", predicate="true")).get("newTabs") or []
+    return list(new_tabs)
 
 
 async def saved_workflow(
