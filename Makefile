@@ -57,6 +57,7 @@ bench: setup
 	$(BIN)/python -m bench.agent
 	$(BIN)/python -m bench.eval
 	$(BIN)/python -m bench.relay
+	$(BIN)/python -m bench.sandbox_browser
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

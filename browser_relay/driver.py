@@ -310,20 +310,24 @@ class Drivers:
         self._manager: Any = None
         self._playwright: Playwright | None = None
         self._drivers: dict[str, BrowserDriver] = {}
+        self._connecting: dict[str, asyncio.Lock] = {}
 
     async def driver(self, session_id: str, cdp_url: str, headers: dict[str, str]) -> BrowserDriver:
-        found = self._drivers.get(session_id)
-        if found is not None and found.connected:
-            return found
-        if self._playwright is None:
-            from playwright.async_api import async_playwright
+        # One connection a session (the relay takes one client): concurrent tool calls wait
+        # for the first one's connection instead of opening a second.
+        async with self._connecting.setdefault(session_id, asyncio.Lock()):
+            found = self._drivers.get(session_id)
+            if found is not None and found.connected:
+                return found
+            if self._playwright is None:
+                from playwright.async_api import async_playwright
 
-            self._manager = async_playwright()
-            self._playwright = await self._manager.start()
-        driver = BrowserDriver(self._playwright, cdp_url, headers)
-        await driver.connect()
-        self._drivers[session_id] = driver
-        return driver
+                self._manager = async_playwright()
+                self._playwright = await self._manager.start()
+            driver = BrowserDriver(self._playwright, cdp_url, headers)
+            await driver.connect()
+            self._drivers[session_id] = driver
+            return driver
 
     async def drop(self, session_id: str) -> None:
         """Disconnect a session's driver, if there is one."""

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -34,6 +35,8 @@ from browser_relay.wire import MAX_MESSAGE_BYTES
 log = structlog.get_logger(__name__)
 
 START_TIMEOUT_SECONDS = 20.0
+IDLE_SECONDS = 600.0
+REAP_INTERVAL_SECONDS = 30.0
 
 
 class CdpPipe(Protocol):
@@ -257,27 +260,51 @@ Launch = Callable[[], Awaitable[CdpPipe]]
 
 class HeadlessBrowsers:
     """One headless browser per relay session key, started on demand and attached to the
-    relay as that session's extension."""
+    relay as that session's extension. A browser no tool has asked for in `idle_seconds` is
+    stopped (a sandbox can outlive its use by far; an idle Chromium holds hundreds of MB), and
+    the next call starts a fresh one."""
 
-    def __init__(self, relay: RelayServer) -> None:
+    def __init__(
+        self,
+        relay: RelayServer,
+        *,
+        idle_seconds: float = IDLE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._relay = relay
+        self._idle_seconds = idle_seconds
+        self._clock = clock
         self._running: dict[str, asyncio.Task[None]] = {}
+        self._last_used: dict[str, float] = {}
         self._starting: dict[str, asyncio.Lock] = {}
+        self._reaper: asyncio.Task[None] | None = None
 
     async def ensure(self, key: str, launch: Launch) -> BrowserSession:
         """The session of the browser for `key`, launching one (with `launch`) if none runs."""
+        self._last_used[key] = self._clock()
+        if self._reaper is None:
+            self._reaper = asyncio.create_task(self._reap(), name="headless-browser-reaper")
         session = self._relay.sessions.session(key)
         async with self._starting.setdefault(key, asyncio.Lock()):
             running = self._running.get(key)
-            if running is not None and not running.done() and session.relay.state == "connected":
-                return session
+            if running is not None and not running.done():
+                if session.relay.state == "connected":
+                    return session
+                running.cancel()  # up but cut off from the relay: replaced, never leaked
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running
             pipe = await launch()
             token = self._relay.sessions.mint_relay_token(session)
             adapter = PipeExtension(pipe, self._relay.extension_url(session, token, local=True))
             task = asyncio.create_task(adapter.run(), name=f"headless-browser-{session.id}")
             self._running[key] = task
+            task.add_done_callback(lambda done: self._ended(key, done))
             await self._until_connected(session, task, pipe)
             return session
+
+    def _ended(self, key: str, task: asyncio.Task[None]) -> None:
+        if self._running.get(key) is task:
+            del self._running[key]
 
     @staticmethod
     async def _until_connected(
@@ -298,7 +325,28 @@ class HeadlessBrowsers:
         task = self._running.get(key)
         return task is not None and not task.done()
 
+    async def stop_idle(self) -> list[str]:
+        """Stop the browsers unused for `idle_seconds`; their keys."""
+        now = self._clock()
+        idle = [
+            key
+            for key in list(self._running)
+            if now - self._last_used.get(key, now) >= self._idle_seconds
+        ]
+        for key in idle:
+            log.info(
+                "stopping an idle headless browser", key_hash=self._relay.sessions.session(key).id
+            )
+            await self.stop(key)
+        return idle
+
+    async def _reap(self) -> None:
+        while True:
+            await asyncio.sleep(min(REAP_INTERVAL_SECONDS, self._idle_seconds / 2))
+            await self.stop_idle()
+
     async def stop(self, key: str) -> None:
+        self._last_used.pop(key, None)
         task = self._running.pop(key, None)
         if task is not None:
             task.cancel()
@@ -306,5 +354,7 @@ class HeadlessBrowsers:
                 await task
 
     async def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
         for key in list(self._running):
             await self.stop(key)

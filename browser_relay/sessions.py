@@ -88,6 +88,10 @@ class BrowserSessions:
             self._sessions[session_id] = found
         return found
 
+    def forget(self, session_id: str) -> None:
+        """Drop a session that will not be used again (its thread is gone)."""
+        self._sessions.pop(session_id, None)
+
     def get(self, session_id: str) -> BrowserSession | None:
         return self._sessions.get(session_id)
 

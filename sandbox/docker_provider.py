@@ -5,7 +5,7 @@ Blocking (the docker SDK is synchronous); async callers run it in a worker threa
 Hardening (each configurable through `SandboxLimits`): no network, read-only root filesystem,
 the workspace on a named volume (never a tmpfs: archive uploads into a tmpfs are silently
 lost), /tmp a small tmpfs, every capability dropped, no-new-privileges, an init process as
-PID 1 (without it orphans become zombies that exhaust the pids limit), uid 1000, pids 256,
+PID 1 (without it orphans become zombies that exhaust the pids limit), uid 1000, pids 512,
 1 GiB memory with swap equal, 1 CPU.
 """
 
@@ -41,7 +41,7 @@ class SandboxLimits:
     no_new_privileges: bool = True
     init: bool = True
     user: str = "1000:1000"
-    pids_limit: int = 256
+    pids_limit: int = 512  # the sandboxed browser: ~110 tasks, and ~11 more per tab
     memory_bytes: int = GIB
     cpus: float = 1.0
     tmp_size: str = "256m"

@@ -109,7 +109,7 @@ class Settings(BaseSettings):
     sandbox_max_age_hours: float = Field(720, gt=0, description="janitor removes older ones")
     sandbox_janitor_interval_seconds: float = Field(600, gt=0)
     sandbox_memory_mb: int = Field(1024, ge=64)
-    sandbox_pids_limit: int = Field(256, ge=16)
+    sandbox_pids_limit: int = Field(512, ge=16)
     sandbox_cpus: float = Field(1.0, gt=0)
     # The rest of the hardening, configurable for unusual hosts; the defaults are the design.
     sandbox_network_mode: str = Field("none", min_length=1)
@@ -179,6 +179,12 @@ class Settings(BaseSettings):
         description="what the browser tools drive: user, the person's own browser through "
         "the extension (a connect card asks for it); sandbox, a headless Chromium in the "
         "thread's sandbox (no person needed: evaluation jobs, headless use; docker provider)",
+    )
+    browser_sandbox_idle_seconds: float = Field(
+        600,
+        gt=0,
+        description="a sandboxed browser no browser tool used for this long is stopped (the "
+        "next call starts a fresh one)",
     )
     browser_relay_host: str = Field(
         "127.0.0.1", description="where the browser relay (extension, CDP, setup page) listens"

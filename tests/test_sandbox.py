@@ -33,7 +33,7 @@ def test_the_sandbox_is_hardened(provider: DockerProvider) -> None:
     assert host["CapDrop"] == ["ALL"]
     assert host["SecurityOpt"] == ["no-new-privileges"]
     assert host["Init"] is True
-    assert host["PidsLimit"] == 256
+    assert host["PidsLimit"] == 512
     assert host["Memory"] == host["MemorySwap"] == 1024**3
     assert host["NanoCpus"] == 1_000_000_000
     assert container.attrs["Config"]["User"] == "1000:1000"

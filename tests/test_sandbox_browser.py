@@ -54,7 +54,9 @@ async def test_a_chromium_in_the_sandbox_is_driven_through_the_relay(
 ) -> None:
     manager = SandboxManager(provider)  # no egress proxy: no way out at all
     relay = await RelayServer(BrowserSessions()).start()
-    headless, drivers = HeadlessBrowsers(relay), Drivers()
+    now = [0.0]
+    headless = HeadlessBrowsers(relay, idle_seconds=60, clock=lambda: now[0])
+    drivers = Drivers()
     try:
         await manager.write_file("t1", "page.html", FORM.encode())
         session = await headless.ensure(sandbox_key("t1"), lambda: manager.open_browser("t1"))
@@ -75,16 +77,21 @@ async def test_a_chromium_in_the_sandbox_is_driven_through_the_relay(
         # Asking again while it runs reuses it.
         again = await headless.ensure(sandbox_key("t1"), lambda: manager.open_browser("t1"))
         assert again is session and headless.running(sandbox_key("t1"))
+        # Unused for its idle time, it is stopped, and Chromium ends (the pipe's EOF).
+        now[0] += 59
+        assert await headless.stop_idle() == []
+        now[0] += 1
+        assert await headless.stop_idle() == [sandbox_key("t1")]
+        assert not headless.running(sandbox_key("t1"))
+        assert not await _chromium_running(provider, "t1")
     finally:
         await drivers.close()
         await headless.close()
         await relay.close()
         await manager.close()
-    # Stopping the browser ended Chromium in the sandbox (stdin closed: the pipe's EOF).
-    assert not await _chromium_running(manager, provider, "t1")
 
 
-async def _chromium_running(manager: SandboxManager, provider: DockerProvider, thread: str) -> bool:
+async def _chromium_running(provider: DockerProvider, thread: str) -> bool:
     container = provider.container(thread)
     for _ in range(50):
         if container.exec_run(["pgrep", "-f", "/usr/lib/chromium"]).exit_code != 0:
@@ -104,6 +111,10 @@ async def test_the_browser_tools_drive_the_sandboxed_browser(
         await tools.call("workspace_write_file", path="site/form.html", content=FORM)
         await tools.call("workspace_write_file", path="site/other.html", content=OTHER)
         await tools.call("workspace_write_file", path="notes.txt", content="from the workspace")
+
+        # Two first calls at once share one browser and one connection to it.
+        both = await asyncio.gather(*(tools.call("browser_tab_list") for _ in range(2)))
+        assert [len(listed["tabs"]) for listed in both] == [1, 1]
 
         page = await tools.call("browser_navigate", url=f"file://{WORKSPACE}/site/form.html")
         assert page["title"] == "Sandbox form"  # no connect card: nobody has to connect
@@ -154,6 +165,13 @@ async def test_the_browser_tools_drive_the_sandboxed_browser(
         back = await tools.call("browser_navigate", url=f"file://{WORKSPACE}/site/other.html")
         assert back["title"] == "Other"
         assert [t["title"] for t in (await tools.call("browser_tab_list"))["tabs"]] == ["Other"]
+
+        # Deleting the thread ends its browser, its session and its sandbox.
+        session_id = app.runtime.browser.sessions.session(sandbox_key("sbx")).id
+        await app.runtime.threads.delete("sbx")
+        assert not app.runtime.headless.running(sandbox_key("sbx"))
+        assert app.runtime.browser.sessions.get(session_id) is None
+        assert container.id not in [c.id for c in container.client.containers.list(all=True)]
 
 
 async def test_the_agent_is_told_it_drives_the_sandboxed_browser(

@@ -52,8 +52,10 @@ FLAGS = (
     "--disable-breakpad",
     "--disable-popup-blocking",
     "--password-store=basic",
-    "--disable-features=CertificateTransparencyComponentUpdater,OptimizationHints,MediaRouter,"
-    "DialMediaRouteProvider,Translate,AutofillServerCommunication",
+    "--disable-features=NetworkTimeServiceQuerying,CertificateTransparencyComponentUpdater,"
+    "OptimizationHints,OptimizationHintsFetching,OptimizationGuideModelDownloading,"
+    "OptimizationTargetPrediction,MediaRouter,DialMediaRouteProvider,Translate,"
+    "AutofillServerCommunication",
     "--no-first-run",
     "--no-default-browser-check",
     "--remote-debugging-pipe",

@@ -11,7 +11,7 @@ import structlog
 from browser_relay.driver import Drivers
 from browser_relay.headless import HeadlessBrowsers
 from browser_relay.server import RelayServer
-from browser_relay.sessions import BrowserSessions
+from browser_relay.sessions import BrowserSessions, sandbox_key, session_id_for
 from sandbox.egress import EgressProxy
 from server.catalog import CatalogService
 from server.domain.credential_test import CredentialTester
@@ -93,7 +93,6 @@ class Runtime:
             thread_known=threads.exists,
             egress=EgressProxy(egress_policy(settings, hitl)),
         )
-        threads.on_deleted = sandboxes.destroy
         await sandboxes.start()
         catalog = CatalogService(sandboxes.catalog_dir)
         workflows = WorkflowStore(db)
@@ -125,10 +124,22 @@ class Runtime:
             public_url=settings.browser_relay_public_url,
         ).start()
         log.info("browser relay listening", url=browser.http_url)
+        headless = HeadlessBrowsers(browser, idle_seconds=settings.browser_sandbox_idle_seconds)
+        drivers = Drivers()
+
+        async def thread_deleted(thread_id: str) -> None:
+            # Its sandboxed browser first (the sandbox's removal would end it less tidily).
+            session_id = session_id_for(sandbox_key(thread_id))
+            await drivers.drop(session_id)
+            await headless.stop(sandbox_key(thread_id))
+            browser.sessions.forget(session_id)
+            await sandboxes.destroy(thread_id)
+
+        threads.on_deleted = thread_deleted
         return cls(
             browser=browser,
-            browsers=Drivers(),
-            headless=HeadlessBrowsers(browser),
+            browsers=drivers,
+            headless=headless,
             conversation=Conversation(db=db),
             hitl=hitl,
             plans=Plans(db=db, events=events),
