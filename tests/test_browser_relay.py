@@ -259,29 +259,9 @@ async def test_the_relay_says_why_a_command_failed_when_the_extension_dropped(
         async with connect(endpoints.cdp_url, additional_headers=endpoints.cdp_headers) as cdp:
             session = await auto_attach(cdp)
             stand_in.drop_on.add("Runtime.evaluate")
-            await cdp.send(
-                json.dumps(
-                    {
-                        "id": 7,
-                        "sessionId": session,
-                        "method": "Runtime.evaluate",
-                        "params": {"expression": "1"},
-                    }
-                )
-            )
-            reply = await reply_to(cdp, 7)
+            reply = await evaluate_one(cdp, session, 7)
             assert "extension disconnected while this command ran" in reply["error"]["message"]
-            await cdp.send(
-                json.dumps(
-                    {
-                        "id": 8,
-                        "sessionId": session,
-                        "method": "Runtime.evaluate",
-                        "params": {"expression": "1"},
-                    }
-                )
-            )
-            reply = await reply_to(cdp, 8)
+            reply = await evaluate_one(cdp, session, 8)
             assert reply["error"]["message"] == (
                 "no browser is connected to this session (the extension is reconnecting)"
             )
@@ -302,6 +282,17 @@ async def auto_attach(cdp: Any) -> str:
         message = json.loads(await cdp.recv())
         if message.get("method") == "Target.attachedToTarget":
             return str(message["params"]["sessionId"])
+
+
+async def evaluate_one(cdp: Any, session: str, call_id: int) -> dict[str, Any]:
+    """Send `Runtime.evaluate("1")` on a tab's session; its reply."""
+    params = {"expression": "1"}
+    await cdp.send(
+        json.dumps(
+            {"id": call_id, "sessionId": session, "method": "Runtime.evaluate", "params": params}
+        )
+    )
+    return await reply_to(cdp, call_id)
 
 
 async def reply_to(cdp: Any, call_id: int) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from server.app import Application
 from server.client import ClientConfig
 from server.settings import Settings
 from tests.agent_fixtures import model, with_model
+from tests.browser_fixtures import CHROMIUM_ARGS
 from tests.fake_model import FakeMessagesAPI, Turn, text, tool
 from tests.test_cli import CLI, ServerProcess, start_server, stop_server
 
@@ -409,14 +410,7 @@ async def test_the_html_report_opens_in_chromium_and_draws_its_charts(tmp_path: 
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(
             executable_path=chromium,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
+            args=CHROMIUM_ARGS,
         )
         page = await browser.new_page(viewport={"width": 1280, "height": 900})
         page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
