@@ -3,6 +3,7 @@
 SandboxError
 ├── SandboxUnavailableError  the container engine cannot be reached or refused the call
 ├── SandboxNotFoundError     no sandbox for that thread (and none may be created)
+├── SandboxOwnerInUseError   another live service holds this owner on the engine
 ├── ImageBuildError          the sandbox image could not be built
 ├── PathEscapeError          a path resolves outside the workspace
 ├── WorkspaceFileNotFoundError
@@ -19,6 +20,7 @@ __all__ = [
     "PathEscapeError",
     "SandboxError",
     "SandboxNotFoundError",
+    "SandboxOwnerInUseError",
     "SandboxUnavailableError",
     "WorkspaceFileNotFoundError",
 ]
@@ -54,3 +56,7 @@ class FileTooLargeError(SandboxError):
 
 class EditMismatchError(SandboxError):
     pass
+
+
+class SandboxOwnerInUseError(SandboxError):
+    """Another live service holds this sandbox owner on the engine."""

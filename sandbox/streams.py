@@ -100,9 +100,7 @@ class ProcessStream:
         finally:
             self._writer.close()
             self._pump.cancel()
-            with contextlib.suppress(OSError, AttributeError):
-                self._wrapper._response.close()
-                self._wrapper.close()
+            close_hijacked(self._wrapper)
 
     async def _demultiplex(self) -> None:
         partial = b""
@@ -120,3 +118,15 @@ class ProcessStream:
         finally:
             self.stdout.feed_eof()
             self._writer.close()
+
+
+def close_hijacked(wrapper: Any) -> None:
+    """Release a socket docker-py hijacked for an attach or exec: its HTTP response, its
+    wrapper and the socket itself (`SocketIO.close()` forgets the socket without closing
+    it). Idempotent."""
+    with contextlib.suppress(OSError, AttributeError):
+        wrapper._response.close()
+    with contextlib.suppress(OSError, AttributeError):
+        wrapper.close()
+    with contextlib.suppress(OSError, AttributeError):
+        wrapper._sock.close()

@@ -11,7 +11,6 @@ back to the exec path.
 from __future__ import annotations
 
 import base64
-import contextlib
 import itertools
 import json
 import threading
@@ -26,6 +25,7 @@ from docker.utils.socket import STDERR, STDOUT, frames_iter
 from sandbox import errors
 from sandbox.files import FileEntry
 from sandbox.image.rootfs import APP_DIR, USER_UID, WORKSPACE
+from sandbox.streams import close_hijacked
 
 log = structlog.get_logger(__name__)
 
@@ -214,7 +214,4 @@ class WorkerClient:
             sock, self._sock = self._sock, None
         if sock is None:
             return
-        with contextlib.suppress(OSError, AttributeError):
-            sock._response.close()
-            sock.close()
-            self._raw.close()
+        close_hijacked(sock)

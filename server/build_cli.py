@@ -64,7 +64,8 @@ def build(
     target = workspace_path or posixpath.join("src", file.name)
     client = ClientConfig(server=server, api_key=api_key, tls_ca_file=tls_ca)
     response = run_client(upload_and_build(client, thread, target, source, workflow_id), client)
-    result = json_format.MessageToDict(response)
+    # Every field, false and zero included: a script reads `success` whatever its value.
+    result = json_format.MessageToDict(response, always_print_fields_with_no_presence=True)
     verified = None
     if verify and response.success:
         verified = run_client(verify_workflow(client, thread, response.workflow_id, {}), client)

@@ -25,7 +25,12 @@ def configure_logging(*, log_format: LogFormat = "console", level: str = "info")
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer()
         if log_format == "json"
-        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        else structlog.dev.ConsoleRenderer(
+            colors=sys.stderr.isatty(),
+            # Never the frames' local variables: a decrypted credential, a key or a token
+            # held in a local when something fails must not reach the log.
+            exception_formatter=structlog.dev.RichTracebackFormatter(show_locals=False),
+        )
     )
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],

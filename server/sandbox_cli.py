@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,7 +16,7 @@ from sandbox.docker_provider import connect
 from sandbox.errors import SandboxError
 from sandbox.image.build import ImageBuilder
 from server.logs import configure_logging
-from server.runtime.sandboxes import build_manager
+from server.runtime.sandboxes import build_manager, sandbox_owner
 from server.settings import Settings, SettingsError, load_settings
 from server.store import Database
 from server.store.threads import get_thread
@@ -35,6 +36,17 @@ def _settings() -> Settings:
     # Only problems are worth a log line here (on stderr); stdout carries the result.
     configure_logging(log_format=settings.log_format, level="warning")
     return settings
+
+
+async def _owner(settings: Settings) -> str:
+    """The owner the service on these settings uses (read from its database by default)."""
+    if settings.sandbox_owner:
+        return settings.sandbox_owner
+    db = await Database.open(settings.resolved_database_url)
+    try:
+        return await sandbox_owner(settings, db)
+    finally:
+        await db.close()
 
 
 def _fail(exc: SandboxError) -> typer.Exit:
@@ -74,8 +86,9 @@ def build_image(
 def list_sandboxes(as_json: JsonOption = False) -> None:
     """List this service's sandboxes (by its owner label)."""
     settings = _settings()
+    owner = asyncio.run(_owner(settings))
     try:
-        manager = build_manager(settings)
+        manager = build_manager(settings, owner=owner)
         sandboxes = manager.provider.list_sandboxes()
         manager.provider.client.close()
     except SandboxError as exc:
@@ -91,7 +104,7 @@ def list_sandboxes(as_json: JsonOption = False) -> None:
         for s in sandboxes
     ]
     if as_json:
-        out.print_json(data={"owner": settings.sandbox_owner, "sandboxes": rows})
+        out.print_json(data={"owner": owner, "sandboxes": rows})
         return
     table = Table("thread", "sandbox", "status", "created", "image")
     for row in rows:
@@ -114,7 +127,10 @@ def garbage_collect(as_json: JsonOption = False) -> None:
                 async with db.session() as session:
                     return await get_thread(session, thread_id) is not None
 
-            manager = await asyncio.to_thread(build_manager, settings, thread_exists=thread_exists)
+            owner = await sandbox_owner(settings, db)
+            manager = await asyncio.to_thread(
+                build_manager, settings, owner=owner, thread_exists=thread_exists
+            )
             report = await manager.janitor()
             manager.provider.client.close()
         finally:
@@ -140,7 +156,13 @@ def garbage_collect(as_json: JsonOption = False) -> None:
 @app.command("exec")
 def exec_command(
     thread: Annotated[str, typer.Argument(help="thread id")],
-    command: Annotated[list[str], typer.Argument(help="the command, after --")],
+    command: Annotated[
+        list[str],
+        typer.Argument(
+            help="after --: one argument is a shell command line (`-- 'make; echo $?'`); "
+            "several are the program and its arguments, passed exactly (`-- sh -c 'echo hi'`)"
+        ),
+    ],
     timeout: Annotated[float | None, typer.Option(help="seconds [the setting, 300]")] = None,
 ) -> None:
     """Run a command in a thread's sandbox; print its output; exit with its exit code."""
@@ -154,10 +176,12 @@ def exec_command(
     async def run() -> int:
         # A one-off command has no use for a warm pool.
         manager = await asyncio.to_thread(
-            build_manager, settings.model_copy(update={"sandbox_pool_size": 0})
+            build_manager,
+            settings.model_copy(update={"sandbox_pool_size": 0}),
+            owner=await _owner(settings),
         )
         result = await manager.run_command(
-            thread, " ".join(command), timeout_s=timeout, on_output=show
+            thread, command_line(command), timeout_s=timeout, on_output=show
         )
         if result.truncated:
             err.print(f"(output cut; the whole of it is in {result.full_output_path})")
@@ -173,3 +197,9 @@ def exec_command(
     except SandboxError as exc:
         raise _fail(exc) from None
     raise typer.Exit(code)
+
+
+def command_line(argv: list[str]) -> str:
+    """The shell line that runs `argv`: a single argument is already one; several are each
+    quoted, so nothing in them is split again or read as shell syntax."""
+    return argv[0] if len(argv) == 1 else shlex.join(argv)

@@ -97,11 +97,14 @@ class Settings(BaseSettings):
         description="docker: per-thread hardened containers; local: directories and "
         "subprocesses, NO isolation (machines without Docker); none: no workspace",
     )
-    sandbox_owner: str = Field(
-        "instance-ai",
+    sandbox_owner: str | None = Field(
+        None,
         min_length=1,
         max_length=64,
-        description="label on this service's sandboxes; services sharing an engine differ",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="label on this service's sandboxes [deployment-<id of its database>]: "
+        "services sharing a database share sandboxes, others never touch each other's; one "
+        "live service holds an owner at a time",
     )
     sandbox_idle_ttl_seconds: float = Field(900, gt=0, description="idle time before eviction")
     sandbox_ephemeral: bool = Field(False, description="destroy sandboxes when idle")

@@ -9,6 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc
 from server.app import Application
@@ -66,6 +67,31 @@ async def test_health_answers_without_a_key(make_settings: Callable[..., Setting
     async with serving(make_settings(api_keys=KEY)) as (_app, channel):
         response = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
     assert response.status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def list_services(
+    channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...]
+) -> list[str]:
+    """Server reflection's ListServices: a bidirectionally streaming RPC."""
+    request = reflection_pb2.ServerReflectionRequest(list_services="")
+    stream = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+        iter([request]), metadata=metadata
+    )
+    names: list[str] = []
+    async for response in stream:
+        names += [service.name for service in response.list_services_response.service]
+    return names
+
+
+async def test_request_streaming_rpcs_need_a_key_too(
+    make_settings: Callable[..., Settings],
+) -> None:
+    async with serving(make_settings(api_keys=KEY)) as (_app, channel):
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await list_services(channel, ())
+        assert error.value.code() is grpc.StatusCode.UNAUTHENTICATED
+        names = await list_services(channel, (("authorization", f"Bearer {KEY}"),))
+    assert "instance_ai.v1.Agent" in names
 
 
 async def test_keys_from_a_file(make_settings: Callable[..., Settings], tmp_path: Path) -> None:

@@ -591,6 +591,9 @@ async def test_cli_builds_a_file_and_searches_nodes(client: Client, tmp_path: Pa
     broken.write_text("export default 42;\n")
     code, out, _ = await cli("build", str(broken))
     assert code == 1 and "build failed" in out and "(export)" in out
+    code, out, _ = await cli("build", str(broken), "--json")
+    failed = json.loads(out)
+    assert code == 1 and failed["success"] is False and failed["errors"]
     code, out, err = await cli("nodes", "search", "google sheets", "--json")
     assert code == 0, err
     assert json.loads(out)["nodes"][0]["name"] == "n8n-nodes-base.googleSheets"

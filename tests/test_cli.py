@@ -223,6 +223,15 @@ def test_sandbox_exec_prints_output_and_exits_with_the_command_code(
         "sandbox", "exec", "cli-thread", "--", "echo hi; echo oops >&2; exit 3", env=sandbox_env
     )
     assert (result.returncode, result.stdout, result.stderr.strip()) == (3, "hi\n", "oops")
+    # Several arguments are the argv, each word kept whole.
+    quoted = run_cli(
+        "sandbox", "exec", "cli-thread", "--", "sh", "-c", "echo hi 'there';", env=sandbox_env
+    )
+    assert (quoted.returncode, quoted.stdout) == (0, "hi there\n"), quoted.stderr
+    spaced = run_cli(
+        "sandbox", "exec", "cli-thread", "--", "printf", "%s|", "a b", "$HOME", env=sandbox_env
+    )
+    assert spaced.stdout == "a b|$HOME|"
     timed = run_cli(
         "sandbox", "exec", "cli-thread", "--timeout", "1", "--", "sleep 30", env=sandbox_env
     )

@@ -123,6 +123,12 @@ async def test_a_new_host_needs_the_users_approval(
             "w1", card["requestId"], kind="domainAccessApprove", domainAccessAction="allow_domain"
         )
         events = await chat.finished("w1", run_id)
+        # The page is cached now, but the cache is no way around another thread's approval.
+        with pytest.raises(grpc.aio.AioRpcError) as other_thread:
+            await ToolClient(channel, "w2").call("fetch-url", url=servers.url("/notes.txt"))
+        assert other_thread.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+        again = await ToolClient(channel, "w1").call("fetch-url", url=servers.url("/notes.txt"))
+        assert again["content"] == "plain notes\nline two"  # w1 approved the host
     assert len([e for e in events if e["type"] == "confirmation-request"]) == 1  # remembered
     first = json.loads(last_tool_results(model.requests[1])[0]["content"])
     second = json.loads(last_tool_results(model.requests[2])[0]["content"])

@@ -16,6 +16,9 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+import shutil
+import stat as stat_module
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -27,6 +30,8 @@ CHROMIUM = CHROMIUM_DIR / "chromium"
 # Whole trees, symlinks kept: fontconfig's conf.d links into conf.avail.
 TREES = (CHROMIUM_DIR, Path("/etc/fonts"), Path("/usr/share/fonts"), Path("/usr/share/fontconfig"))
 # NSS opens its crypto modules with dlopen at run time.
+# The Debian packages the layer comes from (their versions are part of its identity).
+PACKAGES = ("chromium", "chromium-common")
 DLOPENED = ("libsoftokn3.so", "libfreeblpriv3.so", "libnssckbi.so")
 PROFILE_DIR = "/tmp/chromium-profile"  # noqa: S108 (the sandbox's own tmpfs)
 # fontconfig's cache and Chromium's config must land on the tmpfs (the root is read-only).
@@ -97,16 +102,35 @@ def collect_files() -> dict[str, Path]:
 
 
 def inputs_digest(files: dict[str, Path]) -> str:
-    """Names, sizes and modification times, not contents: hashing 350 MB on every service
-    start would cost seconds, and a package upgrade changes all three."""
+    """The layer's identity: the Chromium package's version, and the name, size and
+    modification time of every file and symlink the layer carries (not contents: hashing
+    350 MB on every service start would cost seconds, and an upgrade changes all three).
+    Directories do not count: running Chromium creates empty ones in its own tree (an
+    `extensions` folder on first start), and the identity must not move with that."""
     digest = hashlib.sha256(Path(__file__).read_bytes())
+    digest.update(_package_versions().encode())
     entries = [(name, path) for name, path in files.items()]
     for tree in TREES:
         entries += [(str(p), p) for p in tree.rglob("*")]
     for name, path in sorted(entries):
         stat = path.lstat()
+        if stat_module.S_ISDIR(stat.st_mode):
+            continue
         digest.update(f"{name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()
+
+
+def _package_versions() -> str:
+    """`chromium <version>` lines from dpkg, or nothing where dpkg is not the package manager."""
+    dpkg_query = shutil.which("dpkg-query")
+    if dpkg_query is None:
+        return ""
+    result = subprocess.run(
+        [dpkg_query, "-W", "-f", "${Package} ${Version}\\n", *PACKAGES],
+        capture_output=True,
+        text=True,
+    )
+    return result.stdout
 
 
 def write_layer_tar(files: dict[str, Path], out: Path) -> None:

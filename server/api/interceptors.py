@@ -29,12 +29,14 @@ def _rewrap(
     unary: Callable[[Behavior], Behavior],
     streaming: Callable[[Behavior], Behavior],
 ) -> grpc.RpcMethodHandler:
-    """The same handler with its behaviour wrapped (unary or server-streaming responses)."""
-    if handler.request_streaming:
-        return handler  # no client-streaming RPCs in the contract
+    """The same handler with its behaviour wrapped, whatever its kind: every one of the four
+    (a request stream is just another first argument to the behaviour), so no handler, now or
+    added later, escapes authentication or error mapping."""
     if handler.response_streaming:
-        return handler._replace(unary_stream=streaming(handler.unary_stream))
-    return handler._replace(unary_unary=unary(handler.unary_unary))
+        kind = "stream_stream" if handler.request_streaming else "unary_stream"
+        return handler._replace(**{kind: streaming(getattr(handler, kind))})
+    kind = "stream_unary" if handler.request_streaming else "unary_unary"
+    return handler._replace(**{kind: unary(getattr(handler, kind))})
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]

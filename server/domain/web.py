@@ -51,6 +51,9 @@ class Page:
     truncated: bool
     content_length: int
     safety_flags: list[str] = field(default_factory=list)
+    # Every host the request went to, redirects included: a cached page is only handed to a
+    # thread that has approved each of them.
+    hosts: tuple[str, ...] = ()
 
 
 Authorize = Callable[[str], Awaitable[bool]]
@@ -63,11 +66,16 @@ class WebFetcher:
         self._cache: TTLCache[tuple[str, int], Page] = TTLCache(CACHE_SIZE, CACHE_SECONDS)
 
     async def fetch(self, url: str, *, max_chars: int, authorize: Authorize) -> Page:
+        # The cache is shared by every thread and user; the approvals are not.
         cached = self._cache.get((url, max_chars))
         if cached is not None:
+            for host in cached.hosts:
+                if not await authorize(host):
+                    raise HostNotApproved(host, url)
             return cached
+        hosts: list[str] = []
         async with httpx.AsyncClient(timeout=self._timeout, follow_redirects=False) as client:
-            body, content_type, final_url, cut = await self._follow(client, url, authorize)
+            body, content_type, final_url, cut = await self._follow(client, url, authorize, hosts)
         title, text = _extract(body, content_type, final_url)
         flags = ["body_cut_at_5mb"] if cut else []
         page = Page(
@@ -78,18 +86,21 @@ class WebFetcher:
             truncated=len(text) > max_chars or cut,
             content_length=len(text),
             safety_flags=flags,
+            hosts=tuple(hosts),
         )
         self._cache[(url, max_chars)] = page
         return page
 
     async def _follow(
-        self, client: httpx.AsyncClient, url: str, authorize: Authorize
+        self, client: httpx.AsyncClient, url: str, authorize: Authorize, hosts: list[str]
     ) -> tuple[bytes, str, str, bool]:
+        """The body at `url` after redirects; `hosts` gets each host the request went to."""
         current = url
         for _hop in range(MAX_REDIRECTS + 1):
             target = await check(current, allow=self._allow)
             if not await authorize(target.host):
                 raise HostNotApproved(target.host, current)
+            hosts.append(target.host)
             request = pinned_request(client, target, headers={"User-Agent": USER_AGENT})
             try:
                 response = await client.send(request, stream=True)

@@ -93,7 +93,12 @@ class Runtime:
             thread_known=threads.exists,
             egress=EgressProxy(egress_policy(settings, hitl)),
         )
-        await sandboxes.start()
+        try:
+            await sandboxes.start()
+        except BaseException:
+            await events.close()
+            await db.close()
+            raise
         catalog = CatalogService(sandboxes.catalog_dir)
         workflows = WorkflowStore(db)
         builder = WorkflowBuilder(

@@ -20,17 +20,19 @@ from sqlalchemy import select
 from sandbox.commands import CommandRunner
 from sandbox.docker_provider import DockerProvider, SandboxLimits, connect
 from sandbox.egress import EgressProxy
-from sandbox.errors import SandboxError
+from sandbox.errors import SandboxError, SandboxOwnerInUseError
 from sandbox.image.build import require_image
 from sandbox.image.catalog import extract_catalog
+from sandbox.lease import OwnerLease
 from sandbox.local import LocalSandboxes
 from sandbox.manager import SandboxManager, ThreadPredicate
 from sandbox.protocol import Sandboxes
-from server.errors import NotFoundError, UnavailableError
+from server.errors import FailedPreconditionError, NotFoundError, UnavailableError
 from server.runtime.egress import egress_root
 from server.runtime.threads import OPEN_RUN_STATES
 from server.settings import Settings
 from server.store import Database
+from server.store.deployment import deployment_id
 from server.store.models import RunRow
 from server.store.threads import get_thread
 
@@ -58,6 +60,7 @@ class SandboxService:
         self._unavailable = "sandboxes are disabled (INSTANCE_AI_SANDBOX_PROVIDER=none)"
         self._housekeeping: asyncio.Task[None] | None = None
         self._catalog_dir: Path | None = None
+        self._lease: OwnerLease | None = None
 
     async def start(self) -> None:
         provider = self.settings.sandbox_provider
@@ -69,8 +72,12 @@ class SandboxService:
             return
         # Docker, and only Docker: an unreachable engine is an error, never a quiet switch
         # to something that does not isolate.
+        owner = await sandbox_owner(self.settings, self.db)
         try:
-            manager = await asyncio.to_thread(self._connect)
+            manager = await asyncio.to_thread(self._connect, owner)
+        except SandboxOwnerInUseError as exc:
+            # Starting anyway would let two services remove each other's sandboxes.
+            raise FailedPreconditionError(str(exc)) from None
         except SandboxError as exc:
             self._unavailable = str(exc)
             log.error("sandboxes unavailable", reason=self._unavailable)
@@ -81,19 +88,25 @@ class SandboxService:
             self._housekeep(manager), name="sandbox-housekeeping"
         )
 
-    def _connect(self) -> SandboxManager:
+    def _connect(self, owner: str) -> SandboxManager:
         manager = build_manager(
             self.settings,
+            owner=owner,
             is_busy=self._is_busy,
             thread_exists=self._thread_exists,
             egress=self._egress,
         )
+        provider = manager.provider
         try:
+            self._lease = OwnerLease.acquire(provider.client, image=provider.image, owner=owner)
             self._catalog_dir = extract_catalog(
-                manager.provider.client, manager.provider.image, self.settings.data_dir / "catalog"
+                provider.client, provider.image, self.settings.data_dir / "catalog"
             )
         except SandboxError:
-            manager.provider.client.close()
+            if self._lease is not None:
+                self._lease.release()
+                self._lease = None
+            provider.client.close()
             raise
         return manager
 
@@ -129,6 +142,8 @@ class SandboxService:
                 await self._housekeeping
         if self._manager is not None:
             await self._manager.close()
+            if self._lease is not None:
+                await asyncio.to_thread(self._lease.release)
             if isinstance(self._manager, SandboxManager):
                 self._manager.provider.client.close()
 
@@ -169,9 +184,16 @@ def build_local(settings: Settings) -> LocalSandboxes:
     )
 
 
+async def sandbox_owner(settings: Settings, db: Database) -> str:
+    """The owner label of this service's sandboxes: the setting, or one made from the
+    database's deployment id (so two deployments on one engine never share one)."""
+    return settings.sandbox_owner or f"deployment-{await deployment_id(db)}"
+
+
 def build_manager(
     settings: Settings,
     *,
+    owner: str,
     is_busy: ThreadPredicate | None = None,
     thread_exists: ThreadPredicate | None = None,
     egress: EgressProxy | None = None,
@@ -199,11 +221,11 @@ def build_manager(
     provider = DockerProvider(
         client,
         image=tag,
-        owner=s.sandbox_owner,
+        owner=owner,
         limits=limits,
         egress_root=egress_root(s) if egress is not None else None,
     )
-    log.info("sandboxes ready", image=tag, owner=s.sandbox_owner)
+    log.info("sandboxes ready", image=tag, owner=owner)
     return SandboxManager(
         provider,
         runner=CommandRunner(client, max_output_bytes=s.sandbox_max_output_bytes),

@@ -339,3 +339,14 @@ class CredentialRow(Base):
     sealed: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class DeploymentRow(Base):
+    """The one row naming this database's deployment: services sharing the database are one
+    deployment (they share sandboxes); services with their own databases never touch each
+    other's."""
+
+    __tablename__ = "deployment"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
