@@ -190,6 +190,16 @@ class CommandRunner:
         sock._sock.settimeout(None)
         return exec_id, sock
 
+    def kill_leftovers(self, container: Container) -> list[int]:
+        """Kill the commands a process that died (SIGKILL, a crash) left running in a
+        sandbox it had: every process of a job uid. Returns the uids that had any."""
+        listing = container.exec_run(["ps", "-eo", "uid="], user=f"{USER_UID}:{USER_UID}")
+        uids = {int(word) for word in listing.output.split() if word.isdigit()}
+        jobs = sorted(u for u in uids if JOB_UID_FIRST <= u < JOB_UID_FIRST + JOB_UID_COUNT)
+        for uid in jobs:
+            self._kill_job(container, uid)
+        return jobs
+
     def _kill_job(self, container: Container, uid: int) -> None:
         """Kill every process of the job uid, `setsid` escapees included (see _KILL_ALL)."""
         try:

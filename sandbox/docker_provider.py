@@ -23,7 +23,9 @@ from typing import Any
 
 import docker
 import docker.errors
+import requests.exceptions
 from docker.models.containers import Container
+from docker.transport.unixconn import UnixHTTPConnection
 
 from sandbox import identity
 from sandbox.egress import BRIDGE_PORT, MOUNT_POINT
@@ -62,16 +64,39 @@ class SandboxInfo:
 
 @contextmanager
 def engine_errors(action: str) -> Iterator[None]:
-    """Translate the docker SDK's errors at this one boundary."""
+    """Translate the docker SDK's errors, and those of the HTTP client under it (a refused or
+    cut connection while the engine restarts is not a DockerException), at this boundary."""
     try:
         yield
     except docker.errors.NotFound:
         raise
-    except docker.errors.DockerException as exc:
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         raise SandboxUnavailableError(
-            f"the Docker engine failed to {action}: {exc}. Is dockerd running and is "
+            f"the Docker engine failed to {action}: {_short(exc)}. Is dockerd running and is "
             "DOCKER_HOST (or /var/run/docker.sock) reachable?"
         ) from exc
+
+
+def _short(exc: Exception) -> str:
+    """The error's own words, without the HTTP client's chain of wrapped reprs."""
+    text = str(exc)
+    return text if len(text) <= 300 else text[:300] + "…"
+
+
+def _connect_or_close(self: UnixHTTPConnection) -> None:
+    """docker-py's own `connect`, but a socket whose connect fails is closed instead of
+    left to the garbage collector (every call while the engine restarts leaked one)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(self.timeout)
+    try:
+        sock.connect(self.unix_socket)
+    except BaseException:
+        sock.close()
+        raise
+    self.sock = sock
+
+
+UnixHTTPConnection.connect = _connect_or_close
 
 
 def _probe_unix_socket() -> None:
@@ -135,12 +160,29 @@ class DockerProvider:
             return None
         return self.egress_root / str(name)
 
+    def egress_matches(self, container: Container) -> bool:
+        """Whether the container's way out is this process's: made by a service with another
+        data directory, its egress directory is not one this process listens in."""
+        name = container.labels.get(identity.LABEL_EGRESS)
+        if self.egress_root is None:
+            return not name
+        return bool(name) and (self.egress_root / str(name)).is_dir()
+
     def ensure(self, thread_id: str) -> SandboxInfo:
-        """The thread's running sandbox: found, restarted, or created (volume kept)."""
+        """The thread's running sandbox: found, restarted, or created (volume kept). One made
+        with another egress layout is made again around the same workspace."""
         sid = identity.sandbox_id(thread_id)
         container = self._find(sid)
+        volume = identity.volume_name(self.owner, sid)
+        if container is not None and not self.egress_matches(container):
+            volume = _workspace_volume(container) or volume  # a claimed pool sandbox's
+            with engine_errors("replace the sandbox"):
+                container.remove(force=True)
+            container = None
         if container is None:
-            container = self._create(thread_id, sid)
+            container = self._create_container(
+                identity.container_name(self.owner, sid), volume, self._labels(thread_id, sid)
+            )
         if container.status != "running":
             with engine_errors("start the sandbox"):
                 container.start()
@@ -297,13 +339,6 @@ class DockerProvider:
             identity.LABEL_CREATED: datetime.now(UTC).isoformat(),
             identity.LABEL_IMAGE: self.image,
         }
-
-    def _create(self, thread_id: str, sid: str) -> Container:
-        return self._create_container(
-            identity.container_name(self.owner, sid),
-            identity.volume_name(self.owner, sid),
-            self._labels(thread_id, sid),
-        )
 
     def _egress_mount(self, labels: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
         """A fresh directory of the container's own (bind-mounted) and the proxy variables;

@@ -36,7 +36,7 @@ from docker.models.containers import Container
 
 from sandbox import files
 from sandbox.commands import CommandResult, CommandRunner, OutputCallback
-from sandbox.docker_provider import DockerProvider, SandboxInfo
+from sandbox.docker_provider import DockerProvider, SandboxInfo, engine_errors
 from sandbox.egress import BRIDGE_PORT, MOUNT_POINT, EgressProxy
 from sandbox.errors import SandboxError, SandboxUnavailableError
 from sandbox.identity import LABEL_IMAGE
@@ -111,8 +111,12 @@ class SandboxManager:
         use_worker: bool = True,
         pool_size: int = 0,
         egress: EgressProxy | None = None,
+        reap_leftovers: bool = True,
     ) -> None:
         self.provider = provider
+        # Whether a sandbox taken up by this process is cleared of commands still running
+        # from a process that died: a service does it; a one-off command alongside does not.
+        self.reap_leftovers = reap_leftovers
         # The proxy each claimed container reaches the outside through (None: no way out).
         self.egress = egress
         self.runner = runner or CommandRunner(provider.client)
@@ -176,6 +180,10 @@ class SandboxManager:
     def _prepare(self, thread_id: str) -> Container:
         info = self.provider.ensure(thread_id)
         container = self.provider.client.containers.get(info.container_id)
+        if self.reap_leftovers:
+            killed = self.runner.kill_leftovers(container)
+            if killed:
+                log.warning("killed commands left running", thread=thread_id, job_uids=killed)
         self._initialise(container)
         return container
 
@@ -196,6 +204,11 @@ class SandboxManager:
             return None
         while self._pool:
             pooled = self._pool.pop(0)
+            if not await _call(self._still_running, pooled.container):
+                # Stopped since it was warmed (an engine restart, a kill from outside).
+                pooled.drop_worker()
+                await _call(self.provider.discard, pooled.container)
+                continue
             if await _call(self.provider.claim, thread_id, pooled.container):
                 pooled.last_used = time.monotonic()
                 self.refill_pool()
@@ -218,8 +231,10 @@ class SandboxManager:
             self._adopted = True
             for container in await _call(self.provider.pooled):
                 stale = container.labels.get(LABEL_IMAGE) != self.provider.image
-                if stale or len(self._pool) >= self.pool_size:
-                    # Built from another image, or one too many: nobody's files are in it.
+                foreign = not self.provider.egress_matches(container)
+                if stale or foreign or len(self._pool) >= self.pool_size:
+                    # Another image, another process layout (its egress directory is not
+                    # ours), or one too many: nobody's files are in it.
                     await _call(self.provider.discard, container)
                     continue
                 try:
@@ -271,7 +286,7 @@ class SandboxManager:
         entry.running_commands += 1
         try:
             task = asyncio.ensure_future(
-                asyncio.to_thread(
+                _call(
                     self.runner.run,
                     container,
                     command,
@@ -596,6 +611,26 @@ class SandboxManager:
             swept.append(thread_id)
         return swept
 
+    async def reap_all(self) -> dict[str, list[int]]:
+        """Kill commands left running by a process that died, in every running sandbox of
+        this owner that this process has not taken up yet (start-up: their deadlines died
+        with the process that enforced them). Thread id → job uids that had processes."""
+        reaped: dict[str, list[int]] = {}
+        for info in await _call(self.provider.list_sandboxes):
+            if info.status != "running" or info.thread_id in self._entries:
+                continue
+            try:
+                container = await _call(self.provider.client.containers.get, info.container_id)
+                killed = await _call(self.runner.kill_leftovers, container)
+            except SandboxError as exc:  # removed meanwhile, or the engine went away
+                log.warning("could not clear a sandbox", sandbox=info.sandbox_id, error=str(exc))
+                continue
+            if killed:
+                reaped[info.thread_id or info.sandbox_id] = killed
+        if reaped:
+            log.warning("killed commands left running by a stopped process", sandboxes=reaped)
+        return reaped
+
     async def janitor(self) -> JanitorReport:
         """One pass: remove sandboxes of vanished threads, expired sandboxes and orphaned
         workspace volumes of this owner."""
@@ -653,4 +688,18 @@ class SandboxManager:
 
 
 async def _call(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    return await asyncio.to_thread(function, *args, **kwargs)
+    """Run a blocking engine call in a worker thread, its engine faults translated."""
+    return await asyncio.to_thread(_translated, function, *args, **kwargs)
+
+
+def _translated(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    try:
+        with engine_errors("answer"):
+            return function(*args, **kwargs)
+    except docker.errors.NotFound as exc:
+        # What may be missing is looked up where it may be; this is a container or exec
+        # that went away during the call.
+        raise SandboxUnavailableError(
+            f"the sandbox went away during the call ({exc.explanation or exc}); it was removed "
+            "or stopped from outside. The next call makes it again, with the same workspace"
+        ) from exc

@@ -108,14 +108,16 @@ class WorkerClient:
         request_id = next(self._ids)
         future: Future[Any] = Future()
         line = json.dumps({"id": request_id, "op": op, **args}).encode() + b"\n"
+        broke: OSError | None = None
         with self._lock:
             self._pending[request_id] = future
             try:
                 self._raw.sendall(line)
             except OSError as exc:
-                del self._pending[request_id]
-                self._fail_all(f"the worker stream broke: {exc}")
-                raise WorkerGoneError(f"the worker stream broke: {exc}") from exc
+                broke = exc
+        if broke is not None:  # failed outside the lock: _fail_all takes it too
+            self._fail_all(f"the worker stream broke: {broke}")
+            raise WorkerGoneError(f"the worker stream broke: {broke}") from broke
         try:
             return future.result(timeout=timeout_s)
         except TimeoutError:

@@ -179,6 +179,7 @@ def exec_command(
             build_manager,
             settings.model_copy(update={"sandbox_pool_size": 0}),
             owner=await _owner(settings),
+            reap_leftovers=False,  # the service's own commands may be running there
         )
         result = await manager.run_command(
             thread, command_line(command), timeout_s=timeout, on_output=show

@@ -111,6 +111,9 @@ class Settings(BaseSettings):
     sandbox_pool_size: int = Field(2, ge=0, le=50, description="warm sandboxes kept ready")
     sandbox_max_age_hours: float = Field(720, gt=0, description="janitor removes older ones")
     sandbox_janitor_interval_seconds: float = Field(600, gt=0)
+    sandbox_engine_probe_seconds: float = Field(
+        5, gt=0, le=300, description="how often the engine is pinged (health follows it)"
+    )
     sandbox_memory_mb: int = Field(1024, ge=64)
     sandbox_pids_limit: int = Field(512, ge=16)
     sandbox_cpus: float = Field(1.0, gt=0)

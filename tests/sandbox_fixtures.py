@@ -38,6 +38,11 @@ def owner(docker_client: docker.DockerClient) -> Iterator[str]:
     """A label unique to this test; everything carrying it is removed afterwards."""
     name = f"test-{uuid.uuid4().hex[:10]}"
     yield name
+    remove_owned(docker_client, name)
+
+
+def remove_owned(docker_client: docker.DockerClient, name: str) -> None:
+    """Remove every container and workspace volume of an owner, and check none is left."""
     selector = {"label": f"{identity.LABEL_OWNER}={name}"}
     for container in docker_client.containers.list(all=True, filters=selector, ignore_removed=True):
         container.remove(force=True)

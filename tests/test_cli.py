@@ -59,6 +59,7 @@ def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None) 
         if record.get("event") == "serving":
             return ServerProcess(process, record["address"], lines)
     process.wait()
+    process.stderr.close()
     raise AssertionError("server did not start:\n" + "".join(lines))
 
 

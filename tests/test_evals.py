@@ -34,6 +34,7 @@ from server.settings import Settings
 from tests.agent_fixtures import model, with_model
 from tests.browser_fixtures import CHROMIUM_ARGS
 from tests.fake_model import FakeMessagesAPI, Turn, text, tool
+from tests.sandbox_fixtures import remove_owned
 from tests.test_cli import CLI, ServerProcess, start_server, stop_server
 
 __all__ = ["model"]  # fixtures, shared
@@ -295,15 +296,19 @@ def drain(server: ServerProcess) -> None:
 
 
 async def test_cases_move_off_a_server_that_dies_mid_run(
-    eval_server: tuple[Application, str], tmp_path: Path, owner: str
+    eval_server: tuple[Application, str],
+    tmp_path: Path,
+    owner: str,
+    docker_client: docker.DockerClient,
 ) -> None:
     _app, healthy = eval_server
+    doomed_owner = f"{owner}-doomed"  # one live service per owner
     doomed = await asyncio.to_thread(
         start_server,
         tmp_path / "doomed",
         env={
             "INSTANCE_AI_SANDBOX_PROVIDER": "docker",
-            "INSTANCE_AI_SANDBOX_OWNER": owner,
+            "INSTANCE_AI_SANDBOX_OWNER": doomed_owner,
             "INSTANCE_AI_SANDBOX_POOL_SIZE": "0",
         },
     )
@@ -326,6 +331,7 @@ async def test_cases_move_off_a_server_that_dies_mid_run(
         outcome = await running
     finally:
         stop_server(doomed)
+        remove_owned(docker_client, doomed_owner)
 
     rows = outcome.rows
     assert sorted(row.case for row in rows) == sorted(case.id for case in loaded.cases)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tempfile
 import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import docker
 import pytest
@@ -14,6 +16,7 @@ import pytest
 from sandbox import files, identity
 from sandbox.commands import CommandRunner
 from sandbox.docker_provider import DockerProvider
+from sandbox.egress import EgressProxy
 from sandbox.errors import EditMismatchError, FileTooLargeError, PathEscapeError
 from sandbox.image.build import BuiltImage
 from sandbox.manager import MARKER, SandboxManager
@@ -487,3 +490,43 @@ async def test_compile_failures_are_reported_by_stage_and_an_endless_loop_is_cut
     )
     parsed = await manager.compile("t1", "src/w.json")
     assert parsed["ok"] and parsed["workflow"]["name"] == "J" and parsed["fixtures"] == {"A": [{}]}
+
+
+async def _refuse(_thread: str, _host: str, _port: int) -> str:
+    return "nothing may leave in this test"
+
+
+async def test_sandboxes_of_another_process_layout_get_an_egress_of_ours(
+    docker_client: docker.DockerClient, sandbox_image: BuiltImage, owner: str
+) -> None:
+    """A service with another data directory (same owner) neither claims a pooled sandbox
+    whose egress directory it cannot serve nor breaks on a thread's: it makes them again."""
+    with (
+        tempfile.TemporaryDirectory(prefix="eg-") as first_root,
+        tempfile.TemporaryDirectory(prefix="eg-") as second_root,
+    ):
+        first = DockerProvider(
+            docker_client, image=sandbox_image.tag, owner=owner, egress_root=Path(first_root)
+        )
+        before = SandboxManager(first, pool_size=1, egress=EgressProxy(_refuse))
+        await before.fill_pool()
+        await before.write_file("kept", "notes.md", b"mine")
+        await before.close()
+        theirs = {c.id for c in first.pooled()}
+
+        second = DockerProvider(
+            docker_client, image=sandbox_image.tag, owner=owner, egress_root=Path(second_root)
+        )
+        after = SandboxManager(second, pool_size=1, egress=EgressProxy(_refuse))
+        try:
+            await after.fill_pool()
+            ours = {c.id for c in second.pooled()}
+            assert len(ours) == 1 and not ours & theirs
+            result = await after.run_command("fresh", "echo ok")  # claims the pooled one
+            assert (result.exit_code, result.stdout) == (0, "ok\n")
+            assert await after.read_file("kept", "notes.md") == b"mine"  # same workspace
+            assert (
+                Path(second_root) / second.container("kept").labels[identity.LABEL_EGRESS]
+            ).is_dir()
+        finally:
+            await after.close()

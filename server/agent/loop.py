@@ -46,6 +46,7 @@ NO_MODEL = (
     "INSTANCE_AI_ANTHROPIC_API_KEY (or ANTHROPIC_API_KEY); everything else works without one"
 )
 OFFLOAD_DIR = ".tool-results"
+INTERRUPTED = "the server stopped during this call"
 
 
 @dataclass(kw_only=True)
@@ -152,6 +153,14 @@ class Agent(Orchestration):
         for run in await self.runtime.threads.open_runs():
             if run.status == "active":
                 await self._interrupt(run, reason="crash_interrupted")
+        # Calls made outside a run (Tools.CallTool, background agents) end here too.
+        for call in await self.runtime.events.unfinished_direct_tool_calls():
+            await self.runtime.events.append(
+                call.thread_id,
+                "tool-interrupted",
+                {"toolCallId": call.payload.get("toolCallId"), "error": INTERRUPTED},
+                agent_id=call.agent_id,
+            )
 
     async def _interrupt(self, run: RunInfo, *, reason: str) -> None:
         events = self.runtime.events
@@ -159,7 +168,7 @@ class Agent(Orchestration):
             await events.append(
                 run.thread_id,
                 "tool-interrupted",
-                {"toolCallId": call_id, "error": "the server stopped during this call"},
+                {"toolCallId": call_id, "error": INTERRUPTED},
                 run_id=run.id,
             )
         await self._close_calls(run, "Interrupted: the server stopped before this call finished.")

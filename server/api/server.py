@@ -73,6 +73,32 @@ def listen_host(settings: Settings, keys: list[str]) -> str:
     return "127.0.0.1"
 
 
+# The services that cannot answer anything useful without the container engine.
+ENGINE_SERVICES = (
+    workspace_pb2.DESCRIPTOR.services_by_name["Workspace"].full_name,
+    pipeline_pb2.DESCRIPTOR.services_by_name["Pipeline"].full_name,
+)
+
+
+async def follow_engine(runtime: Runtime, health_servicer: health.aio.HealthServicer) -> None:
+    """Health of the engine's services follows the engine: NOT_SERVING while it is away."""
+    sandboxes = runtime.sandboxes
+    if not sandboxes.engine_needed:
+        return
+
+    async def engine_changed(up: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if up
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ENGINE_SERVICES:
+            await health_servicer.set(name, status)
+
+    await engine_changed(sandboxes.engine_up)
+    sandboxes.on_engine_change(engine_changed)
+
+
 async def start_grpc_server(runtime: Runtime, agent: Agent, registry: ToolRegistry) -> GrpcServer:
     settings = runtime.settings
     keys = settings.accepted_api_keys()
@@ -110,6 +136,7 @@ async def start_grpc_server(runtime: Runtime, agent: Agent, registry: ToolRegist
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ["", *services]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    await follow_engine(runtime, health_servicer)
     reflection.enable_server_reflection(
         [*services, health.SERVICE_NAME, reflection.SERVICE_NAME], server
     )

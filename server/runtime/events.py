@@ -60,6 +60,8 @@ MAX_BATCH = 512
 EVENTS = EventRow.metadata.tables["events"]
 # Events read from the store per replay query.
 REPLAY_PAGE = 500
+# A tool call and each way it can end.
+CALL_EVENTS = ("tool-call", "tool-result", "tool-error", "tool-interrupted")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -345,6 +347,30 @@ class EventLog:
                 else:
                     open_calls.pop(call_id, None)
         return list(open_calls)
+
+    async def unfinished_direct_tool_calls(self) -> list[Event]:
+        """`tool-call` events made outside any run (Tools.CallTool, background agents) that
+        never got a `tool-result`, `tool-error` or `tool-interrupted`. Meaningful at start-up,
+        when nothing can still be running them."""
+        column = EVENTS.c
+        async with self.db.engine.connect() as conn:
+            rows = await conn.execute(
+                select(EVENTS)
+                .where(
+                    column.run_id.is_(None),
+                    column.type.in_(CALL_EVENTS),
+                )
+                .order_by(column.id)
+            )
+            open_calls: dict[tuple[str, str], Event] = {}
+            for row in rows:
+                event = _from_row(row)
+                key = (event.thread_id, str(event.payload.get("toolCallId", "")))
+                if event.type == "tool-call":
+                    open_calls[key] = event
+                else:
+                    open_calls.pop(key, None)
+        return list(open_calls.values())
 
     def _forget(self, subscription: _Subscription) -> None:
         subscribers = self._subscribers.get(subscription.thread_id)

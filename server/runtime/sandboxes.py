@@ -38,6 +38,8 @@ from server.store.threads import get_thread
 
 log = structlog.get_logger(__name__)
 
+EngineListener = Callable[[bool], Awaitable[None]]
+
 # How often idle sandboxes are looked for.
 SWEEP_INTERVAL_S = 30.0
 
@@ -61,6 +63,9 @@ class SandboxService:
         self._housekeeping: asyncio.Task[None] | None = None
         self._catalog_dir: Path | None = None
         self._lease: OwnerLease | None = None
+        self._engine_up = False
+        self._engine_listeners: list[EngineListener] = []
+        self._engine_watch: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         provider = self.settings.sandbox_provider
@@ -83,10 +88,42 @@ class SandboxService:
             log.error("sandboxes unavailable", reason=self._unavailable)
             return
         self._manager = manager
+        self._engine_up = True
         manager.refill_pool()
         self._housekeeping = asyncio.create_task(
             self._housekeep(manager), name="sandbox-housekeeping"
         )
+        self._engine_watch = asyncio.create_task(
+            self._watch_engine(manager), name="sandbox-engine-watch"
+        )
+
+    @property
+    def engine_needed(self) -> bool:
+        """Whether sandboxes depend on a container engine (the docker provider)."""
+        return self.settings.sandbox_provider == "docker"
+
+    @property
+    def engine_up(self) -> bool:
+        """Whether the engine answered its last ping (False when it never connected)."""
+        return self._engine_up
+
+    def on_engine_change(self, listener: EngineListener) -> None:
+        """Call `listener(up)` each time the engine goes away or comes back."""
+        self._engine_listeners.append(listener)
+
+    async def _watch_engine(self, manager: SandboxManager) -> None:
+        client = manager.provider.client
+        while True:
+            await asyncio.sleep(self.settings.sandbox_engine_probe_seconds)
+            try:
+                up = bool(await asyncio.to_thread(client.ping))
+            except Exception:  # any failure to answer is the engine being away
+                up = False
+            if up != self._engine_up:
+                self._engine_up = up
+                log.warning("container engine " + ("back" if up else "unreachable"))
+                for listener in self._engine_listeners:
+                    await listener(up)
 
     def _connect(self, owner: str) -> SandboxManager:
         manager = build_manager(
@@ -136,10 +173,11 @@ class SandboxService:
             await self._manager.destroy(thread_id)
 
     async def close(self) -> None:
-        if self._housekeeping is not None:
-            self._housekeeping.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._housekeeping
+        for task in (self._housekeeping, self._engine_watch):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._manager is not None:
             await self._manager.close()
             if self._lease is not None:
@@ -151,6 +189,10 @@ class SandboxService:
         janitor_every = self.settings.sandbox_janitor_interval_seconds
         next_janitor = 0.0
         loop = asyncio.get_running_loop()
+        try:
+            await manager.reap_all()
+        except SandboxError as exc:
+            log.warning("clearing leftover commands failed", error=str(exc))
         while True:
             try:
                 if loop.time() >= next_janitor:
@@ -197,6 +239,7 @@ def build_manager(
     is_busy: ThreadPredicate | None = None,
     thread_exists: ThreadPredicate | None = None,
     egress: EgressProxy | None = None,
+    reap_leftovers: bool = True,
 ) -> SandboxManager:
     """Connect to the engine and set up the manager (blocking). Raises SandboxError with
     what to do when the engine or the image is missing."""
@@ -238,4 +281,5 @@ def build_manager(
         is_busy=is_busy,
         thread_exists=thread_exists,
         egress=egress,
+        reap_leftovers=reap_leftovers,
     )

@@ -1,0 +1,227 @@
+"""Fault injection with real parts: the engine going away and coming back (through a cuttable
+path to the real engine, see engine_proxy.py), containers stopped or removed from outside.
+After each fault: a clear status while it lasts, nothing lost, the thread usable after."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from instance_ai.v1 import agent_pb2, agent_pb2_grpc, workspace_pb2, workspace_pb2_grpc
+from sandbox import identity
+from sandbox.image.build import BuiltImage
+from sandbox.manager import SandboxManager
+from server.api.convert import from_struct
+from server.app import Application
+from server.settings import Settings
+from tests.conftest import serving
+from tests.engine_proxy import EngineProxy, engine_proxy
+from tests.test_cli import start_server, stop_server
+from tests.tool_client import ToolClient
+
+WORKSPACE = "instance_ai.v1.Workspace"
+
+
+@pytest.fixture
+def proxy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EngineProxy]:
+    with engine_proxy(tmp_path) as running:
+        monkeypatch.setenv("DOCKER_HOST", running.docker_host)
+        yield running
+
+
+async def health_of(channel: grpc.aio.Channel, service: str) -> int:
+    response = await health_pb2_grpc.HealthStub(channel).Check(
+        health_pb2.HealthCheckRequest(service=service)
+    )
+    return int(response.status)
+
+
+async def wait_for_health(channel: grpc.aio.Channel, service: str, status: int) -> None:
+    deadline = time.monotonic() + 20
+    while await health_of(channel, service) != status:
+        assert time.monotonic() < deadline, f"{service} never became {status}"
+        await asyncio.sleep(0.1)
+
+
+async def exec_all(stub: workspace_pb2_grpc.WorkspaceStub, thread: str, command: str) -> str:
+    out = ""
+    async for response in stub.Exec(workspace_pb2.ExecRequest(thread_id=thread, command=command)):
+        if response.WhichOneof("kind") == "stdout":
+            out += response.stdout.data.decode()
+    return out
+
+
+async def test_the_engine_going_away_is_unavailable_in_health_and_calls_then_recovers(
+    make_docker_settings: Callable[..., Settings], proxy: EngineProxy
+) -> None:
+    settings = make_docker_settings(sandbox_engine_probe_seconds=0.2)
+    async with serving(settings) as (app, channel):
+        await app.runtime.events.append("t1", "thread-created")
+        stub = workspace_pb2_grpc.WorkspaceStub(channel)
+        await stub.WriteFile(
+            workspace_pb2.WriteFileRequest(thread_id="t1", path="a.md", content="1")
+        )
+        assert await health_of(channel, WORKSPACE) == health_pb2.HealthCheckResponse.SERVING
+
+        proxy.cut()
+        for call in (
+            stub.ReadFile(workspace_pb2.ReadFileRequest(thread_id="t1", path="a.md")),
+            stub.WriteFile(
+                workspace_pb2.WriteFileRequest(thread_id="t1", path="b.md", content="2")
+            ),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as away:
+                await call
+            assert away.value.code() is grpc.StatusCode.UNAVAILABLE, away.value.details()
+            assert "Docker engine" in (away.value.details() or "")
+            assert "Traceback" not in (away.value.details() or "")
+        await wait_for_health(channel, WORKSPACE, health_pb2.HealthCheckResponse.NOT_SERVING)
+        # What needs no engine still serves.
+        assert await health_of(channel, "") == health_pb2.HealthCheckResponse.SERVING
+
+        proxy.restore()
+        await wait_for_health(channel, WORKSPACE, health_pb2.HealthCheckResponse.SERVING)
+        read = await stub.ReadFile(workspace_pb2.ReadFileRequest(thread_id="t1", path="a.md"))
+        assert read.content == "1"
+        assert await exec_all(stub, "t1", "cat a.md; echo") == "1\n"
+
+
+async def test_a_command_cut_off_by_the_engine_ends_unavailable_and_the_thread_goes_on(
+    make_docker_settings: Callable[..., Settings], proxy: EngineProxy
+) -> None:
+    async with serving(make_docker_settings()) as (app, channel):
+        await app.runtime.events.append("t1", "thread-created")
+        stub = workspace_pb2_grpc.WorkspaceStub(channel)
+        assert await exec_all(stub, "t1", "echo warm") == "warm\n"
+        running = asyncio.ensure_future(exec_all(stub, "t1", "echo started; sleep 30; echo end"))
+        await asyncio.sleep(1.0)
+        proxy.cut()
+        with pytest.raises(grpc.aio.AioRpcError) as cut_off:
+            await asyncio.wait_for(running, 60)
+        assert cut_off.value.code() is grpc.StatusCode.UNAVAILABLE, cut_off.value.details()
+        proxy.restore()
+        assert await exec_all(stub, "t1", "echo again") == "again\n"
+
+
+async def test_a_pooled_sandbox_stopped_from_outside_is_never_handed_out(
+    make_docker_settings: Callable[..., Settings], docker_client: docker.DockerClient
+) -> None:
+    async with serving(make_docker_settings(sandbox_pool_size=1)) as (app, channel):
+        manager = app.runtime.sandboxes.manager
+        assert isinstance(manager, SandboxManager)
+        deadline = time.monotonic() + 60
+        while manager.pooled_count() < 1:  # the start-up refill warms it
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.1)
+        (pooled,) = manager.provider.pooled()
+        docker_client.containers.get(pooled.id).stop(timeout=0)  # an engine restart does this
+        await app.runtime.events.append("t1", "thread-created")
+        stub = workspace_pb2_grpc.WorkspaceStub(channel)
+        assert await exec_all(stub, "t1", "echo fine") == "fine\n"
+
+
+async def test_a_sandbox_removed_from_outside_mid_call_is_made_again(
+    make_docker_settings: Callable[..., Settings],
+    docker_client: docker.DockerClient,
+    sandbox_image: BuiltImage,
+) -> None:
+    async with serving(make_docker_settings()) as (app, channel):
+        await app.runtime.events.append("t1", "thread-created")
+        stub = workspace_pb2_grpc.WorkspaceStub(channel)
+        await stub.WriteFile(
+            workspace_pb2.WriteFileRequest(thread_id="t1", path="a.md", content="1")
+        )
+        running = asyncio.ensure_future(exec_all(stub, "t1", "sleep 30"))
+        await asyncio.sleep(1.0)
+        manager = app.runtime.sandboxes.manager
+        assert isinstance(manager, SandboxManager)
+        container = manager.provider.container("t1")
+        container.remove(force=True)  # the workspace volume stays
+        with pytest.raises(grpc.aio.AioRpcError) as gone:
+            await asyncio.wait_for(running, 60)
+        assert gone.value.code() is grpc.StatusCode.UNAVAILABLE, gone.value.details()
+        read = await stub.ReadFile(workspace_pb2.ReadFileRequest(thread_id="t1", path="a.md"))
+        assert read.content == "1"
+        assert await exec_all(stub, "t1", "echo back") == "back\n"
+        assert isinstance(app, Application)
+
+
+async def events_of(address: str, thread: str) -> list[dict[str, Any]]:
+    async with grpc.aio.insecure_channel(address) as channel:
+        stream = agent_pb2_grpc.AgentStub(channel).StreamEvents(
+            agent_pb2.StreamEventsRequest(thread_id=thread, follow=False)
+        )
+        return [
+            {"type": r.event.type, "payload": from_struct(r.event.payload)} async for r in stream
+        ]
+
+
+async def test_a_server_killed_mid_command_leaves_no_command_running_and_no_call_open(
+    tmp_path: Path, owner: str, sandbox_image: BuiltImage, docker_client: docker.DockerClient
+) -> None:
+    env = {
+        "INSTANCE_AI_SANDBOX_PROVIDER": "docker",
+        "INSTANCE_AI_SANDBOX_OWNER": owner,
+        "INSTANCE_AI_SANDBOX_POOL_SIZE": "0",
+    }
+    data = tmp_path / "data"
+    server = await asyncio.to_thread(start_server, data, env=env)
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            tools = ToolClient(channel, "t1")
+            await tools.call("workspace_write_file", path="a.md", content="kept")
+            call = asyncio.ensure_future(
+                tools.call("workspace_execute_command", command="sleep 600")
+            )
+            container = None
+            deadline = time.monotonic() + 30
+            while container is None or "sleep 600" not in processes(container):
+                assert time.monotonic() < deadline, "the command never started"
+                await asyncio.sleep(0.2)
+                found = docker_client.containers.list(
+                    filters={"label": f"{identity.LABEL_OWNER}={owner}"}
+                )
+                container = found[0] if found else None
+            server.process.send_signal(signal.SIGKILL)
+            with pytest.raises(grpc.aio.AioRpcError):
+                await call
+    finally:
+        stop_server(server)
+    assert "sleep 600" in processes(container)  # nobody killed it: its deadline died too
+
+    restarted = await asyncio.to_thread(start_server, data, env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while "sleep 600" in processes(container):  # cleared at start-up, unasked
+            assert time.monotonic() < deadline, "the leftover command is still running"
+            await asyncio.sleep(0.2)
+        events = await events_of(restarted.address, "t1")
+        calls = {e["payload"]["toolCallId"] for e in events if e["type"] == "tool-call"}
+        ended = {
+            e["payload"]["toolCallId"]
+            for e in events
+            if e["type"] in ("tool-result", "tool-error", "tool-interrupted")
+        }
+        assert calls and calls == ended  # every call closed, the killed one interrupted
+        assert [e["type"] for e in events].count("tool-interrupted") == 1
+        async with grpc.aio.insecure_channel(restarted.address) as channel:
+            result = await ToolClient(channel, "t1").call(
+                "workspace_execute_command", command="cat a.md"
+            )
+        assert "kept" in json.dumps(result)
+    finally:
+        stop_server(restarted)
+
+
+def processes(container: docker.models.containers.Container) -> str:
+    return str(container.exec_run(["ps", "-eo", "args"], user="1000:1000").output.decode())
