@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import tempfile
 import time
 import uuid
+from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,7 +19,12 @@ from sandbox import files, identity
 from sandbox.commands import CommandRunner
 from sandbox.docker_provider import DockerProvider
 from sandbox.egress import EgressProxy
-from sandbox.errors import EditMismatchError, FileTooLargeError, PathEscapeError
+from sandbox.errors import (
+    EditMismatchError,
+    FileTooLargeError,
+    PathEscapeError,
+    WorkspaceFileNotFoundError,
+)
 from sandbox.image.build import BuiltImage
 from sandbox.manager import MARKER, SandboxManager
 
@@ -530,3 +537,37 @@ async def test_sandboxes_of_another_process_layout_get_an_egress_of_ours(
             ).is_dir()
         finally:
             await after.close()
+
+
+SWAP_LOOP = (
+    "mkdir -p /tmp/outside && chmod 777 /tmp/outside; mkdir -p race; cd race; "
+    "end=$(( $(date +%s) + 20 )); while [ $(date +%s) -lt $end ]; do "
+    "mkdir -p real; mv -T real dir 2>/dev/null; mv -T dir real 2>/dev/null; "
+    "ln -sfn /tmp/outside dir; rm -f dir; done"
+)
+
+
+async def test_a_folder_swapped_for_a_symlink_mid_write_never_redirects_it(
+    provider: DockerProvider,
+) -> None:
+    """A command keeps swapping `race/dir` between a folder and a symlink out of the
+    workspace while the file tools write and read through it: nothing may land outside."""
+    manager = SandboxManager(provider)
+    swapping = asyncio.ensure_future(manager.run_command("t1", SWAP_LOOP, timeout_s=30))
+    await asyncio.sleep(0.5)
+    outcomes: Counter[str] = Counter()
+    for n in range(300):
+        try:
+            await manager.write_file("t1", f"race/dir/f{n}.txt", b"x")
+            outcomes["written"] += 1
+        except (PathEscapeError, WorkspaceFileNotFoundError) as refused:
+            outcomes[type(refused).__name__] += 1
+        with contextlib.suppress(PathEscapeError, WorkspaceFileNotFoundError):
+            await manager.read_file("t1", "race/dir/../dir/f0.txt")
+    swapping.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await swapping
+    container = await manager.acquire("t1")
+    assert sh(container, "ls -A /tmp/outside").strip() == "", outcomes
+    assert sum(outcomes.values()) == 300 and outcomes["written"] > 0, outcomes
+    await manager.close()

@@ -2,8 +2,9 @@
 // lines over one exec stream) and the one-shot runner (run-op.mjs, for when no worker runs).
 //
 // Operations: ping, stats, read, write, strReplace, list, compile, diagnose, toCode,
-// definition, execute, cancelExecution, outputSchema. File contents travel as base64 so any bytes survive. Every path is confined to
-// the workspace, symlinks resolved.
+// definition, execute, cancelExecution, outputSchema. File contents travel as base64 so any
+// bytes survive. Every path is confined to the workspace and walked one component at a time
+// through open directory descriptors, never following a symlink (see openDirectory).
 //
 // compile: esbuild bundles the source to CommonJS here (`@n8n/*` and other packages stay
 // external, so the one installed SDK instance is used), then a pooled worker_thread evaluates
@@ -18,7 +19,7 @@
 // pooled thread under a deadline and a heap cap; cancelExecution stops a run in progress.
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, promises as fs } from 'node:fs';
+import { existsSync, constants as fsConstants, promises as fs } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
@@ -27,6 +28,7 @@ import { Worker } from 'node:worker_threads';
 import { build } from 'esbuild';
 
 export const WORKSPACE = '/home/user/workspace';
+const NO_FOLLOW_DIRECTORY = fsConstants.O_RDONLY | fsConstants.O_DIRECTORY | fsConstants.O_NOFOLLOW;
 const MAX_LIST = 100000;
 const require = createRequire(import.meta.url);
 const NODE_MODULES = path.resolve(path.dirname(require.resolve('n8n-nodes-base/package.json')), '..');
@@ -54,88 +56,174 @@ function inside(resolved) {
   return resolved === WORKSPACE || resolved.startsWith(WORKSPACE + '/');
 }
 
-// The real path of `p`, following symlinks through its longest existing prefix.
-async function confine(p) {
+// The workspace-relative parts of `p` (no `..` can leave: it is resolved first).
+function parts(p) {
   if (typeof p !== 'string' || p === '' || p.includes('\0')) {
     throw new WorkerError('escape', 'give a path inside the workspace');
   }
   const absolute = path.resolve(WORKSPACE, p);
   if (!inside(absolute)) throw new WorkerError('escape', `${p} is outside the workspace`);
-  let existing = absolute;
-  const rest = [];
-  for (;;) {
-    try {
-      const real = await fs.realpath(existing);
-      const resolved = path.join(real, ...rest);
-      if (!inside(resolved)) throw new WorkerError('escape', `${p} leads outside the workspace`);
-      return resolved;
-    } catch (error) {
-      if (error instanceof WorkerError || error.code !== 'ENOENT') throw error;
-      rest.unshift(path.basename(existing));
-      existing = path.dirname(existing);
+  return path.relative(WORKSPACE, absolute).split('/').filter(Boolean);
+}
+
+// A name inside an open directory, reached through the descriptor: the kernel resolves
+// /proc/self/fd/N to the directory itself, never again by name, so swapping a folder on the
+// way for a symlink after the check cannot redirect what happens next.
+function at(dir, name) {
+  return `/proc/self/fd/${dir.fd}/${name}`;
+}
+
+function throughSymlink(p) {
+  return new WorkerError('escape', `${p} goes through a symlink; the file tools never follow symlinks`);
+}
+
+// Open the directory `names` lead to, component by component with O_NOFOLLOW (a symlink at
+// any step is refused), creating missing ones when asked. The caller closes it.
+async function openDirectory(p, names, { create = false } = {}) {
+  let dir = await fs.open(WORKSPACE, NO_FOLLOW_DIRECTORY);
+  try {
+    for (const name of names) {
+      if (create) {
+        await fs.mkdir(at(dir, name), { mode: 0o2775 }).catch((error) => {
+          if (error.code !== 'EEXIST') throw error;
+        });
+      }
+      let child;
+      try {
+        child = await fs.open(at(dir, name), NO_FOLLOW_DIRECTORY);
+      } catch (error) {
+        // O_DIRECTORY with O_NOFOLLOW answers ENOTDIR for a symlink: ask what it is.
+        const link = await fs.lstat(at(dir, name)).then((info) => info.isSymbolicLink(), () => false);
+        if (error.code === 'ELOOP' || link) throw throughSymlink(p);
+        if (error.code === 'ENOENT' || error.code === 'ENOTDIR') {
+          throw new WorkerError('missing', `${p} does not exist in the workspace`);
+        }
+        throw error;
+      }
+      await dir.close();
+      dir = child;
     }
+    return dir;
+  } catch (error) {
+    await dir.close().catch(() => {});
+    throw error;
   }
 }
 
-async function regularFile(p, maxBytes) {
-  const resolved = await confine(p);
-  let info;
+// An open regular file of at most `maxBytes`, reached without following symlinks.
+async function openRegularFile(p, maxBytes) {
+  const names = parts(p);
+  if (names.length === 0) throw new WorkerError('not_a_file', `${p} is not a regular file`);
+  const dir = await openDirectory(p, names.slice(0, -1));
+  let file;
   try {
-    info = await fs.stat(resolved);
+    file = await fs.open(at(dir, names.at(-1)), fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW);
   } catch (error) {
+    if (error.code === 'ELOOP') throw throughSymlink(p);
     if (error.code === 'ENOENT') throw new WorkerError('missing', `${p} does not exist in the workspace`);
     throw error;
+  } finally {
+    await dir.close();
   }
-  if (!info.isFile()) throw new WorkerError('not_a_file', `${p} is not a regular file`);
-  if (info.size > maxBytes) throw new WorkerError('too_large', `${p} is larger than ${maxBytes} bytes`);
-  return resolved;
+  const info = await file.stat();
+  if (!info.isFile() || info.size > maxBytes) {
+    await file.close();
+    if (!info.isFile()) throw new WorkerError('not_a_file', `${p} is not a regular file`);
+    throw new WorkerError('too_large', `${p} is larger than ${maxBytes} bytes`);
+  }
+  return file;
+}
+
+async function readRegularFile(p, maxBytes, encoding) {
+  const file = await openRegularFile(p, maxBytes);
+  try {
+    return await file.readFile(encoding ? { encoding } : {});
+  } finally {
+    await file.close();
+  }
+}
+
+// The workspace path of a regular file that was checked without following symlinks (for
+// the compiler, which reads sources by name; it runs as the sandbox user and writes nothing).
+async function regularFile(p, maxBytes) {
+  await (await openRegularFile(p, maxBytes)).close();
+  return path.join(WORKSPACE, ...parts(p));
 }
 
 async function writeFile(p, data, maxBytes) {
   if (data.length > maxBytes) {
     throw new WorkerError('too_large', `${data.length} bytes is over the ${maxBytes}-byte limit for one write`);
   }
-  const resolved = await confine(p);
+  const names = parts(p);
+  if (names.length === 0) throw new WorkerError('not_a_file', `${p} is not a regular file`);
+  const dir = await openDirectory(p, names.slice(0, -1), { create: true });
   try {
-    if (!(await fs.stat(resolved)).isFile()) throw new WorkerError('not_a_file', `${p} is not a regular file`);
-  } catch (error) {
-    if (error instanceof WorkerError || error.code !== 'ENOENT') throw error;
+    const target = at(dir, names.at(-1));
+    const existing = await fs.lstat(target).catch((error) => {
+      if (error.code === 'ENOENT') return null;
+      throw error;
+    });
+    if (existing?.isSymbolicLink()) throw throughSymlink(p);
+    if (existing && !existing.isFile()) throw new WorkerError('not_a_file', `${p} is not a regular file`);
+    // Written beside, then renamed over the name (rename replaces a name, never writes
+    // through it): a reader never sees half a file.
+    const temporary = at(dir, `.${names.at(-1)}.${process.pid}.${Date.now()}.partial`);
+    const flags = fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL | fsConstants.O_NOFOLLOW;
+    const file = await fs.open(temporary, flags, 0o664);
+    try {
+      await file.writeFile(data);
+    } finally {
+      await file.close();
+    }
+    await fs.rename(temporary, target);
+  } finally {
+    await dir.close();
   }
-  await fs.mkdir(path.dirname(resolved), { recursive: true });
-  // Write beside, then rename: a reader never sees half a file.
-  const temporary = `${resolved}.${process.pid}.${Date.now()}.partial`;
-  await fs.writeFile(temporary, data, { mode: 0o664 });
-  await fs.rename(temporary, resolved);
   return data.length;
 }
 
 async function list(p, recursive, maxEntries) {
-  const root = await confine(p);
   const entries = [];
   let truncated = false;
-  async function walk(dir) {
-    let names;
-    try {
-      names = await fs.readdir(dir, { withFileTypes: true });
-    } catch (error) {
-      if (error.code === 'ENOENT' || error.code === 'ENOTDIR') {
-        throw new WorkerError('missing', `${p} is not a directory in the workspace`);
-      }
-      throw error;
-    }
-    for (const entry of names) {
+  async function walk(dir, prefix) {
+    for (const entry of await fs.readdir(`/proc/self/fd/${dir.fd}`, { withFileTypes: true })) {
       if (entries.length >= maxEntries) {
         truncated = true;
         return;
       }
-      const full = path.join(dir, entry.name);
+      const relative = prefix ? `${prefix}/${entry.name}` : entry.name;
       const type = entry.isSymbolicLink() ? 'symlink' : entry.isDirectory() ? 'directory' : entry.isFile() ? 'file' : 'other';
-      const size = type === 'symlink' ? 0 : (await fs.lstat(full)).size;
-      entries.push({ path: path.relative(root, full), type, size });
-      if (recursive && type === 'directory') await walk(full);
+      const info = type === 'symlink' ? null : await fs.lstat(at(dir, entry.name)).catch(() => null);
+      entries.push({ path: relative, type, size: info ? info.size : 0 });
+      if (recursive && type === 'directory') {
+        let child;
+        try {
+          child = await fs.open(at(dir, entry.name), NO_FOLLOW_DIRECTORY);
+        } catch {
+          continue; // swapped or removed meanwhile: not followed
+        }
+        try {
+          await walk(child, relative);
+        } finally {
+          await child.close();
+        }
+      }
     }
   }
-  await walk(root);
+  let root;
+  try {
+    root = await openDirectory(p, parts(p));
+  } catch (error) {
+    if (error instanceof WorkerError && error.code === 'missing') {
+      throw new WorkerError('missing', `${p} is not a directory in the workspace`);
+    }
+    throw error;
+  }
+  try {
+    await walk(root, '');
+  } finally {
+    await root.close();
+  }
   return { entries, truncated };
 }
 
@@ -476,17 +564,13 @@ export const handlers = {
   definition,
   ping: async () => 'pong',
   stats: async () => ({ pid: process.pid, memory: process.memoryUsage(), uptime: process.uptime() }),
-  read: async ({ path: p, maxBytes }) => {
-    const resolved = await regularFile(p, maxBytes);
-    return { content: (await fs.readFile(resolved)).toString('base64') };
-  },
+  read: async ({ path: p, maxBytes }) => ({ content: (await readRegularFile(p, maxBytes)).toString('base64') }),
   write: async ({ path: p, content, maxBytes }) => ({
     bytes: await writeFile(p, Buffer.from(content, 'base64'), maxBytes),
   }),
   strReplace: async ({ path: p, old, new: replacement, replaceAll, maxBytes }) => {
     if (!old) throw new WorkerError('mismatch', 'old_str is empty: give the exact text to replace');
-    const resolved = await regularFile(p, maxBytes);
-    const text = await fs.readFile(resolved, 'utf8');
+    const text = await readRegularFile(p, maxBytes, 'utf8');
     const count = text.split(old).length - 1;
     if (count === 0) {
       throw new WorkerError('mismatch', `old_str was not found in '${p}'; read the file and copy the text exactly`);
