@@ -23,8 +23,8 @@ from collections.abc import Awaitable, Callable
 
 import docker
 
-from sandbox import files, identity
-from sandbox.docker_provider import DockerProvider, connect
+from sandbox import files
+from sandbox.docker_provider import DockerProvider, connect, remove_owner
 from sandbox.image.build import image_tags
 from sandbox.manager import SandboxManager
 from server.logs import configure_logging
@@ -110,11 +110,7 @@ async def burst_figures(provider: DockerProvider, threads: int) -> tuple[float, 
 
 
 def cleanup(client: docker.DockerClient, owner: str) -> None:
-    selector = {"label": f"{identity.LABEL_OWNER}={owner}"}
-    for container in client.containers.list(all=True, filters=selector):
-        container.remove(force=True)
-    for volume in client.volumes.list(filters=selector):
-        volume.remove(force=True)
+    remove_owner(client, owner)
 
 
 async def main(rounds: int, burst: int) -> None:

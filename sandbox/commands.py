@@ -37,6 +37,8 @@ JOB_UID_COUNT = 10_000
 RESULTS_DIR = ".instance-ai/results"
 
 OutputCallback = Callable[[str, bytes], None]
+# The exit code of a process killed by SIGKILL (128 + 9): its own OOM kill, or its sandbox's end.
+SIGKILLED = 137
 
 # Run as the job uid. Counts the uid's processes outside this script's own session (`docker
 # exec` makes the script a session leader), and while any is left sends `kill -9 -1`, which
@@ -152,6 +154,11 @@ class CommandRunner:
                 _drain(chunks, capture, on_output, reader)
             reader.join(timeout=5)
             exit_code = self.client.api.exec_inspect(exec_id).get("ExitCode")
+            if stopped is None and exit_code in (None, SIGKILLED) and not _running(container):
+                raise SandboxUnavailableError(
+                    "the sandbox stopped during the command (removed, killed or the engine "
+                    "restarted); the next call starts it again with the same workspace"
+                )
             full_path = None
             if capture.truncated:
                 full_path = self._save_output(container, exec_id, capture.combined)
@@ -209,8 +216,13 @@ class CommandRunner:
         except docker.errors.DockerException:
             pass
         # Still alive after every round, or the engine cannot reach in: stop the container
-        # whole; the next use starts it again with the workspace intact.
-        container.kill()
+        # whole; the next use starts it again with the workspace intact. One that is already
+        # stopped or gone has nothing left to kill.
+        try:
+            container.kill()
+        except docker.errors.APIError as exc:
+            if exc.status_code not in (404, 409):
+                raise
 
     def _save_output(self, container: Container, exec_id: str, data: bytearray) -> str:
         relative = f"{RESULTS_DIR}/{exec_id[:16]}.log"
@@ -291,3 +303,20 @@ def _drain(
         if item is None:
             return
         record_output(item, capture, on_output)
+
+
+def _running(container: Container, *, settle_s: float = 2.0) -> bool:
+    """Whether the container still runs after a command of it was SIGKILLed. A removal or
+    an engine stop kills the processes before the container's state says so: watch it for
+    a moment (a command killed for its own memory is the rare case that waits it out)."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        try:
+            container.reload()
+        except docker.errors.NotFound:
+            return False
+        if container.status != "running":
+            return False
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(0.1)

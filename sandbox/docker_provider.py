@@ -11,13 +11,14 @@ PID 1 (without it orphans become zombies that exhaust the pids limit), uid 1000,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,12 @@ from sandbox import identity
 from sandbox.egress import BRIDGE_PORT, MOUNT_POINT
 from sandbox.errors import SandboxNotFoundError, SandboxUnavailableError
 from sandbox.image.rootfs import WORKSPACE
+from sandbox.workspace_disk import WorkspaceDisks
 
 GIB = 1024**3
+# A volume is made (and its filesystem formatted) before the container that mounts it: one
+# younger than this is being set up, not left behind.
+ORPHAN_GRACE = timedelta(minutes=2)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,8 +150,14 @@ class DockerProvider:
         owner: str = "instance-ai",
         limits: SandboxLimits | None = None,
         egress_root: Path | None = None,
+        disks: WorkspaceDisks | None = None,
+        orphan_grace: timedelta | None = None,
     ) -> None:
         self.client = client
+        # A volume younger than this is being set up, never an orphan (see ORPHAN_GRACE).
+        self.orphan_grace = ORPHAN_GRACE if orphan_grace is None else orphan_grace
+        # Each workspace's own size-limited filesystem (None: the volume as it is).
+        self.disks = disks
         self.image = image
         self.owner = owner
         self.limits = limits or SandboxLimits()
@@ -184,10 +195,41 @@ class DockerProvider:
                 identity.container_name(self.owner, sid), volume, self._labels(thread_id, sid)
             )
         if container.status != "running":
-            with engine_errors("start the sandbox"):
-                container.start()
-                container.reload()
+            self.start(container)
         return self._info(container)
+
+    def start(self, container: Container) -> None:
+        """Start a created or stopped sandbox, its workspace filesystem mounted first (after
+        a host restart it is not)."""
+        volume = _workspace_volume(container)
+        if volume is not None:
+            self._attach_disk(volume)
+        with engine_errors("start the sandbox"):
+            container.start()
+            container.reload()
+
+    def workspace_free_bytes(self, container: Container) -> int | None:
+        """Room left in the sandbox's workspace, when it has a size limit."""
+        volume = _workspace_volume(container)
+        if self.disks is None or volume is None:
+            return None
+        return self.disks.free_bytes(self._data_dir(volume))
+
+    def _data_dir(self, volume: str) -> Path:
+        with engine_errors("inspect a workspace volume"):
+            return Path(self.client.volumes.get(volume).attrs["Mountpoint"])
+
+    def _attach_disk(self, volume: str) -> None:
+        if self.disks is not None:
+            self.disks.attach(self._data_dir(volume))
+
+    def _detach_disk(self, volume: str) -> None:
+        if self.disks is not None:
+            try:
+                data_dir = self._data_dir(volume)
+            except docker.errors.NotFound:
+                return
+            self.disks.detach(data_dir)
 
     def get(self, thread_id: str) -> SandboxInfo | None:
         container = self._find(identity.sandbox_id(thread_id))
@@ -215,6 +257,7 @@ class DockerProvider:
                 container.remove(force=True)
                 removed = True
             try:
+                self._detach_disk(volume)
                 self.client.volumes.get(volume).remove(force=True)
                 removed = True
             except docker.errors.NotFound:
@@ -229,9 +272,7 @@ class DockerProvider:
         labels = self._labels("", pool_id) | {identity.LABEL_POOL: "1"}
         name = identity.pool_name(self.owner, pool_id)
         container = self._create_container(name, identity.volume_name(self.owner, pool_id), labels)
-        with engine_errors("start a pooled sandbox"):
-            container.start()
-            container.reload()
+        self.start(container)
         return container
 
     def pooled(self) -> list[Container]:
@@ -311,10 +352,15 @@ class DockerProvider:
                 filters={"label": f"{identity.LABEL_OWNER}={self.owner}"},
             )
         mounted = {_workspace_volume(c) for c in containers}
-        return [v.name for v in volumes if v.name not in mounted]
+        return [
+            v.name
+            for v in volumes
+            if v.name not in mounted and not _younger(v.attrs, self.orphan_grace)
+        ]
 
     def remove_volume(self, name: str) -> None:
         with engine_errors("remove a volume"):
+            self._detach_disk(name)
             self.client.volumes.get(name).remove(force=True)
 
     def _find(self, sid: str) -> Container | None:
@@ -363,6 +409,7 @@ class DockerProvider:
                 self.client.volumes.get(volume)  # kept from an earlier container: reattach
             except docker.errors.NotFound:
                 self.client.volumes.create(volume, labels=labels)
+            self._attach_disk(volume)
             try:
                 container: Container = self.client.containers.create(
                     self.image,
@@ -408,6 +455,34 @@ class DockerProvider:
             created_at=datetime.fromisoformat(created) if created else None,
             labels=dict(labels),
         )
+
+
+def remove_owner(client: docker.DockerClient, owner: str) -> None:
+    """Remove every container and workspace volume of an owner, labelled or only named
+    (a deployment's uninstall; tests and benchmarks clean up with it)."""
+    selector = {"label": f"{identity.LABEL_OWNER}={owner}"}
+    with engine_errors("remove an owner's sandboxes"):
+        for container in client.containers.list(all=True, filters=selector, ignore_removed=True):
+            container.remove(force=True)
+        prefix = identity.volume_name(owner, "")
+        volumes = client.volumes.list(filters=selector) + [
+            v for v in client.volumes.list(filters={"name": prefix}) if v.name.startswith(prefix)
+        ]
+        for volume in volumes:
+            with contextlib.suppress(docker.errors.NotFound):
+                WorkspaceDisks.detach(Path(volume.attrs["Mountpoint"]))
+                volume.remove(force=True)
+
+
+def _younger(attrs: dict[str, Any], age: timedelta) -> bool:
+    created = attrs.get("CreatedAt")
+    if not created:
+        return False
+    try:
+        made = datetime.fromisoformat(str(created).replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return datetime.now(UTC) - made < age
 
 
 def _workspace_volume(container: Container) -> str | None:

@@ -8,6 +8,7 @@ SandboxError
 ├── PathEscapeError          a path resolves outside the workspace
 ├── WorkspaceFileNotFoundError
 ├── FileTooLargeError        a write or read is over the configured cap
+├── WorkspaceFullError       the workspace reached its size limit
 └── EditMismatchError        str-replace found the old text zero or several times
 """
 
@@ -23,6 +24,7 @@ __all__ = [
     "SandboxOwnerInUseError",
     "SandboxUnavailableError",
     "WorkspaceFileNotFoundError",
+    "WorkspaceFullError",
 ]
 
 
@@ -60,3 +62,7 @@ class EditMismatchError(SandboxError):
 
 class SandboxOwnerInUseError(SandboxError):
     """Another live service holds this sandbox owner on the engine."""
+
+
+class WorkspaceFullError(SandboxError):
+    """The workspace's filesystem reached its size limit."""

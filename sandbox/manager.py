@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import posixpath
 import threading
@@ -38,7 +39,7 @@ from sandbox import files
 from sandbox.commands import CommandResult, CommandRunner, OutputCallback
 from sandbox.docker_provider import DockerProvider, SandboxInfo, engine_errors
 from sandbox.egress import BRIDGE_PORT, MOUNT_POINT, EgressProxy
-from sandbox.errors import SandboxError, SandboxUnavailableError
+from sandbox.errors import SandboxError, SandboxUnavailableError, WorkspaceFullError
 from sandbox.identity import LABEL_IMAGE
 from sandbox.image.browser import BROWSER_ENVIRONMENT, browser_command
 from sandbox.image.rootfs import APP_DIR, USER_UID, WORKSPACE
@@ -59,6 +60,9 @@ _INITIALISE = (
     f"[ -e {MARKER} ] && exit 0; umask 002; cp -R -n {APP_DIR}/seed/. . && "
     f"chmod -R g+w . && touch {MARKER}"
 )
+
+# Less room than this left after a failed command: the workspace was what ran out.
+FULL_BELOW_BYTES = 1024 * 1024
 
 # How much longer than an operation's own deadline the host waits for its answer: the sandbox
 # enforces the deadline and reports, the host only guards against a stuck sandbox.
@@ -248,8 +252,7 @@ class SandboxManager:
 
     def _warm(self, container: Container) -> _Entry:
         if container.status != "running":
-            container.start()
-            container.reload()
+            self.provider.start(container)
         self._initialise(container)
         worker = WorkerClient.start(self.provider.client, container) if self.use_worker else None
         return _Entry(container=container, last_used=time.monotonic(), worker=worker)
@@ -298,7 +301,7 @@ class SandboxManager:
                 )
             )
             try:
-                return await asyncio.shield(task)
+                result = await asyncio.shield(task)
             except asyncio.CancelledError:
                 cancel.set()
                 with contextlib.suppress(Exception):
@@ -307,6 +310,24 @@ class SandboxManager:
         finally:
             entry.running_commands -= 1
             entry.last_used = time.monotonic()
+        return await self._say_when_full(container, result)
+
+    async def _say_when_full(self, container: Container, result: CommandResult) -> CommandResult:
+        """A command that failed on a full workspace says so, with the limit to mind."""
+        if result.exit_code == 0 or self.provider.disks is None:
+            return result
+        free = await _call(self.provider.workspace_free_bytes, container)
+        if free is None or free > FULL_BELOW_BYTES:
+            return result
+        note = f"\n[instance-ai] {self.full_message()}\n"
+        return dataclasses.replace(result, stderr=result.stderr + note)
+
+    def full_message(self) -> str:
+        limit = self.provider.disks.size_mib if self.provider.disks else 0
+        return (
+            f"the workspace is full: it holds at most {limit} MiB "
+            "(INSTANCE_AI_SANDBOX_WORKSPACE_MAX_MB); delete files to go on"
+        )
 
     async def read_file(self, thread_id: str, path: str) -> bytes:
         limit = self.max_file_bytes
@@ -562,6 +583,8 @@ class SandboxManager:
                 return await _call(through_worker, entry.worker)
             except WorkerGoneError:
                 entry.drop_worker()
+            except WorkspaceFullError as exc:
+                raise WorkspaceFullError(f"{exc}: {self.full_message()}") from None
         return await _call(through_exec, await self.acquire(thread_id))
 
     # -- the headless browser -----------------------------------------------------------

@@ -37,6 +37,7 @@ _ERRORS: dict[str, type[errors.SandboxError]] = {
     "not_a_file": errors.WorkspaceFileNotFoundError,
     "too_large": errors.FileTooLargeError,
     "mismatch": errors.EditMismatchError,
+    "workspace_full": errors.WorkspaceFullError,
 }
 
 

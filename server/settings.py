@@ -127,6 +127,12 @@ class Settings(BaseSettings):
     sandbox_command_timeout_seconds: float = Field(300, gt=0, le=3600)
     sandbox_max_output_bytes: int = Field(64 * 1024, ge=1024, description="per stream, inline")
     sandbox_max_file_bytes: int = Field(10 * 1024 * 1024, ge=1024)
+    sandbox_workspace_max_mb: int = Field(
+        2048,
+        ge=0,
+        description="each workspace's size limit, enforced by a filesystem of its own (needs "
+        "the service as root on the engine's host); 0: no limit",
+    )
     build_max_source_bytes: int = Field(
         1024 * 1024, ge=1024, description="largest workflow source a build accepts"
     )

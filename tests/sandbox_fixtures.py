@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -13,7 +12,7 @@ import docker.errors
 import pytest
 
 from sandbox import identity
-from sandbox.docker_provider import DockerProvider, connect
+from sandbox.docker_provider import DockerProvider, connect, remove_owner
 from sandbox.image.build import BuiltImage, ImageBuilder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,18 +42,11 @@ def owner(docker_client: docker.DockerClient) -> Iterator[str]:
 
 def remove_owned(docker_client: docker.DockerClient, name: str) -> None:
     """Remove every container and workspace volume of an owner, and check none is left."""
-    selector = {"label": f"{identity.LABEL_OWNER}={name}"}
-    for container in docker_client.containers.list(all=True, filters=selector, ignore_removed=True):
-        container.remove(force=True)
-    by_name = {"name": identity.volume_name(name, "")}
-    for volume in docker_client.volumes.list(filters=selector) + docker_client.volumes.list(
-        filters=by_name
-    ):
-        with contextlib.suppress(docker.errors.NotFound):
-            volume.remove(force=True)
+    remove_owner(docker_client, name)
     # Nothing of this test may be left behind, labelled or not.
+    selector = {"label": f"{identity.LABEL_OWNER}={name}"}
     assert not docker_client.containers.list(all=True, filters=selector)
-    assert not docker_client.volumes.list(filters=by_name)
+    assert not docker_client.volumes.list(filters={"name": identity.volume_name(name, "")})
 
 
 @pytest.fixture

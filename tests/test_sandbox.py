@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import tempfile
 import time
 import uuid
@@ -24,9 +25,12 @@ from sandbox.errors import (
     FileTooLargeError,
     PathEscapeError,
     WorkspaceFileNotFoundError,
+    WorkspaceFullError,
 )
 from sandbox.image.build import BuiltImage
+from sandbox.image.rootfs import WORKSPACE
 from sandbox.manager import MARKER, SandboxManager
+from sandbox.workspace_disk import WorkspaceDisks
 
 
 def sh(container: docker.models.containers.Container, script: str, user: str = "1000:1000") -> str:
@@ -173,6 +177,9 @@ async def test_the_janitor_removes_orphans_and_keeps_live_threads(
     )
     report = await manager.janitor()
     assert report.removed_sandboxes == ["deleted-while-down"]
+    assert report.removed_volumes == []  # too young: it may be a sandbox being made
+    provider.orphan_grace = timedelta(0)
+    report = await manager.janitor()
     assert len(report.removed_volumes) == 1
     assert [i.thread_id for i in provider.list_sandboxes()] == ["alive"]
 
@@ -570,4 +577,44 @@ async def test_a_folder_swapped_for_a_symlink_mid_write_never_redirects_it(
     container = await manager.acquire("t1")
     assert sh(container, "ls -A /tmp/outside").strip() == "", outcomes
     assert sum(outcomes.values()) == 300 and outcomes["written"] > 0, outcomes
+    await manager.close()
+
+
+async def test_a_workspace_cannot_grow_past_its_limit_and_says_so(
+    docker_client: docker.DockerClient, sandbox_image: BuiltImage, owner: str
+) -> None:
+    # A workspace made before the limit keeps its files when it gets one.
+    before = SandboxManager(DockerProvider(docker_client, image=sandbox_image.tag, owner=owner))
+    await before.write_file("t1", "old.md", b"from before")
+    await before.close()
+    before.provider.container("t1").remove(force=True)  # the volume stays
+
+    limited = DockerProvider(
+        docker_client,
+        image=sandbox_image.tag,
+        owner=owner,
+        disks=WorkspaceDisks(64 * 1024 * 1024),
+    )
+    manager = SandboxManager(limited)
+    assert await manager.read_file("t1", "old.md") == b"from before"
+    volume = next(
+        mount["Name"]
+        for mount in limited.container("t1").attrs["Mounts"]
+        if mount["Destination"] == WORKSPACE
+    )
+    data_dir = Path(docker_client.volumes.get(volume).attrs["Mountpoint"])
+    assert os.path.ismount(data_dir)
+    # Sparse: the host holds what the workspace holds, not the limit.
+    assert (data_dir.parent / "workspace.ext4").stat().st_blocks * 512 < 16 * 1024 * 1024
+    filled = await manager.run_command("t1", "head -c 100000000 /dev/zero > big; echo $?")
+    assert filled.exit_code == 0 and filled.stdout.strip() != "0"  # cut off by the kernel
+    failed = await manager.run_command("t1", "head -c 100000000 /dev/zero > big2")
+    assert failed.exit_code != 0
+    assert "the workspace is full: it holds at most 64 MiB" in failed.stderr
+    with pytest.raises(WorkspaceFullError, match="INSTANCE_AI_SANDBOX_WORKSPACE_MAX_MB"):
+        await manager.write_file("t1", "note.md", b"x" * 200_000)
+    await manager.run_command("t1", "rm -f big big2")
+    await manager.write_file("t1", "note.md", b"room again")
+    await manager.destroy("t1")
+    assert not os.path.ismount(data_dir) and not data_dir.exists()
     await manager.close()

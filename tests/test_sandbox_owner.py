@@ -3,7 +3,6 @@ live service at a time holds an owner."""
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import sys
 import uuid
@@ -23,6 +22,7 @@ from server.app import Application
 from server.errors import FailedPreconditionError
 from server.settings import Settings
 from tests.conftest import serving
+from tests.sandbox_fixtures import remove_owned
 
 
 @pytest.fixture
@@ -31,12 +31,7 @@ def owners_to_clean(docker_client: docker.DockerClient) -> Iterator[list[str]]:
     owners: list[str] = []
     yield owners
     for owner in owners:
-        selector = {"label": f"{identity.LABEL_OWNER}={owner}"}
-        for container in docker_client.containers.list(all=True, filters=selector):
-            container.remove(force=True)
-        for volume in docker_client.volumes.list(filters=selector):
-            with contextlib.suppress(docker.errors.NotFound):
-                volume.remove(force=True)
+        remove_owned(docker_client, owner)
 
 
 def manager_of(app: Application) -> SandboxManager:

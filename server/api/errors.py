@@ -20,6 +20,8 @@ STATUS_BY_ERROR: dict[type[Exception], grpc.StatusCode] = {
     errors.NotImplementedCapabilityError: grpc.StatusCode.UNIMPLEMENTED,
     sandbox_errors.PathEscapeError: grpc.StatusCode.PERMISSION_DENIED,
     sandbox_errors.FileTooLargeError: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    sandbox_errors.WorkspaceFullError: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    sandbox_errors.SandboxOwnerInUseError: grpc.StatusCode.FAILED_PRECONDITION,
     sandbox_errors.WorkspaceFileNotFoundError: grpc.StatusCode.NOT_FOUND,
     sandbox_errors.SandboxNotFoundError: grpc.StatusCode.NOT_FOUND,
     sandbox_errors.EditMismatchError: grpc.StatusCode.FAILED_PRECONDITION,

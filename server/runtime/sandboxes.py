@@ -27,6 +27,7 @@ from sandbox.lease import OwnerLease
 from sandbox.local import LocalSandboxes
 from sandbox.manager import SandboxManager, ThreadPredicate
 from sandbox.protocol import Sandboxes
+from sandbox.workspace_disk import WorkspaceDisks
 from server.errors import FailedPreconditionError, NotFoundError, UnavailableError
 from server.runtime.egress import egress_root
 from server.runtime.threads import OPEN_RUN_STATES
@@ -40,6 +41,7 @@ log = structlog.get_logger(__name__)
 
 EngineListener = Callable[[bool], Awaitable[None]]
 
+MIB = 1024 * 1024
 # How often idle sandboxes are looked for.
 SWEEP_INTERVAL_S = 30.0
 
@@ -243,13 +245,16 @@ def build_manager(
 ) -> SandboxManager:
     """Connect to the engine and set up the manager (blocking). Raises SandboxError with
     what to do when the engine or the image is missing."""
+    s = settings
+    disks = WorkspaceDisks(s.sandbox_workspace_max_mb * MIB) if s.sandbox_workspace_max_mb else None
+    if disks is not None:
+        disks.check()
     client = connect()
     try:
         tag = require_image(client)
     except SandboxError:
         client.close()
         raise
-    s = settings
     limits = SandboxLimits(
         network_mode=s.sandbox_network_mode,
         read_only=s.sandbox_read_only,
@@ -257,7 +262,7 @@ def build_manager(
         init=s.sandbox_init,
         user=s.sandbox_user,
         pids_limit=s.sandbox_pids_limit,
-        memory_bytes=s.sandbox_memory_mb * 1024 * 1024,
+        memory_bytes=s.sandbox_memory_mb * MIB,
         cpus=s.sandbox_cpus,
         tmp_size=s.sandbox_tmp_size,
     )
@@ -267,6 +272,7 @@ def build_manager(
         owner=owner,
         limits=limits,
         egress_root=egress_root(s) if egress is not None else None,
+        disks=disks,
     )
     log.info("sandboxes ready", image=tag, owner=owner)
     return SandboxManager(

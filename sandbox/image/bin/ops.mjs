@@ -172,6 +172,12 @@ async function writeFile(p, data, maxBytes) {
     const file = await fs.open(temporary, flags, 0o664);
     try {
       await file.writeFile(data);
+    } catch (error) {
+      await fs.unlink(temporary).catch(() => {});
+      if (error.code === 'ENOSPC' || error.code === 'EDQUOT') {
+        throw new WorkerError('workspace_full', `${p} was not written`);
+      }
+      throw error;
     } finally {
       await file.close();
     }
