@@ -5,9 +5,12 @@ After each fault: a clear status while it lasts, nothing lost, the thread usable
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
+import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,19 +20,29 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from instance_ai.v1 import agent_pb2, agent_pb2_grpc, workspace_pb2, workspace_pb2_grpc
+from instance_ai.v1 import (
+    agent_pb2,
+    agent_pb2_grpc,
+    pipeline_pb2,
+    pipeline_pb2_grpc,
+    workspace_pb2,
+    workspace_pb2_grpc,
+)
 from sandbox import identity
 from sandbox.image.build import BuiltImage
 from sandbox.manager import SandboxManager
 from server.api.convert import from_struct
 from server.app import Application
 from server.settings import Settings
+from tests.agent_fixtures import Chat, model, of_type, with_model
 from tests.conftest import serving
 from tests.engine_proxy import EngineProxy, engine_proxy
+from tests.fake_model import FakeMessagesAPI, text, tool
 from tests.test_cli import start_server, stop_server
 from tests.tool_client import ToolClient
 
 WORKSPACE = "instance_ai.v1.Workspace"
+__all__ = ["model"]  # fixtures, shared
 
 
 @pytest.fixture
@@ -162,7 +175,8 @@ async def events_of(address: str, thread: str) -> list[dict[str, Any]]:
             agent_pb2.StreamEventsRequest(thread_id=thread, follow=False)
         )
         return [
-            {"type": r.event.type, "payload": from_struct(r.event.payload)} async for r in stream
+            {"id": r.event.id, "type": r.event.type, "payload": from_struct(r.event.payload)}
+            async for r in stream
         ]
 
 
@@ -225,3 +239,125 @@ async def test_a_server_killed_mid_command_leaves_no_command_running_and_no_call
 
 def processes(container: docker.models.containers.Container) -> str:
     return str(container.exec_run(["ps", "-eo", "args"], user="1000:1000").output.decode())
+
+
+WORKFLOWS = Path(__file__).parent / "workflows"
+SLOW_SOURCE = (
+    "const until = Date.now() + 3000;\nwhile (Date.now() < until) {}\nexport default 42;\n"
+)
+
+
+async def build(channel: grpc.aio.Channel, path: str) -> pipeline_pb2.BuildWorkflowResponse:
+    response: pipeline_pb2.BuildWorkflowResponse = await pipeline_pb2_grpc.PipelineStub(
+        channel
+    ).BuildWorkflow(pipeline_pb2.BuildWorkflowRequest(thread_id="t1", file_path=path))
+    return response
+
+
+async def test_the_engine_going_away_mid_build_is_unavailable_then_the_build_goes_through(
+    make_docker_settings: Callable[..., Settings], proxy: EngineProxy
+) -> None:
+    async with serving(make_docker_settings()) as (_app, channel):
+        tools = ToolClient(channel, "t1")
+        source = (WORKFLOWS / "switch.workflow.ts").read_text()
+        await tools.call("workspace_write_file", path="src/slow.workflow.ts", content=SLOW_SOURCE)
+        await tools.call("workspace_write_file", path="src/switch.workflow.ts", content=source)
+        building = asyncio.ensure_future(build(channel, "src/slow.workflow.ts"))
+        await asyncio.sleep(1.0)  # loading the source (3 s)
+        proxy.cut()
+        with pytest.raises(grpc.aio.AioRpcError) as away:
+            await asyncio.wait_for(building, 60)
+        assert away.value.code() is grpc.StatusCode.UNAVAILABLE, away.value.details()
+        proxy.restore()
+        built = await build(channel, "src/switch.workflow.ts")
+        assert built.success, built.errors
+        listed = await tools.call("list-workflows", status="all")
+        assert [w["id"] for w in listed["workflows"]] == [built.workflow_id]
+
+
+async def test_a_worker_killed_mid_compile_is_replaced_and_the_build_answers(
+    make_docker_settings: Callable[..., Settings],
+) -> None:
+    async with serving(make_docker_settings()) as (app, channel):
+        tools = ToolClient(channel, "t1")
+        await tools.call("workspace_write_file", path="src/slow.workflow.ts", content=SLOW_SOURCE)
+        building = asyncio.ensure_future(build(channel, "src/slow.workflow.ts"))
+        await asyncio.sleep(1.0)
+        manager = app.runtime.sandboxes.manager
+        assert isinstance(manager, SandboxManager)
+        container = manager.provider.container("t1")
+        killed = container.exec_run(["pkill", "-KILL", "-f", "worker.mjs"], user="1000:1000")
+        assert killed.exit_code == 0  # there was a worker to kill
+        answer = await asyncio.wait_for(building, 60)
+        # A build answer, not an error: the call went on on a fresh worker.
+        assert not answer.success and "export" in json.dumps([e.message for e in answer.errors]), (
+            answer.errors
+        )
+        source = (WORKFLOWS / "switch.workflow.ts").read_text()
+        await tools.call("workspace_write_file", path="src/switch.workflow.ts", content=source)
+        assert (await build(channel, "src/switch.workflow.ts")).success
+
+
+async def test_a_full_data_disk_answers_unavailable_and_loses_nothing(
+    make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(small)], check=True)
+    try:
+        async with serving(make_settings(data_dir=small / "data")) as (app, channel):
+            tools = ToolClient(channel, "t1")
+            for _ in range(3):
+                await tools.call("list-credentials")
+            filler = small / "filler"
+            with filler.open("wb") as file, contextlib.suppress(OSError):
+                while True:
+                    file.write(b"\0" * 1024 * 1024)
+                    file.flush()
+            codes = Counter[str]()
+            for _ in range(20):
+                try:
+                    await tools.call("list-credentials", type="x" * 4000)
+                    codes["OK"] += 1
+                except grpc.aio.AioRpcError as error:
+                    codes[error.code().name] += 1
+                    assert "free space" in (error.details() or ""), error.details()
+            assert codes["UNAVAILABLE"] > 0 and set(codes) <= {"OK", "UNAVAILABLE"}, codes
+            filler.unlink()
+            await tools.call("list-credentials")  # room again: it works
+            assert await health_of(channel, "") == health_pb2.HealthCheckResponse.SERVING
+            events = await events_of(app.address, "t1")
+            ids = [e["id"] for e in events]
+            assert ids == list(range(1, len(ids) + 1))  # gapless: nothing half-written
+            calls = {e["payload"]["toolCallId"] for e in events if e["type"] == "tool-call"}
+            assert len(calls) >= 4
+    finally:
+        subprocess.run(["umount", "--lazy", str(small)], check=False)
+
+
+async def test_a_server_killed_while_a_card_waits_resumes_on_confirm(
+    tmp_path: Path, make_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    model.script(tool("run-workflow", {"workflowId": "wf-1"}), text("done after the crash"))
+    data = tmp_path / "data"
+    env = {
+        "INSTANCE_AI_MODEL": "claude-test",
+        "INSTANCE_AI_ANTHROPIC_API_KEY": "sk-test-key",
+        "INSTANCE_AI_ANTHROPIC_BASE_URL": model.url,
+    }
+    server = await asyncio.to_thread(start_server, data, env=env)
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            chat = Chat(channel)
+            run_id = await chat.send("t1", "run it")
+            card = await chat.card("t1")
+    finally:
+        stop_server(server)  # SIGKILL, with the card waiting
+    async with serving(make_settings(data_dir=data, **with_model(model))) as (_app, channel):
+        chat = Chat(channel)
+        status = await chat.status("t1")
+        assert status.is_suspended and status.active_run_id == run_id
+        assert await chat.confirm("t1", card["requestId"], kind="approval", approved=True) == run_id
+        events = await chat.finished("t1", run_id)
+        assert of_type(events, "run-finish")[-1] == {"status": "completed"}
+        assert of_type(events, "text-block")[-1]["text"] == "done after the crash"

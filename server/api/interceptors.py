@@ -13,6 +13,7 @@ import structlog
 
 from server.api.errors import EXPECTED_ERRORS, status_for, trailing_metadata_for
 from server.runtime.ids import new_id
+from server.store.database import storage_failure
 
 log = structlog.get_logger(__name__)
 
@@ -132,6 +133,10 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 async def _abort_with(exc: Exception, context: grpc.aio.ServicerContext, method: str) -> None:
     if isinstance(exc, grpc.aio.AbortError | asyncio.CancelledError):
         raise exc
+    failure = storage_failure(exc)
+    if failure is not None:
+        log.warning("database unusable", method=method, error=str(failure))
+        exc = failure
     if isinstance(exc, EXPECTED_ERRORS):
         context.set_trailing_metadata(trailing_metadata_for(exc))
         await context.abort(status_for(exc), str(exc))

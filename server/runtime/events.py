@@ -45,6 +45,7 @@ from server.errors import (
 )
 from server.runtime.validation import check_thread_id
 from server.store import Database
+from server.store.database import storage_failure
 from server.store.models import EventRow
 from server.store.threads import bump_event_counters, ensure_threads, get_thread
 
@@ -412,10 +413,16 @@ class EventLog:
                 for pending in batch:
                     await self._commit_batch([pending])
                 return
-            log.error("event append failed", thread_id=batch[0].event.thread_id, exc_info=exc)
+            failure = storage_failure(exc)
+            thread_id = batch[0].event.thread_id
+            if failure is not None:  # understood (disk full, read-only): no traceback
+                log.warning("event append failed", thread_id=thread_id, error=str(failure))
+            else:
+                log.error("event append failed", thread_id=thread_id, exc_info=exc)
             if not batch[0].done.done():
                 batch[0].done.set_exception(
-                    UnavailableError(f"the event could not be stored: {type(exc).__name__}")
+                    failure
+                    or UnavailableError(f"the event could not be stored: {type(exc).__name__}")
                 )
             return
         for pending, event in zip(batch, committed, strict=True):

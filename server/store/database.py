@@ -8,7 +8,7 @@ from typing import Any
 import structlog
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, event
+from sqlalchemy import Connection, event, exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -16,6 +16,8 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+
+from server.errors import UnavailableError
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 log = structlog.get_logger(__name__)
@@ -76,3 +78,16 @@ def _upgrade_to_head(connection: Connection) -> None:
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     config.attributes["connection"] = connection
     command.upgrade(config, "head")
+
+
+def storage_failure(error: BaseException) -> UnavailableError | None:
+    """The caller's view of a database that cannot be read or written (disk full, a
+    read-only file, the server gone): UNAVAILABLE with what to check. Only the driver's own
+    words are kept, never the statement or its parameters."""
+    if not isinstance(error, exc.OperationalError | exc.InterfaceError):
+        return None
+    reason = str(error.orig) if error.orig is not None else type(error).__name__
+    return UnavailableError(
+        f"the database cannot be used right now ({reason[:200]}); check the data "
+        "directory's free space and permissions, or the database server, then try again"
+    )
