@@ -17,15 +17,19 @@ from sandbox.errors import (
     PathEscapeError,
     SandboxError,
     SandboxNotFoundError,
+    SandboxOwnerInUseError,
     SandboxUnavailableError,
     WorkspaceFileNotFoundError,
+    WorkspaceFullError,
 )
 from sandbox.files import FileEntry
 from sandbox.image.build import BuiltImage, ImageBuilder, image_tags, require_image
+from sandbox.lease import OwnerLease
 from sandbox.local import LocalSandboxes
 from sandbox.manager import SandboxManager
 from sandbox.protocol import Sandboxes
 from sandbox.results import ResultViewError, ResultWindow, render
+from sandbox.workspace_disk import WorkspaceDisks
 
 __all__ = [
     "BuiltImage",
@@ -38,6 +42,7 @@ __all__ = [
     "ImageBuildError",
     "ImageBuilder",
     "LocalSandboxes",
+    "OwnerLease",
     "PathEscapeError",
     "ResultViewError",
     "ResultWindow",
@@ -46,9 +51,12 @@ __all__ = [
     "SandboxLimits",
     "SandboxManager",
     "SandboxNotFoundError",
+    "SandboxOwnerInUseError",
     "SandboxUnavailableError",
     "Sandboxes",
+    "WorkspaceDisks",
     "WorkspaceFileNotFoundError",
+    "WorkspaceFullError",
     "connect",
     "image_tags",
     "render",

@@ -36,6 +36,15 @@ def with_model(fake: FakeMessagesAPI, **overrides: Any) -> dict[str, Any]:
     } | overrides
 
 
+def model_env(fake: FakeMessagesAPI) -> dict[str, str]:
+    """The same, as the environment of a server started as a process."""
+    return {
+        "INSTANCE_AI_MODEL": "claude-test",
+        "INSTANCE_AI_ANTHROPIC_API_KEY": "sk-test-key",
+        "INSTANCE_AI_ANTHROPIC_BASE_URL": fake.url,
+    }
+
+
 @pytest.fixture
 def model_settings(
     make_settings: Callable[..., Settings], model: FakeMessagesAPI

@@ -13,7 +13,7 @@ import grpc
 
 from instance_ai.v1 import agent_pb2
 from server.settings import Settings
-from tests.agent_fixtures import Chat, last_tool_results, model, of_type, with_model
+from tests.agent_fixtures import Chat, last_tool_results, model, model_env, of_type, with_model
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, Turn, text, tool
 from tests.test_cli import start_server, stop_server
@@ -131,9 +131,7 @@ async def test_a_server_killed_during_a_tool_call_leaves_an_interrupted_run(
         "INSTANCE_AI_SANDBOX_PROVIDER": "docker",
         "INSTANCE_AI_SANDBOX_OWNER": owner,
         "INSTANCE_AI_SANDBOX_POOL_SIZE": "0",
-        "INSTANCE_AI_MODEL": "claude-test",
-        "INSTANCE_AI_ANTHROPIC_API_KEY": "sk-test-key",
-        "INSTANCE_AI_ANTHROPIC_BASE_URL": model.url,
+        **model_env(model),
     }
     server = await asyncio.to_thread(start_server, data_dir, env=env)
     try:

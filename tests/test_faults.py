@@ -34,7 +34,7 @@ from sandbox.manager import SandboxManager
 from server.api.convert import from_struct
 from server.app import Application
 from server.settings import Settings
-from tests.agent_fixtures import Chat, model, of_type, with_model
+from tests.agent_fixtures import Chat, model, model_env, of_type, with_model
 from tests.conftest import serving
 from tests.engine_proxy import EngineProxy, engine_proxy
 from tests.fake_model import FakeMessagesAPI, text, tool
@@ -340,12 +340,7 @@ async def test_a_server_killed_while_a_card_waits_resumes_on_confirm(
 ) -> None:
     model.script(tool("run-workflow", {"workflowId": "wf-1"}), text("done after the crash"))
     data = tmp_path / "data"
-    env = {
-        "INSTANCE_AI_MODEL": "claude-test",
-        "INSTANCE_AI_ANTHROPIC_API_KEY": "sk-test-key",
-        "INSTANCE_AI_ANTHROPIC_BASE_URL": model.url,
-    }
-    server = await asyncio.to_thread(start_server, data, env=env)
+    server = await asyncio.to_thread(start_server, data, env=model_env(model))
     try:
         async with grpc.aio.insecure_channel(server.address) as channel:
             chat = Chat(channel)
