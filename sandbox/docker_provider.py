@@ -75,6 +75,10 @@ def engine_errors(action: str) -> Iterator[None]:
         yield
     except docker.errors.NotFound:
         raise
+    except docker.errors.APIError as exc:  # the engine answered, and said no
+        raise SandboxUnavailableError(
+            f"the Docker engine refused to {action}: {_short(exc)}"
+        ) from exc
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         raise SandboxUnavailableError(
             f"the Docker engine failed to {action}: {_short(exc)}. Is dockerd running and is "
