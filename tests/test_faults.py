@@ -109,6 +109,24 @@ async def test_the_engine_going_away_is_unavailable_in_health_and_calls_then_rec
         assert await exec_all(stub, "t1", "cat a.md; echo") == "1\n"
 
 
+async def test_an_engine_that_comes_up_after_the_service_is_taken_up_then(
+    make_docker_settings: Callable[..., Settings], proxy: EngineProxy
+) -> None:
+    proxy.cut()
+    settings = make_docker_settings(sandbox_engine_probe_seconds=0.2)
+    async with serving(settings) as (app, channel):
+        await app.runtime.events.append("t1", "thread-created")
+        stub = workspace_pb2_grpc.WorkspaceStub(channel)
+        assert await health_of(channel, WORKSPACE) == health_pb2.HealthCheckResponse.NOT_SERVING
+        with pytest.raises(grpc.aio.AioRpcError) as away:
+            await stub.ReadFile(workspace_pb2.ReadFileRequest(thread_id="t1", path="a.md"))
+        assert away.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert "Docker engine" in (away.value.details() or "")
+        proxy.restore()
+        await wait_for_health(channel, WORKSPACE, health_pb2.HealthCheckResponse.SERVING)
+        assert await exec_all(stub, "t1", "echo up") == "up\n"
+
+
 async def test_a_command_cut_off_by_the_engine_ends_unavailable_and_the_thread_goes_on(
     make_docker_settings: Callable[..., Settings], proxy: EngineProxy
 ) -> None:

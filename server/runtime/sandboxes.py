@@ -88,7 +88,14 @@ class SandboxService:
         except SandboxError as exc:
             self._unavailable = str(exc)
             log.error("sandboxes unavailable", reason=self._unavailable)
+            # An engine that comes up later (or an image built later) is taken up then.
+            self._engine_watch = asyncio.create_task(
+                self._connect_later(owner), name="sandbox-engine-wait"
+            )
             return
+        self._take_up(manager)
+
+    def _take_up(self, manager: SandboxManager) -> None:
         self._manager = manager
         self._engine_up = True
         manager.refill_pool()
@@ -98,6 +105,20 @@ class SandboxService:
         self._engine_watch = asyncio.create_task(
             self._watch_engine(manager), name="sandbox-engine-watch"
         )
+
+    async def _connect_later(self, owner: str) -> None:
+        while True:
+            await asyncio.sleep(self.settings.sandbox_engine_probe_seconds)
+            try:
+                manager = await asyncio.to_thread(self._connect, owner)
+            except SandboxError as exc:
+                self._unavailable = str(exc)
+                continue
+            log.info("sandboxes available again")
+            self._take_up(manager)
+            for listener in self._engine_listeners:
+                await listener(True)
+            return
 
     @property
     def engine_needed(self) -> bool:
