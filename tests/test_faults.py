@@ -374,3 +374,80 @@ async def test_a_server_killed_while_a_card_waits_resumes_on_confirm(
         events = await chat.finished("t1", run_id)
         assert of_type(events, "run-finish")[-1] == {"status": "completed"}
         assert of_type(events, "text-block")[-1]["text"] == "done after the crash"
+
+
+async def test_a_server_killed_mid_build_leaves_the_call_closed_and_builds_again(
+    tmp_path: Path, owner: str, sandbox_image: BuiltImage
+) -> None:
+    env = {
+        "INSTANCE_AI_SANDBOX_PROVIDER": "docker",
+        "INSTANCE_AI_SANDBOX_OWNER": owner,
+        "INSTANCE_AI_SANDBOX_POOL_SIZE": "0",
+    }
+    data = tmp_path / "data"
+    slow_but_good = (
+        SLOW_SOURCE.replace("export default 42;\n", "")
+        + (WORKFLOWS / "switch.workflow.ts").read_text()
+    )
+    server = await asyncio.to_thread(start_server, data, env=env)
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            tools = ToolClient(channel, "t1")
+            await tools.call(
+                "workspace_write_file", path="src/w.workflow.ts", content=slow_but_good
+            )
+            building = asyncio.ensure_future(
+                tools.call("build-workflow", filePath="src/w.workflow.ts")
+            )
+            await asyncio.sleep(1.0)  # loading the source (3 s)
+            server.process.send_signal(signal.SIGKILL)
+            with pytest.raises(grpc.aio.AioRpcError):
+                await building
+    finally:
+        stop_server(server)
+
+    restarted = await asyncio.to_thread(start_server, data, env=env)
+    try:
+        async with grpc.aio.insecure_channel(restarted.address) as channel:
+            tools = ToolClient(channel, "t1")
+            assert (await tools.call("list-workflows", status="all"))["workflows"] == []
+            built = await tools.call("build-workflow", filePath="src/w.workflow.ts")
+            assert built["success"] is True
+            listed = await tools.call("list-workflows", status="all")
+            assert [w["id"] for w in listed["workflows"]] == [built["workflowId"]]
+        events = await events_of(restarted.address, "t1")
+        interrupted = [e for e in events if e["type"] == "tool-interrupted"]
+        assert len(interrupted) == 1  # the killed build, closed at start-up
+        calls = {e["payload"]["toolCallId"] for e in events if e["type"] == "tool-call"}
+        ended = {
+            e["payload"]["toolCallId"]
+            for e in events
+            if e["type"] in ("tool-result", "tool-error", "tool-interrupted")
+        }
+        assert calls == ended
+    finally:
+        stop_server(restarted)
+
+
+async def test_a_read_only_database_answers_unavailable_then_recovers(
+    make_settings: Callable[..., Settings],
+) -> None:
+    settings = make_settings()
+    database = settings.data_dir / "instance-ai.db"
+    files = [database, database.with_name(database.name + "-wal")]
+    async with serving(settings) as (app, channel):
+        tools = ToolClient(channel, "t1")
+        await tools.call("list-credentials")
+        # Immutable: not even root may write them (a permission bit would not stop root).
+        subprocess.run(["chattr", "+i", *map(str, files)], check=True)
+        try:
+            with pytest.raises(grpc.aio.AioRpcError) as read_only:
+                await tools.call("list-credentials")
+            assert read_only.value.code() is grpc.StatusCode.UNAVAILABLE
+            assert "permissions" in (read_only.value.details() or "")
+        finally:
+            subprocess.run(["chattr", "-i", *map(str, files)], check=True)
+        await tools.call("list-credentials")  # writable again: it works
+        assert await health_of(channel, "") == health_pb2.HealthCheckResponse.SERVING
+        events = await events_of(app.address, "t1")
+        assert [e["id"] for e in events] == list(range(1, len(events) + 1))
