@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 import pytest
 
-from instance_ai.v1 import agent_pb2, agent_pb2_grpc
+from instance_ai.v1 import agent_pb2, agent_pb2_grpc, credentials_pb2, credentials_pb2_grpc
 from server.api.convert import to_struct
 from server.app import Application
 from server.settings import Settings
@@ -20,7 +20,18 @@ from tests.tool_client import Metadata, ToolClient, saved_workflow
 
 __all__ = ["model"]  # fixtures, shared
 
-ALLOW = {a: "always_allow" for a in ("createDataTable", "deleteWorkflow", "publishWorkflow")}
+ALLOW = {
+    a: "always_allow"
+    for a in (
+        "createDataTable",
+        "deleteWorkflow",
+        "publishWorkflow",
+        "deleteCredential",
+        "createFolder",
+        "deleteFolder",
+        "moveWorkflowToFolder",
+    )
+}
 
 
 def as_user(user: str, project: str, *projects: str) -> tuple[tuple[str, str], ...]:
@@ -40,6 +51,7 @@ class Tools(ToolClient):
     def __init__(self, app: Application, channel: grpc.aio.Channel) -> None:
         super().__init__(channel, "p1")
         self.app = app
+        self.credentials = credentials_pb2_grpc.CredentialsStub(channel)
 
     async def call_as(self, who: Metadata, tool_name: str, **arguments: Any) -> dict[str, Any]:
         return await self.as_caller(who).call(tool_name, **arguments)
@@ -149,3 +161,38 @@ async def test_only_the_user_whose_run_asked_may_answer_its_card(
         confirmed = await agent.Confirm(answer, metadata=ALICE)
         assert confirmed.run_id == sent.run_id
         await Chat(channel).finished("shared", sent.run_id)
+
+
+async def test_credentials_and_folders_of_another_project_do_not_exist(tools: Tools) -> None:
+    stub = tools.credentials
+    created = await stub.CreateCredential(
+        credentials_pb2.CreateCredentialRequest(
+            name="Team A Slack", type="slackApi", data=to_struct({"accessToken": "xoxb-a"})
+        ),
+        metadata=ALICE,
+    )
+    credential = created.credential.id
+    assert (await tools.call_as(BOB, "list-credentials"))["credentials"] == []
+    await tools.missing(BOB, "get-credential", credentialId=credential)
+    await tools.missing(BOB, "delete-credential", credentialId=credential)
+    with pytest.raises(grpc.aio.AioRpcError) as update:
+        await stub.UpdateCredential(
+            credentials_pb2.UpdateCredentialRequest(
+                credential_id=credential, data=to_struct({"accessToken": "xoxb-bob"})
+            ),
+            metadata=BOB,
+        )
+    assert update.value.code() is grpc.StatusCode.NOT_FOUND
+    assert await tools.app.runtime.credentials.reveal(credential) == {"accessToken": "xoxb-a"}
+    assert (await tools.call_as(ALICE, "get-credential", credentialId=credential))["name"] == (
+        "Team A Slack"
+    )
+
+    folder = (await tools.call_as(ALICE, "create-folder", name="Sales"))["id"]
+    assert (await tools.call_as(BOB, "list-folders"))["folders"] == []
+    await tools.missing(BOB, "delete-folder", folderId=folder)
+    await tools.missing(BOB, "create-folder", name="inside", parentFolderId=folder)
+    workflow = await saved_workflow(tools.app, "p1", "bob flow", project_id="team-b")
+    await tools.missing(BOB, "move-workflow-to-folder", workflowId=workflow, folderId=folder)
+    listed = await tools.call_as(ALICE, "list-folders")
+    assert [f["id"] for f in listed["folders"]] == [folder]

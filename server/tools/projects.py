@@ -110,6 +110,8 @@ class CreateFolderInput(ProjectInput):
 
 async def create_folder(ctx: ToolContext, args: CreateFolderInput) -> FolderModel:
     project = check_project(ctx, args.project_id)
+    if args.parent_folder_id is not None:  # another project's folder does not exist here
+        await _visible_folder(ctx, args.parent_folder_id)
     folder = await ctx.runtime.folders.create(project, args.name, args.parent_folder_id)
     return FolderModel.of(folder)
 
