@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import docker
 import grpc
 import pytest
 from google.protobuf import struct_pb2
@@ -34,8 +36,10 @@ from instance_ai.v1 import (
     tools_pb2,
     workspace_pb2,
 )
+from sandbox.image.build import BuiltImage
 from server.app import Application
 from server.settings import Settings, load_settings
+from tests.sandbox_fixtures import remove_owned
 
 SERVICES = [
     module.DESCRIPTOR.services_by_name[name]
@@ -212,13 +216,29 @@ class ServerThread:
 
 
 @pytest.fixture(scope="module")
-def channel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[grpc.Channel]:
-    data = tmp_path_factory.mktemp("fuzz") / "data"
-    settings = load_settings(port=0, data_dir=Path(data), sandbox_provider="local")
-    with ServerThread(settings) as server, grpc.insecure_channel(server.app.address) as chan:
-        yield chan
-        health = health_pb2_grpc.HealthStub(chan).Check(health_pb2.HealthCheckRequest(), timeout=10)
-        assert health.status == health_pb2.HealthCheckResponse.SERVING  # still serving
+def channel(
+    tmp_path_factory: pytest.TempPathFactory,
+    docker_client: docker.DockerClient,
+    sandbox_image: BuiltImage,
+) -> Iterator[grpc.Channel]:
+    # Real sandboxes: fuzzed commands and paths land in a hardened container, never the host.
+    owner = f"fuzz-{uuid.uuid4().hex[:10]}"
+    settings = load_settings(
+        port=0,
+        data_dir=Path(tmp_path_factory.mktemp("fuzz") / "data"),
+        sandbox_provider="docker",
+        sandbox_owner=owner,
+        sandbox_pool_size=0,
+    )
+    try:
+        with ServerThread(settings) as server, grpc.insecure_channel(server.app.address) as chan:
+            yield chan
+            health = health_pb2_grpc.HealthStub(chan).Check(
+                health_pb2.HealthCheckRequest(), timeout=10
+            )
+            assert health.status == health_pb2.HealthCheckResponse.SERVING  # still serving
+    finally:
+        remove_owned(docker_client, owner)
 
 
 def caller(channel: grpc.Channel, method: MethodDescriptor) -> Callable[[Message], None]:
