@@ -132,6 +132,9 @@ class ImageBuilder:
 
     def build(self) -> BuiltImage:
         base_tag, deps_tag, browser_tag, final_tag = self.tags()
+        if self._exists(final_tag):  # every layer below it exists too: nothing to install
+            self._log(f"sandbox image {final_tag} ready")
+            return BuiltImage(tag=final_tag, built_layers=[])
         built: list[str] = []
         node_modules = self._node_modules()
         if not self._exists(base_tag):
