@@ -16,6 +16,7 @@ are copied into its new filesystem first.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -30,6 +31,7 @@ from sandbox.image.rootfs import USER_UID
 log = structlog.get_logger(__name__)
 
 IMAGE_NAME = "workspace.ext4"
+LOCK_NAME = "workspace.lock"
 MOUNT_OPTIONS = "loop,discard,nosuid,nodev"
 
 
@@ -58,6 +60,13 @@ class WorkspaceDisks:
     def attach(self, data_dir: Path) -> None:
         if os.path.ismount(data_dir):
             return
+        # One attach at a time per volume, across processes (a CLI command beside the service).
+        with (data_dir.parent / LOCK_NAME).open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not os.path.ismount(data_dir):
+                self._attach(data_dir)
+
+    def _attach(self, data_dir: Path) -> None:
         image = data_dir.parent / IMAGE_NAME
         fresh = not image.exists()
         if fresh:
