@@ -85,6 +85,10 @@ async function openDirectory(p, names, { create = false } = {}) {
     for (const name of names) {
       if (create) {
         await fs.mkdir(at(dir, name), { mode: 0o2775 }).catch((error) => {
+          if (error.code === 'ENOENT') {
+            // The folder it would go in was removed meanwhile.
+            throw new WorkerError('missing', `${p}: a folder on its way went away`);
+          }
           if (error.code !== 'EEXIST') throw error;
         });
       }
@@ -169,19 +173,27 @@ async function writeFile(p, data, maxBytes) {
     // through it): a reader never sees half a file.
     const temporary = at(dir, `.${names.at(-1)}.${process.pid}.${Date.now()}.partial`);
     const flags = fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL | fsConstants.O_NOFOLLOW;
-    const file = await fs.open(temporary, flags, 0o664);
     try {
-      await file.writeFile(data);
+      const file = await fs.open(temporary, flags, 0o664);
+      try {
+        await file.writeFile(data);
+      } catch (error) {
+        await fs.unlink(temporary).catch(() => {});
+        throw error;
+      } finally {
+        await file.close();
+      }
+      await fs.rename(temporary, target);
     } catch (error) {
-      await fs.unlink(temporary).catch(() => {});
       if (error.code === 'ENOSPC' || error.code === 'EDQUOT') {
         throw new WorkerError('workspace_full', `${p} was not written`);
       }
+      if (error.code === 'ENOENT') {
+        // Its folder was removed (or replaced) while this wrote: nothing was written.
+        throw new WorkerError('missing', `${p}: its folder went away during the write`);
+      }
       throw error;
-    } finally {
-      await file.close();
     }
-    await fs.rename(temporary, target);
   } finally {
     await dir.close();
   }
