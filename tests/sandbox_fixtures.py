@@ -49,6 +49,16 @@ def remove_owned(docker_client: docker.DockerClient, name: str) -> None:
     assert not docker_client.volumes.list(filters={"name": identity.volume_name(name, "")})
 
 
+def docker_env(owner: str) -> dict[str, str]:
+    """The environment of a server started as a process, with real sandboxes under `owner`
+    (no warm pool: tests create what they use)."""
+    return {
+        "INSTANCE_AI_SANDBOX_PROVIDER": "docker",
+        "INSTANCE_AI_SANDBOX_OWNER": owner,
+        "INSTANCE_AI_SANDBOX_POOL_SIZE": "0",
+    }
+
+
 @pytest.fixture
 def provider(
     docker_client: docker.DockerClient, sandbox_image: BuiltImage, owner: str

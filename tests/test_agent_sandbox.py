@@ -16,6 +16,7 @@ from server.settings import Settings
 from tests.agent_fixtures import Chat, last_tool_results, model, model_env, of_type, with_model
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, Turn, text, tool
+from tests.sandbox_fixtures import docker_env
 from tests.test_cli import start_server, stop_server
 
 __all__ = ["model"]  # fixtures, shared
@@ -127,12 +128,7 @@ async def test_a_server_killed_during_a_tool_call_leaves_an_interrupted_run(
 ) -> None:
     model.script(tool("workspace_execute_command", {"command": "sleep 120"}))
     data_dir = tmp_path / "data"
-    env = {
-        "INSTANCE_AI_SANDBOX_PROVIDER": "docker",
-        "INSTANCE_AI_SANDBOX_OWNER": owner,
-        "INSTANCE_AI_SANDBOX_POOL_SIZE": "0",
-        **model_env(model),
-    }
+    env = docker_env(owner) | model_env(model)
     server = await asyncio.to_thread(start_server, data_dir, env=env)
     try:
         async with grpc.aio.insecure_channel(server.address) as channel:

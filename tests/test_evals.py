@@ -34,7 +34,7 @@ from server.settings import Settings
 from tests.agent_fixtures import model, with_model
 from tests.browser_fixtures import CHROMIUM_ARGS
 from tests.fake_model import FakeMessagesAPI, Turn, text, tool
-from tests.sandbox_fixtures import remove_owned
+from tests.sandbox_fixtures import docker_env, remove_owned
 from tests.test_cli import CLI, ServerProcess, start_server, stop_server
 
 __all__ = ["model"]  # fixtures, shared
@@ -306,11 +306,7 @@ async def test_cases_move_off_a_server_that_dies_mid_run(
     doomed = await asyncio.to_thread(
         start_server,
         tmp_path / "doomed",
-        env={
-            "INSTANCE_AI_SANDBOX_PROVIDER": "docker",
-            "INSTANCE_AI_SANDBOX_OWNER": doomed_owner,
-            "INSTANCE_AI_SANDBOX_POOL_SIZE": "0",
-        },
+        env=docker_env(doomed_owner),
     )
     drain(doomed)
     try:

@@ -116,8 +116,7 @@ class SandboxService:
                 continue
             log.info("sandboxes available again")
             self._take_up(manager)
-            for listener in self._engine_listeners:
-                await listener(True)
+            await self._announce(True)
             return
 
     @property
@@ -145,8 +144,11 @@ class SandboxService:
             if up != self._engine_up:
                 self._engine_up = up
                 log.warning("container engine " + ("back" if up else "unreachable"))
-                for listener in self._engine_listeners:
-                    await listener(up)
+                await self._announce(up)
+
+    async def _announce(self, up: bool) -> None:
+        for listener in self._engine_listeners:
+            await listener(up)
 
     def _connect(self, owner: str) -> SandboxManager:
         manager = build_manager(
