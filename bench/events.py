@@ -49,7 +49,7 @@ def bare_sqlite(path: Path, events: int) -> tuple[list[float], float]:
 
 async def publish_to_receive(app: Application, events: int) -> list[float]:
     """Append one event at a time; time until a gRPC follower on loopback receives it."""
-    log = app.runtime.events
+    log = app.parts.events
     await log.append("latency", "warm-up")
     async with grpc.aio.insecure_channel(f"127.0.0.1:{app.port}") as channel:
         call = agent_pb2_grpc.AgentStub(channel).StreamEvents(
@@ -69,7 +69,7 @@ async def publish_to_receive(app: Application, events: int) -> list[float]:
 
 async def throughput(app: Application, events: int, threads: int, concurrency: int) -> float:
     """Appends/s with `concurrency` appenders spread over `threads` threads."""
-    log = app.runtime.events
+    log = app.parts.events
     per_worker = events // concurrency
 
     async def worker(w: int) -> None:

@@ -40,7 +40,7 @@ async def bench_server() -> AsyncIterator[tuple[Application, grpc.aio.Channel]]:
 
 async def time_in_sandbox(app: Application, thread: str, command: str) -> float:
     """Milliseconds `command` takes, measured inside the thread's container (no exec cost)."""
-    manager = await app.runtime.sandboxes.for_thread(thread)
+    manager = await app.parts.sandboxes.for_thread(thread)
     timed = (
         f"s=$(date +%s%N); {command} >/dev/null 2>&1; e=$(date +%s%N); "
         "echo $(( (e - s) / 1000000 ))"

@@ -43,7 +43,7 @@ async def verify(stub: pipeline_pb2_grpc.PipelineStub, workflow_id: str) -> floa
 
 async def one_shot_ms(app: Application, workflow: dict[str, object]) -> float:
     """`node run-op.mjs` running the same workflow once: engine load plus run."""
-    manager = await app.runtime.sandboxes.for_thread(VERIFY_THREAD)
+    manager = await app.parts.sandboxes.for_thread(VERIFY_THREAD)
     request = {"op": "execute", "executionId": "one-shot", "workflow": workflow, "timeoutMs": 60000}
     await manager.write_file(VERIFY_THREAD, "one-shot.json", json.dumps(request).encode())
     return await time_in_sandbox(
@@ -65,11 +65,11 @@ async def main(rounds: int) -> None:
         built = await pipeline.BuildWorkflow(
             pipeline_pb2.BuildWorkflowRequest(thread_id=BUILD_THREAD, file_path=FILE)
         )
-        await app.runtime.events.append(VERIFY_THREAD, "bench-started")
+        await app.parts.events.append(VERIFY_THREAD, "bench-started")
         for _ in range(3):  # sandbox, worker, engine warm
             await verify(pipeline, built.workflow_id)
         warm = [await verify(pipeline, built.workflow_id) for _ in range(rounds)]
-        workflow = (await app.runtime.workflows.require(built.workflow_id)).as_json()
+        workflow = (await app.parts.instance.workflows.require(built.workflow_id)).as_json()
         baseline = [await one_shot_ms(app, workflow) for _ in range(5)]
     ours, base = statistics.median(warm), statistics.median(baseline)
     p90 = statistics.quantiles(warm, n=10)[-1]

@@ -1,4 +1,5 @@
-"""The service as one object: runtime plus gRPC server, with an orderly start and stop."""
+"""The service as one object: its parts (built by the composition root, `server/wiring.py`)
+plus the gRPC server, with an orderly start and stop."""
 
 from __future__ import annotations
 
@@ -9,9 +10,8 @@ import structlog
 from server.agent import Agent, provider_from_settings
 from server.api.server import GrpcServer, start_grpc_server
 from server.errors import UnavailableError
-from server.runtime import Runtime
 from server.settings import Settings
-from server.tools.registry import default_registry
+from server.wiring import Parts, tool_registry
 
 log = structlog.get_logger(__name__)
 
@@ -28,15 +28,15 @@ class Application:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._state = _State.NEW
-        self._runtime: Runtime | None = None
+        self._parts: Parts | None = None
         self._agent: Agent | None = None
         self._grpc: GrpcServer | None = None
 
     @property
-    def runtime(self) -> Runtime:
-        if self._runtime is None:
+    def parts(self) -> Parts:
+        if self._parts is None:
             raise RuntimeError("the application is not running")
-        return self._runtime
+        return self._parts
 
     @property
     def agent(self) -> Agent:
@@ -62,15 +62,17 @@ class Application:
         if self._state is not _State.NEW:
             raise RuntimeError("an Application cannot be restarted; make a new one")
         self._state = _State.RUNNING
-        self._runtime = await Runtime.open(self.settings)
-        registry = default_registry()
-        self._agent = Agent(self._runtime, registry, provider_from_settings(self.settings))
+        parts = self._parts = await Parts.open(self.settings)
+        registry = tool_registry(parts)
+        self._agent = Agent(parts.agent_services(), registry, provider_from_settings(self.settings))
         try:
             await self._agent.start()
-            self._grpc = await start_grpc_server(self._runtime, self._agent, registry)
+            self._grpc = await start_grpc_server(
+                self.settings, parts.api_parts(), self._agent, registry
+            )
         except RuntimeError as exc:  # grpc raises RuntimeError when it cannot bind
             await self._agent.close()
-            await self._runtime.close()
+            await parts.close()
             self._state = _State.STOPPED
             raise UnavailableError(
                 f"cannot listen on {self.settings.host}:{self.settings.port} ({exc}); "
@@ -87,12 +89,12 @@ class Application:
         grace = self.settings.shutdown_grace_seconds if grace is None else grace
         if self._grpc is not None:
             await self._grpc.health.enter_graceful_shutdown()
-            self.runtime.events.end_live()
+            self.parts.events.end_live()
             log.info("draining in-flight calls", grace_seconds=grace)
             await self._grpc.server.stop(grace)
         if self._agent is not None:
             await self._agent.close()
-        await self.runtime.close()
+        await self.parts.close()
         log.info("stopped")
 
     async def __aenter__(self) -> Application:

@@ -9,9 +9,9 @@ import asyncio
 import typer
 
 from server.cli_common import EXIT_USAGE, err, out
-from server.runtime import credential_store
 from server.settings import Settings, SettingsError, load_settings
 from server.store import Database
+from server.wiring import credential_store
 
 app = typer.Typer(help="Stored credentials (sealed at rest).", no_args_is_help=True)
 

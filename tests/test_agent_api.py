@@ -30,7 +30,7 @@ async def read_all(
 async def test_stream_replays_after_the_cursor_with_the_full_envelope(
     app: Application, agent: agent_pb2_grpc.AgentStub
 ) -> None:
-    events = app.runtime.events
+    events = app.parts.events
     for n in range(5):
         await events.append("t1", "tool-call", {"n": n, "name": "x"}, run_id="run_a", agent_id="ag")
     responses = await read_all(agent, "t1", after="2")
@@ -45,7 +45,7 @@ async def test_stream_replays_after_the_cursor_with_the_full_envelope(
 async def test_follow_goes_live_without_gap_or_duplicate_while_appending(
     app: Application, agent: agent_pb2_grpc.AgentStub
 ) -> None:
-    events = app.runtime.events
+    events = app.parts.events
     total = 800
     halfway = asyncio.Event()
 
@@ -71,7 +71,7 @@ async def test_follow_goes_live_without_gap_or_duplicate_while_appending(
 async def test_live_only_events_carry_no_id(
     app: Application, agent: agent_pb2_grpc.AgentStub
 ) -> None:
-    events = app.runtime.events
+    events = app.parts.events
     await events.append("t1", "run-start")
     call = agent.StreamEvents(agent_pb2.StreamEventsRequest(thread_id="t1", follow=True))
     stream = aiter(call)
@@ -87,7 +87,7 @@ async def test_a_stalled_client_is_ended_with_aborted_and_a_resume_point(
     make_settings: Callable[..., Settings],
 ) -> None:
     async with Application(make_settings(subscriber_buffer=512)) as app:
-        events = app.runtime.events
+        events = app.parts.events
         await events.append("t1", "first")
         async with grpc.aio.insecure_channel(f"127.0.0.1:{app.port}") as channel:
             agent = agent_pb2_grpc.AgentStub(channel)
@@ -116,7 +116,7 @@ async def test_ids_survive_a_server_restart(make_settings: Callable[..., Setting
     for expected in ([1, 2, 3], [4, 5, 6]):
         async with Application(settings) as app:
             for _ in range(3):
-                await app.runtime.events.append("t1", "tick")
+                await app.parts.events.append("t1", "tick")
             async with grpc.aio.insecure_channel(f"127.0.0.1:{app.port}") as channel:
                 responses = await read_all(agent_pb2_grpc.AgentStub(channel), "t1")
         assert ids_of(responses)[-3:] == expected
@@ -153,7 +153,7 @@ async def test_bad_stream_requests_get_a_status_and_a_message_saying_what_to_cha
     code: str,
     says: str,
 ) -> None:
-    await app.runtime.events.append("t1", "only")
+    await app.parts.events.append("t1", "only")
     with pytest.raises(grpc.aio.AioRpcError) as error:
         await read_all(agent, request_.thread_id, request_.after)
     assert error.value.code().name == code
@@ -163,7 +163,7 @@ async def test_bad_stream_requests_get_a_status_and_a_message_saying_what_to_cha
 async def test_thread_status_cancel_and_delete(
     app: Application, agent: agent_pb2_grpc.AgentStub
 ) -> None:
-    threads = app.runtime.threads
+    threads = app.parts.threads
     with pytest.raises(grpc.aio.AioRpcError) as unknown:
         await agent.GetThreadStatus(agent_pb2.GetThreadStatusRequest(thread_id="t1"))
     assert unknown.value.code() is grpc.StatusCode.NOT_FOUND
@@ -185,7 +185,7 @@ async def test_thread_status_cancel_and_delete(
     with pytest.raises(grpc.aio.AioRpcError) as gone:
         await read_all(agent, "t1")
     assert gone.value.code() is grpc.StatusCode.NOT_FOUND
-    async with app.runtime.db.engine.connect() as conn:
+    async with app.parts.db.engine.connect() as conn:
         for table in ("threads", "runs", "events"):
             column = "id" if table == "threads" else "thread_id"
             left = await conn.execute(text(f"SELECT count(*) FROM {table} WHERE {column} = 't1'"))
@@ -198,7 +198,7 @@ async def test_thread_status_cancel_and_delete(
 async def test_deleting_a_thread_ends_its_followers(
     app: Application, agent: agent_pb2_grpc.AgentStub
 ) -> None:
-    await app.runtime.events.append("t1", "first")
+    await app.parts.events.append("t1", "first")
     call = agent.StreamEvents(agent_pb2.StreamEventsRequest(thread_id="t1", follow=True))
     stream = aiter(call)
     await anext(stream)
@@ -210,7 +210,7 @@ async def test_deleting_a_thread_ends_its_followers(
 
 
 async def test_one_active_run_per_thread(app: Application) -> None:
-    threads = app.runtime.threads
+    threads = app.parts.threads
     results = await asyncio.gather(
         *(threads.start_run("t1") for _ in range(5)), return_exceptions=True
     )

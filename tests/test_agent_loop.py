@@ -334,7 +334,7 @@ async def test_deleting_a_thread_mid_run_stops_it_and_leaves_nothing(
             await asyncio.sleep(0.02)
         await chat.agent.DeleteThread(agent_pb2.DeleteThreadRequest(thread_id="gone"))
         await asyncio.sleep(0.2)
-        assert not await app.runtime.threads.exists("gone")
+        assert not await app.parts.threads.exists("gone")
         with pytest.raises(grpc.aio.AioRpcError) as missing:
             await chat.status("gone")
         assert missing.value.code() is grpc.StatusCode.NOT_FOUND
@@ -357,7 +357,7 @@ async def test_call_tool_refuses_tools_that_ask_the_user_without_side_effects(
             )
         assert refused.value.code() is grpc.StatusCode.FAILED_PRECONDITION
         assert "only the agent" in (refused.value.details() or "")
-        assert await app.runtime.plans.get("direct") is None
+        assert await app.parts.plans.get("direct") is None
 
 
 async def test_overload_and_rate_limit_answers_are_retried_with_backoff(
@@ -372,7 +372,7 @@ async def test_overload_and_rate_limit_answers_are_retried_with_backoff(
             agent_pb2.StreamEventsRequest(thread_id="t1", after=cursor, follow=True)
         )
         for _ in range(500):  # live-only events reach only registered followers
-            if app.runtime.events.subscriber_count("t1"):
+            if app.parts.events.subscriber_count("t1"):
                 break
             await asyncio.sleep(0.01)
         run_id = await chat.send("t1", "hello")

@@ -146,7 +146,7 @@ async def test_a_denied_plan_is_cancelled_and_not_resubmitted_in_the_same_turn(
         card = await chat.card("t1")
         await chat.confirm("t1", card["requestId"], kind="planDeny")
         events = await chat.finished("t1", run_id)
-        stored = await app.runtime.plans.get("t1")
+        stored = await app.parts.plans.get("t1")
     assert stored is not None and stored.status == "cancelled"
     assert of_type(events, "tasks-update")[-1] == {"tasks": {"tasks": []}, "planItems": []}
     denied = json.loads(last_tool_results(model.requests[1])[0]["content"])
@@ -170,7 +170,7 @@ async def test_requested_changes_come_back_to_the_model_and_the_plan_waits(
             "t1", card["requestId"], kind="approval", approved=False, userInput="add a Slack step"
         )
         await chat.finished("t1", run_id)
-        stored = await app.runtime.plans.get("t1")
+        stored = await app.parts.plans.get("t1")
     assert stored is not None and stored.status == "awaiting_approval"
     result = json.loads(last_tool_results(model.requests[1])[0]["content"])
     assert "add a Slack step" in result["result"] and "Revise" in result["result"]

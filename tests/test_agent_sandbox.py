@@ -73,7 +73,7 @@ async def test_a_scripted_conversation_writes_builds_verifies_and_reports(
         chat = Chat(channel)
         run_id = await chat.send("build", "Build an order intake workflow and verify it")
         events = await chat.finished("build", run_id, within=240)
-        saved = await app.runtime.workflows.get(built["workflowId"])
+        saved = await app.parts.instance.workflows.get(built["workflowId"])
     assert of_type(events, "run-finish")[-1] == {"status": "completed"}, of_type(events, "error")
     calls = [c["toolName"] for c in of_type(events, "tool-call")]
     assert calls == [
@@ -174,7 +174,7 @@ async def test_cancel_kills_the_running_sandbox_command(
         chat = Chat(channel)
         run_id = await chat.send("kill", "run a long command")
         await chat.until("kill", lambda e: e["type"] == "tool-call", within=120)
-        manager = await app.runtime.sandboxes.for_thread("kill")
+        manager = await app.parts.sandboxes.for_thread("kill")
         count = "grep -l 'slee[p] 300' /proc/[0-9]*/cmdline 2>/dev/null | wc -l"
         running = await manager.run_command("kill", count)
         for _ in range(50):

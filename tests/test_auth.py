@@ -44,7 +44,7 @@ async def test_api_keys_are_required(
     accepted: bool,
 ) -> None:
     async with Application(make_settings(api_keys=f"first-key,{KEY}")) as app:
-        await app.runtime.events.append("t1", "x")
+        await app.parts.events.append("t1", "x")
         async with grpc.aio.insecure_channel(f"127.0.0.1:{app.port}") as channel:
             if accepted:
                 await status_call(channel, metadata)
@@ -98,7 +98,7 @@ async def test_keys_from_a_file(make_settings: Callable[..., Settings], tmp_path
     key_file = tmp_path / "keys"
     key_file.write_text(f"# service keys\n\n{KEY}\n")
     async with Application(make_settings(api_keys_file=key_file)) as app:
-        await app.runtime.events.append("t1", "x")
+        await app.parts.events.append("t1", "x")
         async with grpc.aio.insecure_channel(f"127.0.0.1:{app.port}") as channel:
             await status_call(channel, (("authorization", f"Bearer {KEY}"),))
             with pytest.raises(grpc.aio.AioRpcError) as error:

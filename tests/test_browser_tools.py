@@ -58,7 +58,7 @@ async def site() -> AsyncIterator[str]:
 
 async def connect_browser(app: Application, devtools: str) -> str:
     """The relay URL a person would get from the setup page."""
-    setup = app.runtime.browser.endpoints(user_key("ada")).setup_url
+    setup = app.parts.relay.endpoints(user_key("ada")).setup_url
     async with httpx.AsyncClient() as client:
         link = (await client.get(setup.replace("/connect?", "/connect-link?"))).json()
     return str(link["relayUrl"])
@@ -69,7 +69,7 @@ async def test_every_browser_tool_on_a_real_tab(
 ) -> None:
     # Uploads come from the thread's workspace (local directories serve here).
     async with serving(make_settings(sandbox_provider="local")) as (app, channel):
-        await app.runtime.events.append("browse", "note", {})
+        await app.parts.events.append("browse", "note", {})
         tools = ToolClient(channel, "browse", WHO)
         await tools.call("workspace_write_file", path="report.txt", content="numbers")
         await drive_every_tool(app, tools, chromium, site)
@@ -195,9 +195,7 @@ async def test_the_connect_card_through_the_agent_loop(
         run_id = await chat.send("b1", "List my browser tabs")
         card = await chat.card("b1")
         assert card["type"] == "browser_use_connect"
-        assert card["setupUrl"].startswith(
-            app.runtime.browser.http_url + "/browser/connect?token=bus_"
-        )
+        assert card["setupUrl"].startswith(app.parts.relay.http_url + "/browser/connect?token=bus_")
         assert (
             card["components"][0]["type"] == "section"
             and card["setupUrl"] in card["components"][0]["text"]

@@ -219,7 +219,9 @@ async def test_a_build_stores_its_fixtures_and_simulation_plan_beside_the_workfl
 ) -> None:
     built = await client.upload_and_build("order-intake.workflow.ts")
     saved = await client.call("get-workflow", workflowId=built.workflow_id)
-    fixtures, plan = await client.app.runtime.workflows.verification_inputs(saved["versionId"])
+    fixtures, plan = await client.app.parts.instance.workflows.verification_inputs(
+        saved["versionId"]
+    )
     assert fixtures == {
         "Order Intake": [{"body": {"orderId": "A-7", "amount": 1200, "customer": "Acme"}}]
     }
@@ -234,7 +236,9 @@ async def test_a_build_stores_its_fixtures_and_simulation_plan_beside_the_workfl
     }
     ai = await client.upload_and_build("ai-agent.workflow.ts")
     ai_saved = await client.call("get-workflow", workflowId=ai.workflow_id)
-    _, ai_plan = await client.app.runtime.workflows.verification_inputs(ai_saved["versionId"])
+    _, ai_plan = await client.app.parts.instance.workflows.verification_inputs(
+        ai_saved["versionId"]
+    )
     assert ai_plan == [
         {
             "nodeName": "Assistant",
@@ -401,7 +405,7 @@ async def test_the_same_file_built_twice_updates_one_workflow(client: Client) ->
     second = await client.build(path)
     assert second.success and second.workflow_id == first.workflow_id
     assert second.source_hash != first.source_hash
-    store = client.app.runtime.workflows
+    store = client.app.parts.instance.workflows
     assert await store.version_count(first.workflow_id) == 2
     saved = await client.call("get-workflow", workflowId=first.workflow_id)
     assert "Minor Order" in graph(saved)[0]
@@ -434,7 +438,7 @@ async def test_racing_first_builds_of_one_file_make_one_workflow(client: Client)
     results = await asyncio.gather(*(client.build("src/race.workflow.ts") for _ in range(4)))
     assert all(r.success for r in results)
     assert len({r.workflow_id for r in results}) == 1
-    assert await client.app.runtime.workflows.version_count(results[0].workflow_id) == 4
+    assert await client.app.parts.instance.workflows.version_count(results[0].workflow_id) == 4
 
 
 async def test_round_trip_through_workflow_as_code(client: Client) -> None:
@@ -463,14 +467,14 @@ async def test_round_trip_through_workflow_as_code(client: Client) -> None:
 
 async def test_a_deleted_bound_workflow_blocks_instead_of_recreating(client: Client) -> None:
     built = await client.upload_and_build("switch.workflow.ts")
-    await client.app.runtime.workflows.set_archived(built.workflow_id, True)
+    await client.app.parts.instance.workflows.set_archived(built.workflow_id, True)
     blocked = await client.build("src/switch.workflow.ts")
     assert not blocked.success and blocked.workflow_id == built.workflow_id
     assert blocked.remediation.category == "blocked" and not blocked.remediation.should_edit
     assert blocked.remediation.reason == "bound_workflow_deleted"
     assert "unarchive-workflow" in blocked.remediation.guidance
     assert len(await client.workflows()) == 1
-    assert await client.app.runtime.workflows.version_count(built.workflow_id) == 1
+    assert await client.app.parts.instance.workflows.version_count(built.workflow_id) == 1
     # Binding a file to a workflow that does not exist is refused the same way.
     unknown = await client.upload_and_build(
         "merge-code.workflow.ts", workflow_id="nope12345678abcd"
@@ -500,7 +504,7 @@ async def test_catalog_tools(client: Client) -> None:
     assert required["ai_languageModel"] is True and required["ai_memory"] is False
     assert "subnodes" in agent["builderHint"]
 
-    catalog = await client.app.runtime.catalog.get()
+    catalog = await client.app.parts.catalog.get()
     assert len([n for n in catalog.nodes if n.startswith("n8n-nodes-base.")]) == 444
     assert len(catalog.credentials) >= 409
     listed = await client.call("list-nodes", limit=1000)

@@ -118,7 +118,7 @@ async def test_an_unexpected_error_is_internal_with_a_reference_and_no_details(
     async def broken(thread_id: str) -> None:
         raise RuntimeError("secret-internal-detail")
 
-    monkeypatch.setattr(app.runtime.threads, "status", broken)
+    monkeypatch.setattr(app.parts.threads, "status", broken)
     with pytest.raises(grpc.aio.AioRpcError) as error:
         await agent.GetThreadStatus(agent_pb2.GetThreadStatusRequest(thread_id="t1"))
     assert error.value.code() is grpc.StatusCode.INTERNAL

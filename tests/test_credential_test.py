@@ -82,7 +82,7 @@ async def test_the_declared_test_request_tells_good_from_bad(
             await check_credential(channel, good)
         assert unapproved.value.code() is grpc.StatusCode.FAILED_PRECONDITION
         assert github.seen == []
-        await app.runtime.hitl.allow_domain("t", "127.0.0.1")
+        await app.parts.hitl.allow_domain("t", "127.0.0.1")
         bad = await create(channel, "githubApi", {"server": server, "accessToken": "ghp_wrong"})
         generic = await create(channel, "httpHeaderAuth", {"name": "X-Key", "value": TOKEN})
         inside = await create(

@@ -18,8 +18,11 @@ import pytest
 
 from instance_ai.v1 import credentials_pb2, credentials_pb2_grpc, tools_pb2, tools_pb2_grpc
 from server.api.convert import from_struct, to_struct
+from server.app import Application
+from server.domain.credentials import CredentialStore
 from server.errors import UnavailableError
 from server.settings import Settings
+from server.wiring import credential_store
 from tests.agent_fixtures import Chat, last_tool_results, model, with_model
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, text, tool
@@ -28,6 +31,11 @@ __all__ = ["model"]  # fixtures, shared
 
 SECRET = "xoxb-PLANTED-7f3a9c1e55d04b"
 ALLOW = {"deleteCredential": "always_allow"}
+
+
+def embedded_store(app: Application) -> CredentialStore:
+    """The embedded store behind the instance, for what only it offers (reveal, rekey)."""
+    return credential_store(app.settings, app.parts.db)
 
 
 def new_key() -> str:
@@ -72,13 +80,13 @@ async def test_secrets_are_sealed_at_rest_and_tools_see_metadata_only(
         assert (await client.call("list-credentials", type="notionApi"))["credentials"] == []
         got = await client.call("get-credential", credentialId=credential)
         assert got["type"] == "slackApi" and got["nodesWithAccess"] == []
-        assert await app.runtime.credentials.reveal(credential) == {"accessToken": SECRET}
+        assert await embedded_store(app).reveal(credential) == {"accessToken": SECRET}
         await client.credentials.UpdateCredential(
             credentials_pb2.UpdateCredentialRequest(
                 credential_id=credential, data=to_struct({"accessToken": SECRET + "-2"})
             )
         )
-        assert await app.runtime.credentials.reveal(credential) == {"accessToken": SECRET + "-2"}
+        assert await embedded_store(app).reveal(credential) == {"accessToken": SECRET + "-2"}
     database = (settings.data_dir / "instance-ai.db").read_bytes()
     wal = settings.data_dir / "instance-ai.db-wal"
     stored = database + (wal.read_bytes() if wal.exists() else b"")
@@ -95,14 +103,14 @@ async def test_rotation_keeps_old_credentials_readable_then_rekeys(
         credential = await Client(channel).create("Slack")
     rotated = make_settings(credentials_key=new, credentials_previous_keys=old)
     async with serving(rotated) as (app, _channel):
-        assert await app.runtime.credentials.reveal(credential) == {"accessToken": SECRET}
-        assert await app.runtime.credentials.rekey() == 1
-        assert await app.runtime.credentials.rekey() == 0
+        assert await embedded_store(app).reveal(credential) == {"accessToken": SECRET}
+        assert await embedded_store(app).rekey() == 1
+        assert await embedded_store(app).rekey() == 0
     async with serving(make_settings(credentials_key=new)) as (app, _channel):
-        assert await app.runtime.credentials.reveal(credential) == {"accessToken": SECRET}
+        assert await embedded_store(app).reveal(credential) == {"accessToken": SECRET}
     async with serving(make_settings(credentials_key=old)) as (app, _channel):
         with pytest.raises(UnavailableError) as wrong:
-            await app.runtime.credentials.reveal(credential)
+            await embedded_store(app).reveal(credential)
         assert "INSTANCE_AI_CREDENTIALS_PREVIOUS_KEYS" in str(wrong.value)
 
 

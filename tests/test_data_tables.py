@@ -292,8 +292,8 @@ async def test_gated_actions_need_approval(
         assert denied.code() is grpc.StatusCode.FAILED_PRECONDITION and "createDataTable" in (
             denied.details() or ""
         )
-        table = await app.runtime.data_tables.create("t", [("amount", "number")])
-        await app.runtime.data_tables.insert(table.id, [{"amount": 1}, {"amount": 2}])
+        table = await app.parts.instance.data_tables.create("t", [("amount", "number")])
+        await app.parts.instance.data_tables.insert(table.id, [{"amount": 1}, {"amount": 2}])
         model.script(
             tool(
                 "delete-data-table-rows",
@@ -305,7 +305,7 @@ async def test_gated_actions_need_approval(
         run_id = await chat.send("dt", "delete the first row")
         card = await chat.card("dt")
         assert card["severity"] == "destructive" and card["toolName"] == "delete-data-table-rows"
-        assert (await app.runtime.data_tables.query(table.id))[0] == 2  # nothing yet
+        assert (await app.parts.instance.data_tables.query(table.id))[0] == 2  # nothing yet
         await chat.confirm("dt", card["requestId"], kind="approval", approved=True)
         await chat.finished("dt", run_id)
-        assert (await app.runtime.data_tables.query(table.id))[0] == 1
+        assert (await app.parts.instance.data_tables.query(table.id))[0] == 1

@@ -59,7 +59,7 @@ async def site() -> AsyncIterator[Servers]:
 
 
 async def from_sandbox(app: Application, thread: str, mode: str, url: str) -> dict[str, object]:
-    manager = await app.runtime.sandboxes.for_thread(thread)
+    manager = await app.parts.sandboxes.for_thread(thread)
     await manager.write_file(thread, "client.cjs", CLIENT.encode())
     ran = await manager.run_command(
         thread, f"MODE={mode} TARGET='{url}' node client.cjs", timeout_s=30
@@ -73,11 +73,11 @@ async def test_the_sandbox_reaches_only_approved_public_hosts_through_the_proxy(
 ) -> None:
     settings = make_docker_settings(web_fetch_allow_hosts=[f"127.0.0.1:{site.site_port}"])
     async with serving(settings) as (app, _channel):
-        await app.runtime.events.append("egress", "note", {})
+        await app.parts.events.append("egress", "note", {})
         notes = site.url("/notes.txt")
         unapproved = await from_sandbox(app, "egress", "get", notes)
         assert unapproved["status"] == 403 and "not approved" in str(unapproved["body"])
-        await app.runtime.hitl.allow_domain("egress", "127.0.0.1")
+        await app.parts.hitl.allow_domain("egress", "127.0.0.1")
         assert await from_sandbox(app, "egress", "get", notes) == {
             "status": 200,
             "body": "plain notes\nline two",
@@ -91,7 +91,7 @@ async def test_the_sandbox_reaches_only_approved_public_hosts_through_the_proxy(
             assert victim["status"] == 403, victim
         metadata = await from_sandbox(app, "egress", "get", "http://169.254.169.254/latest/")
         assert metadata["status"] == 403 and "internal address" in str(metadata["body"])
-        manager = await app.runtime.sandboxes.for_thread("egress")
+        manager = await app.parts.sandboxes.for_thread("egress")
         plain = f"require('http').get('{notes}').on('error', (e) => console.log(e.code))"
         direct = await manager.run_command("egress", f'node -e "{plain}"', timeout_s=30)
         assert "ENETUNREACH" in direct.stdout or "ECONNREFUSED" in direct.stdout  # no network
@@ -123,9 +123,9 @@ async def test_explore_node_resources_runs_the_nodes_own_method_through_the_prox
     try:
         settings = make_docker_settings(web_fetch_allow_hosts=[f"127.0.0.2:{port}"])
         async with serving(settings) as (app, channel):
-            await app.runtime.events.append("explore", "note", {})
-            await app.runtime.hitl.allow_domain("explore", "127.0.0.2")
-            credential = await app.runtime.credentials.create(
+            await app.parts.events.append("explore", "note", {})
+            await app.parts.hitl.allow_domain("explore", "127.0.0.2")
+            credential = await app.parts.instance.credentials.create(
                 project_id="personal",
                 name="GitHub",
                 type_name="githubApi",
@@ -173,7 +173,7 @@ async def test_a_live_run_uses_its_credential_through_the_proxy_and_reports_no_s
             web_fetch_allow_hosts=[f"127.0.0.2:{port}"], permissions={"runWorkflow": "always_allow"}
         )
         async with serving(settings) as (app, channel):
-            credential = await app.runtime.credentials.create(
+            credential = await app.parts.instance.credentials.create(
                 project_id="personal",
                 name="Orders API",
                 type_name="httpHeaderAuth",
@@ -208,7 +208,7 @@ async def test_a_live_run_uses_its_credential_through_the_proxy_and_reports_no_s
             tools = ToolClient(channel, "live")
             blocked = await tools.call("run-workflow", workflowId=workflow)
             assert blocked["status"] == "error"  # 127.0.0.2 is not approved for the thread yet
-            await app.runtime.hitl.allow_domain("live", "127.0.0.2")
+            await app.parts.hitl.allow_domain("live", "127.0.0.2")
             ran = await tools.call("run-workflow", workflowId=workflow)
             assert ran["status"] == "success", ran
             output = await tools.call(

@@ -79,7 +79,7 @@ async def test_the_engine_going_away_is_unavailable_in_health_and_calls_then_rec
 ) -> None:
     settings = make_docker_settings(sandbox_engine_probe_seconds=0.2)
     async with serving(settings) as (app, channel):
-        await app.runtime.events.append("t1", "thread-created")
+        await app.parts.events.append("t1", "thread-created")
         stub = workspace_pb2_grpc.WorkspaceStub(channel)
         await stub.WriteFile(
             workspace_pb2.WriteFileRequest(thread_id="t1", path="a.md", content="1")
@@ -115,7 +115,7 @@ async def test_an_engine_that_comes_up_after_the_service_is_taken_up_then(
     proxy.cut()
     settings = make_docker_settings(sandbox_engine_probe_seconds=0.2)
     async with serving(settings) as (app, channel):
-        await app.runtime.events.append("t1", "thread-created")
+        await app.parts.events.append("t1", "thread-created")
         stub = workspace_pb2_grpc.WorkspaceStub(channel)
         assert await health_of(channel, WORKSPACE) == health_pb2.HealthCheckResponse.NOT_SERVING
         with pytest.raises(grpc.aio.AioRpcError) as away:
@@ -131,7 +131,7 @@ async def test_a_command_cut_off_by_the_engine_ends_unavailable_and_the_thread_g
     make_docker_settings: Callable[..., Settings], proxy: EngineProxy
 ) -> None:
     async with serving(make_docker_settings()) as (app, channel):
-        await app.runtime.events.append("t1", "thread-created")
+        await app.parts.events.append("t1", "thread-created")
         stub = workspace_pb2_grpc.WorkspaceStub(channel)
         assert await exec_all(stub, "t1", "echo warm") == "warm\n"
         running = asyncio.ensure_future(exec_all(stub, "t1", "echo started; sleep 30; echo end"))
@@ -148,7 +148,7 @@ async def test_a_pooled_sandbox_stopped_from_outside_is_never_handed_out(
     make_docker_settings: Callable[..., Settings], docker_client: docker.DockerClient
 ) -> None:
     async with serving(make_docker_settings(sandbox_pool_size=1)) as (app, channel):
-        manager = app.runtime.sandboxes.manager
+        manager = app.parts.sandboxes.manager
         assert isinstance(manager, SandboxManager)
         deadline = time.monotonic() + 60
         while manager.pooled_count() < 1:  # the start-up refill warms it
@@ -156,7 +156,7 @@ async def test_a_pooled_sandbox_stopped_from_outside_is_never_handed_out(
             await asyncio.sleep(0.1)
         (pooled,) = manager.provider.pooled()
         docker_client.containers.get(pooled.id).stop(timeout=0)  # an engine restart does this
-        await app.runtime.events.append("t1", "thread-created")
+        await app.parts.events.append("t1", "thread-created")
         stub = workspace_pb2_grpc.WorkspaceStub(channel)
         assert await exec_all(stub, "t1", "echo fine") == "fine\n"
 
@@ -167,14 +167,14 @@ async def test_a_sandbox_removed_from_outside_mid_call_is_made_again(
     sandbox_image: BuiltImage,
 ) -> None:
     async with serving(make_docker_settings()) as (app, channel):
-        await app.runtime.events.append("t1", "thread-created")
+        await app.parts.events.append("t1", "thread-created")
         stub = workspace_pb2_grpc.WorkspaceStub(channel)
         await stub.WriteFile(
             workspace_pb2.WriteFileRequest(thread_id="t1", path="a.md", content="1")
         )
         running = asyncio.ensure_future(exec_all(stub, "t1", "sleep 30"))
         await asyncio.sleep(1.0)
-        manager = app.runtime.sandboxes.manager
+        manager = app.parts.sandboxes.manager
         assert isinstance(manager, SandboxManager)
         container = manager.provider.container("t1")
         container.remove(force=True)  # the workspace volume stays
@@ -302,7 +302,7 @@ async def test_a_worker_killed_mid_compile_is_replaced_and_the_build_answers(
         await tools.call("workspace_write_file", path="src/slow.workflow.ts", content=SLOW_SOURCE)
         building = asyncio.ensure_future(build(channel, "src/slow.workflow.ts"))
         await asyncio.sleep(1.0)
-        manager = app.runtime.sandboxes.manager
+        manager = app.parts.sandboxes.manager
         assert isinstance(manager, SandboxManager)
         container = manager.provider.container("t1")
         killed = container.exec_run(["pkill", "-KILL", "-f", "worker.mjs"], user="1000:1000")

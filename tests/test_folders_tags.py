@@ -36,7 +36,7 @@ class Client(ToolClient):
         return await saved_workflow(self.app, "org", name)
 
     async def folder_of(self, workflow_id: str) -> str | None:
-        async with self.app.runtime.db.session() as session:
+        async with self.app.parts.db.session() as session:
             row = await session.get(WorkflowRow, workflow_id)
             assert row is not None
             return row.folder_id
@@ -102,7 +102,7 @@ async def test_tags_are_replaced_created_and_counted(client: Client) -> None:
 async def test_cleanup_removes_only_old_finished_test_runs(client: Client) -> None:
     workflow = await client.workflow("c")
     version = (await client.call("get-workflow", workflowId=workflow))["versionId"]
-    executions = client.app.runtime.executions
+    executions = client.app.parts.instance.executions
     made: dict[str, str] = {}
     for label, mode, verification in [
         ("manual", "manual", False),
@@ -123,7 +123,7 @@ async def test_cleanup_removes_only_old_finished_test_runs(client: Client) -> No
             await executions.finish(started.id, status="success", result={}, error=None)
         made[label] = started.id
     old = datetime.now(UTC) - timedelta(hours=3)
-    async with client.app.runtime.db.session() as session, session.begin():
+    async with client.app.parts.db.session() as session, session.begin():
         await session.execute(
             update(ExecutionRow)
             .where(ExecutionRow.id.in_([v for k, v in made.items() if k != "recent"]))

@@ -98,7 +98,7 @@ async def test_cut_output_is_kept_in_full(local: LocalSandboxes) -> None:
 
 async def test_the_workspace_service_runs_on_it(make_settings: Callable[..., Settings]) -> None:
     async with serving(make_settings(sandbox_provider="local")) as (app, channel):
-        await app.runtime.events.append("t1", "thread-created")
+        await app.parts.events.append("t1", "thread-created")
         stub = workspace_pb2_grpc.WorkspaceStub(channel)
         await stub.WriteFile(workspace_pb2.WriteFileRequest(thread_id="t1", path="a", content="x"))
         read = await stub.ReadFile(workspace_pb2.ReadFileRequest(thread_id="t1", path="a"))

@@ -12,7 +12,9 @@ import pytest
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc, credentials_pb2, credentials_pb2_grpc
 from server.api.convert import to_struct
 from server.app import Application
+from server.domain.credentials import CredentialStore
 from server.settings import Settings
+from server.wiring import credential_store
 from tests.agent_fixtures import Chat, model, with_model
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, text, tool
@@ -32,6 +34,11 @@ ALLOW = {
         "moveWorkflowToFolder",
     )
 }
+
+
+def embedded_store(app: Application) -> CredentialStore:
+    """The embedded store behind the instance, for what only it offers (reveal, rekey)."""
+    return credential_store(app.settings, app.parts.db)
 
 
 def as_user(user: str, project: str, *projects: str) -> tuple[tuple[str, str], ...]:
@@ -84,7 +91,7 @@ async def test_workflows_of_another_project_do_not_exist(tools: Tools) -> None:
     await tools.missing(BOB, "publish-workflow", workflowId=workflow)
     await tools.missing(BOB, "verify-built-workflow", workflowId=workflow)
     # Listing answers as for an unknown workflow: nothing.
-    await tools.app.runtime.executions.start(
+    await tools.app.parts.instance.executions.start(
         workflow_id=workflow, version_id="v", thread_id="p1", mode="manual", trigger_node=None
     )
     assert (await tools.call_as(BOB, "list-executions", workflowId=workflow))["executions"] == []
@@ -183,7 +190,7 @@ async def test_credentials_and_folders_of_another_project_do_not_exist(tools: To
             metadata=BOB,
         )
     assert update.value.code() is grpc.StatusCode.NOT_FOUND
-    assert await tools.app.runtime.credentials.reveal(credential) == {"accessToken": "xoxb-a"}
+    assert await embedded_store(tools.app).reveal(credential) == {"accessToken": "xoxb-a"}
     assert (await tools.call_as(ALICE, "get-credential", credentialId=credential))["name"] == (
         "Team A Slack"
     )

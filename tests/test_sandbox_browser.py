@@ -106,7 +106,7 @@ async def test_the_browser_tools_drive_the_sandboxed_browser(
     port = outside.rsplit(":", 1)[1]
     settings = make_docker_settings(browser="sandbox", web_fetch_allow_hosts=[f"127.0.0.1:{port}"])
     async with serving(settings) as (app, channel):
-        await app.runtime.events.append("sbx", "note", {})
+        await app.parts.events.append("sbx", "note", {})
         tools = ToolClient(channel, "sbx")
         await tools.call("workspace_write_file", path="site/form.html", content=FORM)
         await tools.call("workspace_write_file", path="site/other.html", content=OTHER)
@@ -151,15 +151,15 @@ async def test_the_browser_tools_drive_the_sandboxed_browser(
         assert refused["title"] != "Outside"
         said = (await tools.call("browser_content"))["content"]
         assert "not approved for this thread" in said
-        await app.runtime.hitl.allow_domain("sbx", "127.0.0.1")
+        await app.parts.hitl.allow_domain("sbx", "127.0.0.1")
         reached = await tools.call("browser_navigate", url=outside)
         assert reached["title"] == "Outside"
 
         # A browser that dies is started afresh on the next call.
-        container = app.runtime.sandboxes.manager.provider.container("sbx")  # type: ignore[attr-defined]
+        container = app.parts.sandboxes.manager.provider.container("sbx")  # type: ignore[attr-defined]
         container.exec_run(["pkill", "-f", "/usr/lib/chromium"], user="1000:1000")
         for _ in range(100):
-            if not app.runtime.headless.running(sandbox_key("sbx")):
+            if not app.parts.headless.running(sandbox_key("sbx")):
                 break
             await asyncio.sleep(0.05)
         back = await tools.call("browser_navigate", url=f"file://{WORKSPACE}/site/other.html")
@@ -167,10 +167,10 @@ async def test_the_browser_tools_drive_the_sandboxed_browser(
         assert [t["title"] for t in (await tools.call("browser_tab_list"))["tabs"]] == ["Other"]
 
         # Deleting the thread ends its browser, its session and its sandbox.
-        session_id = app.runtime.browser.sessions.session(sandbox_key("sbx")).id
-        await app.runtime.threads.delete("sbx")
-        assert not app.runtime.headless.running(sandbox_key("sbx"))
-        assert app.runtime.browser.sessions.get(session_id) is None
+        session_id = app.parts.relay.sessions.session(sandbox_key("sbx")).id
+        await app.parts.threads.delete("sbx")
+        assert not app.parts.headless.running(sandbox_key("sbx"))
+        assert app.parts.relay.sessions.get(session_id) is None
         assert container.id not in [c.id for c in container.client.containers.list(all=True)]
 
 

@@ -35,7 +35,7 @@ def owners_to_clean(docker_client: docker.DockerClient) -> Iterator[list[str]]:
 
 
 def manager_of(app: Application) -> SandboxManager:
-    manager = app.runtime.sandboxes.manager
+    manager = app.parts.sandboxes.manager
     assert isinstance(manager, SandboxManager)
     return manager
 
@@ -53,7 +53,7 @@ async def test_two_deployments_on_one_engine_never_touch_each_others_sandboxes(
     async with serving(first) as (app_a, channel_a):
         owner_a = manager_of(app_a).provider.owner
         owners_to_clean.append(owner_a)
-        await app_a.runtime.events.append("kept", "thread-created")
+        await app_a.parts.events.append("kept", "thread-created")
         stub = workspace_pb2_grpc.WorkspaceStub(channel_a)
         await stub.WriteFile(
             workspace_pb2.WriteFileRequest(thread_id="kept", path="notes.md", content="mine")

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from instance_ai.v1 import credentials_pb2, credentials_pb2_grpc
 from server.api.convert import to_struct
-from server.domain.workflows import WorkflowContent
+from server.instance.types import WorkflowContent
 from server.settings import Settings
 from tests.agent_fixtures import Chat, last_tool_results, model, with_model
 from tests.conftest import serving
@@ -34,7 +34,7 @@ async def test_missing_credentials_and_placeholders_are_asked_for_and_applied(
     make_docker_settings: Callable[..., Settings], model: FakeMessagesAPI
 ) -> None:
     async with serving(make_docker_settings(**with_model(model))) as (app, channel):
-        await app.runtime.events.append("s1", "note", {})
+        await app.parts.events.append("s1", "note", {})
         nodes = [
             node(
                 "Notify",
@@ -44,7 +44,7 @@ async def test_missing_credentials_and_placeholders_are_asked_for_and_applied(
             node("Digest", {"text": "<__PLACEHOLDER_VALUE__digest text__>"}, {}),
             node("Ready", {"text": "hello"}, {}),
         ]
-        saved = await app.runtime.workflows.save_from_source(
+        saved = await app.parts.instance.workflows.save_from_source(
             thread_id="s1",
             file_path="src/alerts.workflow.ts",
             source_hash="h",
@@ -81,7 +81,7 @@ async def test_missing_credentials_and_placeholders_are_asked_for_and_applied(
         )
         [digest] = second[-1]["payload"]["setupRequests"]
         assert digest["nodeName"] == "Digest" and digest["credentialTypes"] == []
-        applied = await app.runtime.workflows.require(saved.id)
+        applied = await app.parts.instance.workflows.require(saved.id)
         assert applied.version_number == 2  # the first answer is already saved
         await chat.confirm(
             "s1",
@@ -90,7 +90,7 @@ async def test_missing_credentials_and_placeholders_are_asked_for_and_applied(
             skippedNodes=["Digest"],
         )
         await chat.finished("s1", run_id)
-        updated = await app.runtime.workflows.require(saved.id)
+        updated = await app.parts.instance.workflows.require(saved.id)
     result = json.loads(last_tool_results(model.requests[1])[0]["content"])
     assert result == {"completedNodes": ["Notify"], "skippedNodes": ["Digest"], "failedNodes": []}
     notify = next(n for n in updated.nodes if n["name"] == "Notify")

@@ -10,7 +10,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Connection
 
-from server.domain.workflows import WorkflowContent, WorkflowGoneError, WorkflowStore
+from server.domain.workflows import WorkflowStore
+from server.instance.types import WorkflowContent, WorkflowGoneError
 from server.runtime.events import EventLog
 from server.store import Database
 from server.store.models import Base

@@ -4,7 +4,7 @@ unions, dropping what cannot be expressed, and correctable errors for a bad comb
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import SimpleNamespace
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import jsonschema
@@ -13,9 +13,10 @@ from pydantic import BaseModel, Field, TypeAdapter
 
 from server.agent import Agent, provider_from_settings
 from server.settings import Settings
-from server.tools.registry import ToolInputError, ToolRegistry, default_registry
+from server.tools.registry import ToolInputError, ToolRegistry
 from server.tools.schema import Inexpressible, sanitize
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
+from server.wiring import tool_registry
 from tests.agent_fixtures import last_tool_results, model, model_settings
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, Turn, text, tool_problem, use
@@ -87,15 +88,23 @@ class Echo(ToolModel):
     received: dict[str, Any]
 
 
-async def echo(_ctx: ToolContext, args: Any) -> Echo:
+@dataclass(frozen=True)
+class EchoServices:
+    """The echo tools touch nothing; `search_provider` feeds a registration condition."""
+
+    search_provider: str | None = None
+
+
+async def echo(_ctx: ToolContext[EchoServices], args: Any) -> Echo:
     return Echo(received=args.model_dump(by_alias=True, exclude_none=True))
 
 
-def spec(name: str, input_model: Any) -> ToolSpec:
+def spec(name: str, input_model: Any) -> ToolSpec[EchoServices]:
     return ToolSpec(
         name=name,
         description=f"{name} in the connected browser",
         group="browser",
+        services=EchoServices,
         input_model=input_model,
         output_model=Echo,
         handler=echo,
@@ -199,7 +208,7 @@ def test_a_root_with_no_object_form_is_inexpressible(root: Any) -> None:
 
 
 def test_an_inexpressible_tool_is_dropped_not_sent(caplog: pytest.LogCaptureFixture) -> None:
-    registry = ToolRegistry([*BROWSER, spec("broken_tool", int)])
+    registry = ToolRegistry([*BROWSER, spec("broken_tool", int)], [EchoServices()])
     assert "broken_tool" not in registry.provider_schemas
     assert [s.name for s, _ in registry.listed()] == [s.name for s in BROWSER]
 
@@ -218,13 +227,19 @@ async def test_the_loop_sends_flat_schemas_and_returns_bad_combinations_to_the_m
     )
     settings = model_settings()
     async with serving(settings) as (app, _channel):
+        parts = app.parts
         agent = Agent(
-            app.runtime,
-            ToolRegistry([*BROWSER, spec("broken_tool", int)]),
+            parts.agent_services(),
+            ToolRegistry(
+                [*BROWSER, spec("broken_tool", int)],
+                [EchoServices()],
+                events=parts.events,
+                hitl=parts.hitl,
+            ),
             provider_from_settings(settings),
         )
         run_id = await agent.send_message("b1", "scroll")
-        stream = app.runtime.events.subscribe("b1", after=0, follow=True)
+        stream = app.parts.events.subscribe("b1", after=0, follow=True)
         async for event in stream:
             if event.type == "run-finish" and event.run_id == run_id:
                 assert event.payload == {"status": "completed"}
@@ -243,16 +258,18 @@ def test_a_tool_whose_condition_fails_is_not_registered() -> None:
         name="web-search",
         description="Search the web",
         group="web",
+        services=EchoServices,
         input_model=ScrollBy,
         output_model=Echo,
         handler=echo,
-        condition=lambda runtime: bool(getattr(runtime, "search_provider", None)),
+        condition=lambda services: services.search_provider is not None,
     )
-    registry = ToolRegistry([*BROWSER, gated])
-    without = SimpleNamespace(search_provider=None)
-    with_search = SimpleNamespace(search_provider="brave")
-    assert "web-search" not in [s.name for s, _ in registry.listed(without)]  # type: ignore[arg-type]
-    assert "web-search" in [s.name for s, _ in registry.listed(with_search)]  # type: ignore[arg-type]
+    without = ToolRegistry([*BROWSER, gated], [EchoServices()])
+    with_search = ToolRegistry([*BROWSER, gated], [EchoServices(search_provider="brave")])
+    assert "web-search" not in [s.name for s, _ in without.listed()]
+    assert "web-search" in [s.name for s, _ in with_search.listed()]
+    # A group whose services are not bound registers none of its tools.
+    assert ToolRegistry([*BROWSER, gated]).listed() == []
 
 
 # Every tool of the reference tool list (seeds/tools-reference.md).
@@ -322,10 +339,11 @@ REFERENCE_TOOLS = [
 ]
 
 
-def test_the_overview_lists_every_reference_tool_and_why_conditional_ones_are_absent() -> None:
-    registry = default_registry()
-    runtime = SimpleNamespace(settings=SimpleNamespace(licensed_features=[]), web_search=None)
-    listed = registry.overview(runtime)  # type: ignore[arg-type]
+async def test_the_overview_lists_every_reference_tool_and_why_conditional_ones_are_absent(
+    make_settings: Callable[..., Settings],
+) -> None:
+    async with serving(make_settings()) as (app, _channel):
+        listed = tool_registry(app.parts).overview()
     overview = {spec.name: (spec, registered) for spec, _schema, registered in listed}
     assert set(REFERENCE_TOOLS) <= set(overview)
     for name, (spec, registered) in overview.items():

@@ -50,7 +50,7 @@ async def test_a_write_is_simulated_and_its_downstream_runs_on_the_fixture(
     assert result["claim"]["level"] == "partial"  # a write was simulated
     assert "Post" in result["simulationNote"]
     # The run is recorded, marked as a verification.
-    execution = await client.app.runtime.executions.require(result["executionId"])
+    execution = await client.app.parts.instance.executions.require(result["executionId"])
     assert execution.is_verification
 
 
@@ -114,7 +114,7 @@ async def test_each_trigger_gets_its_own_pass_with_its_input_shape(client: Clien
     assert len(result["executionIds"]) == 4
     by_trigger = {}
     for execution_id in result["executionIds"]:
-        execution = await client.app.runtime.executions.require(execution_id)
+        execution = await client.app.parts.instance.executions.require(execution_id)
         output = execution.nodes[execution.trigger_node or ""]["outputs"][0]["items"][0]
         by_trigger[execution.trigger_node] = (execution.mode, output)
     assert by_trigger["Form"] == (

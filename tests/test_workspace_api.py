@@ -29,12 +29,12 @@ async def workspace_app(
         sandbox_max_output_bytes=2048,
     )
     async with serving(settings) as (app, channel):
-        await app.runtime.events.append("t1", "thread-created")
+        await app.parts.events.append("t1", "thread-created")
         yield app, workspace_pb2_grpc.WorkspaceStub(channel)
 
 
 def docker_manager(app: Application) -> SandboxManager:
-    manager = app.runtime.sandboxes.manager
+    manager = app.parts.sandboxes.manager
     assert isinstance(manager, SandboxManager)
     return manager
 
@@ -239,7 +239,7 @@ async def test_an_unreachable_engine_is_unavailable_with_what_to_do(
 ) -> None:
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
     async with serving(make_settings(sandbox_provider="docker")) as (app, channel):
-        await app.runtime.events.append("t1", "thread-created")
+        await app.parts.events.append("t1", "thread-created")
         with pytest.raises(grpc.aio.AioRpcError) as error:
             await workspace_pb2_grpc.WorkspaceStub(channel).ReadFile(
                 workspace_pb2.ReadFileRequest(thread_id="t1", path="a")
@@ -258,7 +258,7 @@ async def test_the_hardening_settings_reach_the_container(
         sandbox_tmp_size="64m",
     )
     async with serving(settings) as (app, channel):
-        await app.runtime.events.append("t1", "thread-created")
+        await app.parts.events.append("t1", "thread-created")
         stub = workspace_pb2_grpc.WorkspaceStub(channel)
         await stub.WriteFile(workspace_pb2.WriteFileRequest(thread_id="t1", path="x", content="x"))
         container = await docker_manager(app).acquire("t1")

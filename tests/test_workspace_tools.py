@@ -13,20 +13,24 @@ from sandbox.errors import EditMismatchError, PathEscapeError
 from server.app import Application
 from server.settings import Settings
 from server.tools.spec import ToolContext
-from server.tools.workspace import TOOLS
+from server.tools.workspace import TOOLS, WorkspaceTools
 
 BY_NAME = {tool.name: tool for tool in TOOLS}
 
 
 @pytest.fixture
-async def ctx(make_docker_settings: Callable[..., Settings]) -> AsyncIterator[ToolContext]:
+async def ctx(
+    make_docker_settings: Callable[..., Settings],
+) -> AsyncIterator[ToolContext[WorkspaceTools]]:
     settings = make_docker_settings(sandbox_max_output_bytes=1024)
     async with Application(settings) as app:
-        await app.runtime.events.append("t1", "thread-created")
-        yield ToolContext(runtime=app.runtime, thread_id="t1")
+        await app.parts.events.append("t1", "thread-created")
+        # Exactly what the group is given: the thread's sandbox, nothing else.
+        services = WorkspaceTools(sandbox_for=app.parts.sandboxes.for_thread)
+        yield ToolContext(services=services, thread_id="t1")
 
 
-async def call(ctx: ToolContext, name: str, **arguments: Any) -> dict[str, Any]:
+async def call(ctx: ToolContext[WorkspaceTools], name: str, **arguments: Any) -> dict[str, Any]:
     tool = BY_NAME[name]
     result = await tool.handler(ctx, tool.input_model.model_validate(arguments))
     return result.model_dump(by_alias=True)
@@ -42,7 +46,7 @@ def test_the_tool_names_are_the_reference_ones() -> None:
     }
 
 
-async def test_write_edit_read(ctx: ToolContext) -> None:
+async def test_write_edit_read(ctx: ToolContext[WorkspaceTools]) -> None:
     await call(ctx, "workspace_write_file", path="src/x.ts", content="a\nb\nb\nc\n")
     with pytest.raises(EditMismatchError, match="matches 2 places"):
         await call(ctx, "workspace_str_replace_file", path="src/x.ts", old_str="b", new_str="B")
@@ -56,7 +60,9 @@ async def test_write_edit_read(ctx: ToolContext) -> None:
         await call(ctx, "workspace_read_file", path="../../etc/passwd")
 
 
-async def test_execute_command_returns_the_reference_shape(ctx: ToolContext) -> None:
+async def test_execute_command_returns_the_reference_shape(
+    ctx: ToolContext[WorkspaceTools],
+) -> None:
     result = await call(ctx, "workspace_execute_command", command="echo hi; echo no >&2; exit 2")
     assert {k: result[k] for k in ("success", "exitCode", "stdout", "stderr", "timedOut")} == {
         "success": False,
@@ -70,7 +76,9 @@ async def test_execute_command_returns_the_reference_shape(ctx: ToolContext) -> 
     assert timed["timedOut"] and not timed["success"]
 
 
-async def test_cut_json_output_is_read_back_through_the_result_tool(ctx: ToolContext) -> None:
+async def test_cut_json_output_is_read_back_through_the_result_tool(
+    ctx: ToolContext[WorkspaceTools],
+) -> None:
     command = (
         'node -e "console.log(JSON.stringify({rows: Array.from({length: 300}, (_, i) => ({i}))}))"'
     )

@@ -11,7 +11,7 @@ import pytest
 from instance_ai.v1 import tools_pb2, tools_pb2_grpc
 from server.api.convert import from_struct, to_struct
 from server.app import Application
-from server.domain.workflows import WorkflowContent
+from server.instance.types import WorkflowContent
 
 Metadata = tuple[tuple[str, str], ...]
 
@@ -65,8 +65,8 @@ async def saved_workflow(
     connections: dict[str, Any] | None = None,
 ) -> str:
     """A saved build, straight into the store (no sandbox: these tools work on the store)."""
-    await app.runtime.events.append(thread, "note", {})  # the thread exists
-    saved = await app.runtime.workflows.save_from_source(
+    await app.parts.events.append(thread, "note", {})  # the thread exists
+    saved = await app.parts.instance.workflows.save_from_source(
         thread_id=thread,
         file_path=f"src/{name if workflow_id is None else 'same'}.workflow.ts",
         source_hash=name,

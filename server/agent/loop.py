@@ -26,16 +26,18 @@ from server.agent.provider import (
     ModelTurn,
     StreamCallbacks,
 )
+from server.core.caller import LOCAL, Caller
+from server.core.ids import new_id
 from server.errors import FailedPreconditionError, NotFoundError
-from server.runtime import Runtime
-from server.runtime.background import TaskHandle
-from server.runtime.caller import LOCAL, Caller
-from server.runtime.conversation import estimate_tokens, repair
-from server.runtime.hitl import DENIED_BY_TIMEOUT, Confirmation, parse_resume
-from server.runtime.ids import new_id
-from server.runtime.threads import RunInfo
-from server.tools.registry import ToolInputError, ToolRegistry, describe, dump
-from server.tools.spec import Orchestration, Suspend, ToolContext, ToolSpec, blocked_message
+from server.runtime.background import BackgroundTasks, TaskHandle
+from server.runtime.conversation import Conversation, estimate_tokens, repair
+from server.runtime.events import EventLog
+from server.runtime.hitl import DENIED_BY_TIMEOUT, Confirmation, Hitl, parse_resume
+from server.runtime.plans import Plans
+from server.runtime.threads import RunInfo, Threads
+from server.settings import Settings
+from server.tools.registry import CallSite, ToolInputError, ToolRegistry, describe, dump
+from server.tools.spec import Orchestration, SandboxFor, Suspend, ToolSpec, blocked_message
 
 log = structlog.get_logger(__name__)
 
@@ -109,12 +111,27 @@ class FollowUp:
     caller: Caller
 
 
+@dataclass(frozen=True, kw_only=True)
+class AgentServices:
+    """What the agent works with: the thread's log, runs, history, cards, plans and
+    background tasks, and its sandbox (for large results). Tools come through the registry."""
+
+    settings: Settings
+    events: EventLog
+    threads: Threads
+    hitl: Hitl
+    conversation: Conversation
+    plans: Plans
+    background: BackgroundTasks
+    sandbox_for: SandboxFor
+
+
 class Agent(Orchestration):
     def __init__(
-        self, runtime: Runtime, registry: ToolRegistry, provider: ModelProvider | None
+        self, services: AgentServices, registry: ToolRegistry, provider: ModelProvider | None
     ) -> None:
-        self.runtime = runtime
-        self.settings = runtime.settings
+        self.services = services
+        self.settings = services.settings
         self.registry = registry
         self.provider = provider
         self._drives: dict[str, asyncio.Task[None]] = {}
@@ -140,8 +157,8 @@ class Agent(Orchestration):
         for task in drives.values():
             task.cancel()
         await asyncio.gather(*drives.values(), return_exceptions=True)
-        await self.runtime.background.cancel_all()
-        for run in await self.runtime.threads.open_runs():
+        await self.services.background.cancel_all()
+        for run in await self.services.threads.open_runs():
             if run.status == "active":
                 await self._interrupt(run, reason="server_shutdown")
         if self.provider is not None:
@@ -150,12 +167,12 @@ class Agent(Orchestration):
     async def recover(self) -> None:
         """Runs that were active when the process died are closed as interrupted; suspended
         runs stay suspended and resume on Confirm."""
-        for run in await self.runtime.threads.open_runs():
+        for run in await self.services.threads.open_runs():
             if run.status == "active":
                 await self._interrupt(run, reason="crash_interrupted")
         # Calls made outside a run (Tools.CallTool, background agents) end here too.
-        for call in await self.runtime.events.unfinished_direct_tool_calls():
-            await self.runtime.events.append(
+        for call in await self.services.events.unfinished_direct_tool_calls():
+            await self.services.events.append(
                 call.thread_id,
                 "tool-interrupted",
                 {"toolCallId": call.payload.get("toolCallId"), "error": INTERRUPTED},
@@ -163,7 +180,7 @@ class Agent(Orchestration):
             )
 
     async def _interrupt(self, run: RunInfo, *, reason: str) -> None:
-        events = self.runtime.events
+        events = self.services.events
         for call_id in await events.unfinished_tool_calls(run.thread_id, run.id):
             await events.append(
                 run.thread_id,
@@ -172,8 +189,8 @@ class Agent(Orchestration):
                 run_id=run.id,
             )
         await self._close_calls(run, "Interrupted: the server stopped before this call finished.")
-        await self.runtime.hitl.close_run(run.id)
-        await self.runtime.threads.finish_run(
+        await self.services.hitl.close_run(run.id)
+        await self.services.threads.finish_run(
             run.thread_id, run.id, status="interrupted", reason=reason
         )
 
@@ -196,13 +213,13 @@ class Agent(Orchestration):
         self, thread_id: str, text: str, *, kind: str, caller: Caller, message_id: str = ""
     ) -> str:
         group = new_id("mg")
-        threads = self.runtime.threads
+        threads = self.services.threads
         run_id = await threads.start_run(
             thread_id, message_id=message_id, kind=kind, message_group_id=group, caller=caller
         )
         try:
             content = [{"type": "text", "text": self._with_running_tasks(thread_id, text)}]
-            await self.runtime.conversation.append(
+            await self.services.conversation.append(
                 thread_id, run_id, [{"role": "user", "content": content}]
             )
         except BaseException:
@@ -220,7 +237,7 @@ class Agent(Orchestration):
         return run_id
 
     def _with_running_tasks(self, thread_id: str, text: str) -> str:
-        running = self.runtime.background.running(thread_id)
+        running = self.services.background.running(thread_id)
         if not running:
             return text
         lines = "\n".join(
@@ -238,8 +255,8 @@ class Agent(Orchestration):
     ) -> str:
         """Answer a card; only the user whose run asked may (others: as if it did not exist)."""
         answer = parse_resume(resume)
-        found = await self.runtime.hitl.get(request_id)
-        run = await self.runtime.threads.run(found.run_id)
+        found = await self.services.hitl.get(request_id)
+        run = await self.services.threads.run(found.run_id)
         if found.thread_id != thread_id or run is None or run.caller.user_id != caller.user_id:
             raise NotFoundError(f"thread {thread_id!r} has no confirmation request {request_id!r}")
         if found.status != "pending":
@@ -251,13 +268,13 @@ class Agent(Orchestration):
         return found.run_id
 
     async def _resume(self, found: Confirmation, answer: dict[str, Any], *, status: str) -> None:
-        confirmation = await self.runtime.hitl.answer(
+        confirmation = await self.services.hitl.answer(
             found.thread_id, found.request_id, answer, status=status
         )
-        run = await self.runtime.threads.run(confirmation.run_id)
+        run = await self.services.threads.run(confirmation.run_id)
         if run is None or run.status != "suspended":
             raise FailedPreconditionError(f"run {confirmation.run_id!r} is not waiting any more")
-        await self.runtime.threads.save_state(run.id, run.state, status="active")
+        await self.services.threads.save_state(run.id, run.state, status="active")
         scope = RunScope(
             thread_id=run.thread_id,
             run_id=run.id,
@@ -276,29 +293,31 @@ class Agent(Orchestration):
             drive.cancel()
             await asyncio.gather(drive, return_exceptions=True)
         self._follow_ups.pop(thread_id, None)
-        await self.runtime.background.cancel_thread(thread_id, quietly=True)
+        await self.services.background.cancel_thread(thread_id, quietly=True)
 
     async def cancel_run(self, thread_id: str) -> str | None:
         """Cancel the thread's open run (idempotent): the model stream and running tools are
         aborted, background tasks stopped, open calls closed, `run-finish{cancelled}`."""
-        status = await self.runtime.threads.status(thread_id)
+        status = await self.services.threads.status(thread_id)
         drive = self._drives.get(thread_id)
         if drive is not None:
             drive.cancel()
             await asyncio.gather(drive, return_exceptions=True)
-        await self.runtime.background.cancel_thread(thread_id)
+        await self.services.background.cancel_thread(thread_id)
         self._follow_ups.pop(thread_id, None)
-        plan = await self.runtime.plans.get(thread_id)
+        plan = await self.services.plans.get(thread_id)
         if plan is not None and plan.status in ("active", "awaiting_approval"):
-            await self.runtime.plans.set_status(thread_id, "cancelled", run_id=status.active_run_id)
+            await self.services.plans.set_status(
+                thread_id, "cancelled", run_id=status.active_run_id
+            )
         if status.active_run_id is None:
             return None
-        run = await self.runtime.threads.run(status.active_run_id)
+        run = await self.services.threads.run(status.active_run_id)
         if run is None:
             return None
         await self._close_calls(run, "Cancelled by the user.")
-        await self.runtime.hitl.close_run(run.id)
-        finished = await self.runtime.threads.finish_run(
+        await self.services.hitl.close_run(run.id)
+        finished = await self.services.threads.finish_run(
             thread_id, run.id, status="cancelled", reason="user_cancelled"
         )
         return run.id if finished else None
@@ -343,7 +362,7 @@ class Agent(Orchestration):
             state.steps += 1
             turn = await self._model_turn(scope, await self._history(scope.thread_id))
             if turn.content:
-                await self.runtime.conversation.append(
+                await self.services.conversation.append(
                     scope.thread_id, scope.run_id, [{"role": "assistant", "content": turn.content}]
                 )
             await self._publish_text(scope, turn)
@@ -352,18 +371,18 @@ class Agent(Orchestration):
                 return
             state.pending = [_call_of(block, turn) for block in turn.tool_uses]
             state.results = {}
-            if not await self.runtime.threads.save_state(scope.run_id, state.dump()):
+            if not await self.services.threads.save_state(scope.run_id, state.dump()):
                 return  # cancelled meanwhile
             if await self._run_calls(scope, state):
                 return
 
     async def _finish(self, scope: RunScope, status: str, reason: str | None) -> None:
         assert scope.run_id is not None
-        self.runtime.events.publish_live(
+        self.services.events.publish_live(
             scope.thread_id, "status", {"message": ""}, run_id=scope.run_id
         )
-        await self.runtime.threads.save_state(scope.run_id, None)
-        await self.runtime.threads.finish_run(
+        await self.services.threads.save_state(scope.run_id, None)
+        await self.services.threads.finish_run(
             scope.thread_id, scope.run_id, status=status, reason=reason
         )
         self._next_follow_up(scope.thread_id)
@@ -375,17 +394,17 @@ class Agent(Orchestration):
             payload["statusCode"] = status_code
         if self.provider is not None:
             payload["provider"] = self.provider.name
-        await self.runtime.events.append(
+        await self.services.events.append(
             scope.thread_id, "error", payload, run_id=scope.run_id, agent_id=scope.agent_id
         )
-        run = await self.runtime.threads.run(scope.run_id)
+        run = await self.services.threads.run(scope.run_id)
         if run is not None:
             await self._close_calls(run, f"Not run: the run failed ({message}).")
         await self._finish(scope, "error", message)
 
     async def _history(self, thread_id: str) -> list[dict[str, Any]]:
         return repair(
-            await self.runtime.conversation.window(
+            await self.services.conversation.window(
                 thread_id, token_budget=self.settings.agent_history_token_budget
             )
         )
@@ -395,16 +414,15 @@ class Agent(Orchestration):
     def _tools_for(self, scope: RunScope) -> list[dict[str, Any]]:
         return [
             {"name": spec.name, "description": spec.description, "input_schema": schema}
-            for spec, schema in self.registry.listed(self.runtime)
+            for spec, schema in self.registry.listed()
             if self._offers(scope, spec)
         ]
 
-    def _offers(self, scope: RunScope, spec: ToolSpec) -> bool:
+    def _offers(self, scope: RunScope, spec: ToolSpec[Any]) -> bool:
         """Whether the model of this run is offered the tool (registered, expressible, and not
         an orchestration tool for a background agent)."""
-        registered = spec.condition is None or spec.condition(self.runtime)
         return (
-            registered
+            self.registry.registered(spec)
             and spec.name in self.registry.provider_schemas
             and not (scope.background and spec.group == ORCHESTRATION_GROUP)
         )
@@ -425,7 +443,7 @@ class Agent(Orchestration):
             tools=self._tools_for(scope),
             max_tokens=self.settings.model_max_tokens,
         )
-        events = self.runtime.events
+        events = self.services.events
         where = {"run_id": scope.run_id, "agent_id": scope.agent_id}
         response_id = ""
 
@@ -461,7 +479,7 @@ class Agent(Orchestration):
 
     async def _publish_text(self, scope: RunScope, turn: ModelTurn) -> None:
         if turn.text:
-            await self.runtime.events.append(
+            await self.services.events.append(
                 scope.thread_id,
                 "text-block",
                 {"text": turn.text, "responseId": turn.message_id},
@@ -495,13 +513,9 @@ class Agent(Orchestration):
         spec = self._spec(call["name"])
         if spec is None or scope.background:
             return False
-        if spec.asks_user or spec.may_ask:
-            return True
-        if spec.hitl_action is None or spec.self_gated:
-            return False
-        return await self.runtime.hitl.mode(scope.thread_id, spec.hitl_action) == "require_approval"
+        return await self.registry.may_wait(scope.thread_id, spec)
 
-    def _spec(self, name: str) -> ToolSpec | None:
+    def _spec(self, name: str) -> ToolSpec[Any] | None:
         try:
             return self.registry.get(name)
         except NotFoundError:
@@ -518,32 +532,31 @@ class Agent(Orchestration):
         """One tool call, to a tool_result block's content, or a suspension. A resumed call
         (`gate` set) was announced before it waited."""
         announce = gate is None
-        ctx = ToolContext(
-            runtime=self.runtime,
+        site = CallSite(
             thread_id=scope.thread_id,
+            call_id=call["id"],
             run_id=scope.run_id,
             agent_id=scope.agent_id,
-            tool_call_id=call["id"],
             message_group_id=scope.message_group_id,
             run_kind=scope.kind,
             resume=answer if gate == "tool" else None,
             orchestration=self,
             caller=scope.caller,
         )
-        checked = await self._check(ctx, scope, call, announce)
+        checked = await self._check(site, scope, call, announce)
         if isinstance(checked, dict):
             return checked
         spec, args = checked
         if gate != "approval":
-            refused = await self._gate(ctx, scope, spec, call, announce)
+            refused = await self._gate(site, scope, spec, call, announce)
             if refused is not None:
                 return refused
         elif answer is not None:
             if not answer.get("approved"):
-                return await self._refuse(ctx, call, False, _denied(spec.name, answer))
-            if answer.get("scope") == "session" and spec.hitl_action is not None:
-                await self.runtime.hitl.always_allow(scope.thread_id, spec.hitl_action)
-        self.runtime.events.publish_live(
+                return await self._refuse(site, call, False, _denied(spec.name, answer))
+            if answer.get("scope") == "session":
+                await self.registry.allow_for_thread(scope.thread_id, spec)
+        self.services.events.publish_live(
             scope.thread_id,
             "status",
             {"message": f"Running {spec.name}…"},
@@ -551,7 +564,7 @@ class Agent(Orchestration):
             agent_id=scope.agent_id,
         )
         try:
-            result = await self.registry.execute(ctx, spec, args, call["input"], announce=announce)
+            result = await self.registry.execute(site, spec, args, call["input"], announce=announce)
         except Suspend as wait:
             if scope.background:
                 return {
@@ -566,66 +579,53 @@ class Agent(Orchestration):
         return {"content": await self._content(scope, call["id"], dump(result)), "is_error": False}
 
     async def _check(
-        self, ctx: ToolContext, scope: RunScope, call: dict[str, Any], announce: bool
-    ) -> tuple[ToolSpec, Any] | dict[str, Any]:
+        self, site: CallSite, scope: RunScope, call: dict[str, Any], announce: bool
+    ) -> tuple[ToolSpec[Any], Any] | dict[str, Any]:
         """The tool and its validated arguments, or a correctable error for the model."""
         spec = self._spec(call["name"])
         if spec is None or not self._offers(scope, spec):
             error = f"Unknown tool {call['name']!r}; use one of your tools."
-            return await self._refuse(ctx, call, announce, error)
+            return await self._refuse(site, call, announce, error)
         if call.get("malformed"):
             error = f"{call['malformed']}. Call {spec.name} again with a JSON object."
-            return await self._refuse(ctx, call, announce, error)
+            return await self._refuse(site, call, announce, error)
         try:
             return spec, self.registry.parse(spec, call["input"])
         except ToolInputError as exc:
-            return await self._refuse(ctx, call, announce, str(exc))
+            return await self._refuse(site, call, announce, str(exc))
 
     async def _gate(
         self,
-        ctx: ToolContext,
+        site: CallSite,
         scope: RunScope,
-        spec: ToolSpec,
+        spec: ToolSpec[Any],
         call: dict[str, Any],
         announce: bool,
     ) -> Outcome | None:
-        """The permission rule of a gated tool: None to go ahead, else a refusal or a wait
-        for the person's approval."""
-        if spec.hitl_action is None or spec.self_gated:
+        """The registry's permission rule for this run: None to go ahead, else a refusal or
+        a wait for the person's approval (which a background agent cannot ask for)."""
+        decision = await self.registry.decide(scope.thread_id, spec)
+        if decision == "allow":
             return None
-        mode = await self.runtime.hitl.mode(scope.thread_id, spec.hitl_action)
-        if mode == "blocked":
-            return await self._refuse(ctx, call, announce, blocked_message(spec))
-        if mode == "always_allow":
-            return None
+        if decision == "blocked":
+            return await self._refuse(site, call, announce, blocked_message(spec))
         if scope.background:
             return await self._refuse(
-                ctx,
+                site,
                 call,
                 announce,
                 f"{spec.name} needs the user's approval, which a background task cannot ask "
                 "for; report back that it is needed.",
             )
-        await self._announce(ctx, call)
+        await self.registry.announce(site, spec.name, call["input"])
         question = {"inputType": "approval", "severity": spec.severity}
         return Suspension(gate="approval", question=question | {"message": f"Allow {spec.name}?"})
 
-    async def _announce(self, ctx: ToolContext, call: dict[str, Any]) -> None:
-        await self.runtime.events.append(
-            ctx.thread_id,
-            "tool-call",
-            {"toolCallId": call["id"], "toolName": call["name"], "args": call["input"]},
-            run_id=ctx.run_id,
-            agent_id=ctx.agent_id,
-        )
-
     async def _refuse(
-        self, ctx: ToolContext, call: dict[str, Any], announce: bool, error: str
+        self, site: CallSite, call: dict[str, Any], announce: bool, error: str
     ) -> dict[str, Any]:
         """A correctable error for the model, recorded like any failed call."""
-        if announce:
-            await self._announce(ctx, call)
-        await self.registry.record_error(ctx, call["id"], error)
+        await self.registry.refuse(site, call["name"], call["input"], error, announce=announce)
         return {"content": error, "is_error": True}
 
     async def _content(self, scope: RunScope, call_id: str, result: dict[str, Any]) -> str:
@@ -635,7 +635,7 @@ class Agent(Orchestration):
             return text
         path = f"{OFFLOAD_DIR}/{call_id}.json"
         try:
-            manager = await self.runtime.sandboxes.for_thread(scope.thread_id)
+            manager = await self.services.sandbox_for(scope.thread_id)
             await manager.write_file(scope.thread_id, path, text.encode())
         except Exception as exc:  # no workspace: cut instead
             keep = self.settings.agent_tool_result_max_tokens * 4
@@ -657,7 +657,7 @@ class Agent(Orchestration):
         self, scope: RunScope, state: RunState, call: dict[str, Any], wait: Suspension
     ) -> None:
         assert scope.run_id is not None
-        confirmation = await self.runtime.hitl.request(
+        confirmation = await self.services.hitl.request(
             thread_id=scope.thread_id,
             run_id=scope.run_id,
             agent_id=scope.agent_id,
@@ -673,8 +673,8 @@ class Agent(Orchestration):
         }
         # Waiting is recorded before the card is shown, so an answer always finds the run
         # suspended; a crash in between leaves an active run, which recovery interrupts.
-        await self.runtime.threads.save_state(scope.run_id, state.dump(), status="suspended")
-        await self.runtime.hitl.publish(confirmation, agent_id=scope.agent_id)
+        await self.services.threads.save_state(scope.run_id, state.dump(), status="suspended")
+        await self.services.hitl.publish(confirmation, agent_id=scope.agent_id)
 
     async def _resume_call(self, scope: RunScope, state: RunState, answer: dict[str, Any]) -> None:
         waiting = state.suspended
@@ -694,11 +694,11 @@ class Agent(Orchestration):
             {"type": "tool_result", "tool_use_id": c["id"], **state.results[c["id"]]}
             for c in state.pending
         ]
-        await self.runtime.conversation.append(
+        await self.services.conversation.append(
             scope.thread_id, scope.run_id, [{"role": "user", "content": blocks}]
         )
         state.pending, state.results = [], {}
-        await self.runtime.threads.save_state(scope.run_id, state.dump())
+        await self.services.threads.save_state(scope.run_id, state.dump())
 
     async def _close_calls(self, run: RunInfo, error: str) -> None:
         """Give every open call of the run's step a result, so the history stays valid."""
@@ -725,14 +725,14 @@ class Agent(Orchestration):
     async def sweep_confirmations(self) -> int:
         """Deny confirmations older than the timeout; their runs go on with the denial."""
         age = timedelta(seconds=self.settings.confirmation_timeout_seconds)
-        expired = await self.runtime.hitl.older_than(age)
+        expired = await self.services.hitl.older_than(age)
         for found in expired:
             try:
                 if self.provider is None:
-                    await self.runtime.hitl.answer(
+                    await self.services.hitl.answer(
                         found.thread_id, found.request_id, DENIED_BY_TIMEOUT, status="expired"
                     )
-                    await self.runtime.threads.finish_run(
+                    await self.services.threads.finish_run(
                         found.thread_id,
                         found.run_id,
                         status="cancelled",
@@ -756,7 +756,7 @@ class Agent(Orchestration):
         key: str | None,
         caller: Caller,
     ) -> dict[str, Any]:
-        spawned = await self.runtime.background.spawn(
+        spawned = await self.services.background.spawn(
             thread_id,
             role=role,
             body=self._background_body(role, briefing, caller),
@@ -820,9 +820,9 @@ class Agent(Orchestration):
     async def schedule_plan(self, thread_id: str, run_id: str | None, caller: Caller) -> int:
         """Start the plan's ready tasks as background agents; when the plan settles, start
         the follow-up run (replan after a failure, synthesize when all succeeded)."""
-        background = self.runtime.background
+        background = self.services.background
         slots = background.limit - len(background.running(thread_id))
-        tick = await self.runtime.plans.tick(thread_id, available_slots=slots)
+        tick = await self.services.plans.tick(thread_id, available_slots=slots)
         if tick.action == "replan":
             failed = "; ".join(
                 f"{t['id']} ({t['title']}): {t.get('error', 'failed')}" for t in tick.tasks
@@ -848,7 +848,7 @@ class Agent(Orchestration):
             return 0
         started = 0
         for task in tick.tasks:
-            await self.runtime.plans.update_task(
+            await self.services.plans.update_task(
                 thread_id, task["id"], run_id=run_id, status="running"
             )
             spawned = await background.spawn(
@@ -863,7 +863,7 @@ class Agent(Orchestration):
             if spawned.status == "started":
                 started += 1
             else:
-                await self.runtime.plans.update_task(
+                await self.services.plans.update_task(
                     thread_id, task["id"], run_id=run_id, status="planned"
                 )
         return started
@@ -877,7 +877,7 @@ class Agent(Orchestration):
                 if error
                 else {"status": "succeeded", "result": result or ""}
             )
-            await self.runtime.plans.update_task(
+            await self.services.plans.update_task(
                 handle.thread_id, task_id, run_id=handle.run_id, **changes
             )
             if not self._closing:
@@ -892,7 +892,7 @@ class Agent(Orchestration):
         self._follow_ups.setdefault(thread_id, []).append(
             FollowUp(text=text, kind=kind, caller=caller)
         )
-        status = await self.runtime.threads.status(thread_id)
+        status = await self.services.threads.status(thread_id)
         if status.active_run_id is None:
             self._next_follow_up(thread_id)
 

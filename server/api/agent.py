@@ -11,21 +11,20 @@ from instance_ai.v1 import agent_pb2, agent_pb2_grpc
 from server.agent import Agent
 from server.api.caller import caller_of
 from server.api.convert import event_to_proto, from_struct, thread_status_to_proto
+from server.core.validation import check_chat_message, check_thread_id, parse_cursor
 from server.errors import InvalidArgumentError
-from server.runtime import Runtime
-from server.runtime.validation import check_chat_message, check_thread_id, parse_cursor
 
 
 class AgentServicer(agent_pb2_grpc.AgentServicer):
-    def __init__(self, runtime: Runtime, agent: Agent) -> None:
-        self._runtime = runtime
+    def __init__(self, agent: Agent) -> None:
         self._agent = agent
+        self._parts = agent.services
 
     async def SendMessage(
         self, request: agent_pb2.SendMessageRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.SendMessageResponse:
         check_thread_id(request.thread_id)
-        limits = self._runtime.settings
+        limits = self._parts.settings
         check_chat_message(
             request.message,
             max_chars=limits.max_chat_message_chars,
@@ -40,9 +39,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         self, request: agent_pb2.StreamEventsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[agent_pb2.StreamEventsResponse]:
         after = parse_cursor(request.after)
-        stream = self._runtime.events.subscribe(
-            request.thread_id, after=after, follow=request.follow
-        )
+        stream = self._parts.events.subscribe(request.thread_id, after=after, follow=request.follow)
         async with aclosing(stream):
             async for event in stream:
                 yield agent_pb2.StreamEventsResponse(event=event_to_proto(event))
@@ -73,7 +70,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
     ) -> agent_pb2.CancelTaskResponse:
         check_thread_id(request.thread_id)
         _check_task_id(request.task_id)
-        cancelled = await self._runtime.background.cancel(request.thread_id, request.task_id)
+        cancelled = await self._parts.background.cancel(request.thread_id, request.task_id)
         return agent_pb2.CancelTaskResponse(cancelled=cancelled)
 
     async def CorrectTask(
@@ -83,7 +80,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         _check_task_id(request.task_id)
         if not request.correction.strip():
             raise InvalidArgumentError("correction is empty: say what the task should change")
-        result = self._runtime.background.correct(
+        result = self._parts.background.correct(
             request.thread_id, request.task_id, request.correction
         )
         return agent_pb2.CorrectTaskResponse(result=result)
@@ -91,16 +88,16 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
     async def GetThreadStatus(
         self, request: agent_pb2.GetThreadStatusRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.GetThreadStatusResponse:
-        status = await self._runtime.threads.status(request.thread_id)
+        status = await self._parts.threads.status(request.thread_id)
         return thread_status_to_proto(status)
 
     async def DeleteThread(
         self, request: agent_pb2.DeleteThreadRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.DeleteThreadResponse:
         check_thread_id(request.thread_id)
-        await self._runtime.threads.status(request.thread_id)  # NOT_FOUND before stopping work
+        await self._parts.threads.status(request.thread_id)  # NOT_FOUND before stopping work
         await self._agent.forget_thread(request.thread_id)
-        await self._runtime.threads.delete(request.thread_id)
+        await self._parts.threads.delete(request.thread_id)
         return agent_pb2.DeleteThreadResponse()
 
 

@@ -11,16 +11,16 @@ from datetime import UTC, datetime
 import grpc
 from google.protobuf import timestamp_pb2
 
+from browser_relay.server import RelayServer
 from browser_relay.sessions import session_id_for, user_key
 from instance_ai.v1 import browser_pb2, browser_pb2_grpc
 from server.api.caller import caller_of
 from server.errors import NotFoundError
-from server.runtime import Runtime
 
 
 class BrowserServicer(browser_pb2_grpc.BrowserServicer):
-    def __init__(self, runtime: Runtime) -> None:
-        self._relay = runtime.browser
+    def __init__(self, relay: RelayServer) -> None:
+        self._relay = relay
 
     async def CreateConnectLink(
         self, request: browser_pb2.CreateConnectLinkRequest, context: grpc.aio.ServicerContext

@@ -11,8 +11,8 @@ import re
 
 import grpc
 
+from server.core.caller import DEFAULT_PROJECT, LOCAL_USER, Caller
 from server.errors import InvalidArgumentError
-from server.runtime.caller import DEFAULT_PROJECT, LOCAL_USER, Caller
 
 USER_KEY = "x-instance-ai-user"
 PROJECT_KEY = "x-instance-ai-project"

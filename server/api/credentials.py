@@ -7,14 +7,16 @@ import grpc
 from instance_ai.v1 import credentials_pb2, credentials_pb2_grpc
 from server.api.caller import caller_of
 from server.api.convert import from_struct
-from server.domain.credentials import CredentialInfo
+from server.catalog import CatalogService
 from server.errors import InvalidArgumentError, NotFoundError, UnavailableError
-from server.runtime import Runtime
+from server.instance import Credentials
+from server.instance.types import CredentialInfo
 
 
 class CredentialsServicer(credentials_pb2_grpc.CredentialsServicer):
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
+    def __init__(self, credentials: Credentials, catalog: CatalogService) -> None:
+        self._credentials = credentials
+        self._catalog = catalog
 
     async def CreateCredential(
         self, request: credentials_pb2.CreateCredentialRequest, context: grpc.aio.ServicerContext
@@ -24,7 +26,7 @@ class CredentialsServicer(credentials_pb2_grpc.CredentialsServicer):
         if not caller.sees(project):
             raise NotFoundError(f"project {project!r} does not exist")
         await self._check_type(request.type)
-        created = await self._runtime.credentials.create(
+        created = await self._credentials.create(
             project_id=project,
             name=request.name,
             type_name=request.type,
@@ -36,10 +38,10 @@ class CredentialsServicer(credentials_pb2_grpc.CredentialsServicer):
         self, request: credentials_pb2.UpdateCredentialRequest, context: grpc.aio.ServicerContext
     ) -> credentials_pb2.UpdateCredentialResponse:
         caller = caller_of(context)
-        current = await self._runtime.credentials.get(request.credential_id)
+        current = await self._credentials.get(request.credential_id)
         if not caller.sees(current.project_id):
             raise NotFoundError(f"there is no credential {request.credential_id!r}")
-        updated = await self._runtime.credentials.update(
+        updated = await self._credentials.update(
             request.credential_id, data=from_struct(request.data), name=request.name or None
         )
         return credentials_pb2.UpdateCredentialResponse(credential=_info(updated))
@@ -47,7 +49,7 @@ class CredentialsServicer(credentials_pb2_grpc.CredentialsServicer):
     async def _check_type(self, type_name: str) -> None:
         """Known to the node catalog, when there is one to ask."""
         try:
-            catalog = await self._runtime.catalog.get()
+            catalog = await self._catalog.get()
         except UnavailableError:
             return
         if type_name not in catalog.credentials:

@@ -12,7 +12,7 @@ import grpc
 import structlog
 
 from server.api.errors import EXPECTED_ERRORS, status_for, trailing_metadata_for
-from server.runtime.ids import new_id
+from server.core.ids import new_id
 from server.store.database import storage_failure
 
 log = structlog.get_logger(__name__)

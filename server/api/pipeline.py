@@ -10,16 +10,14 @@ import grpc
 from instance_ai.v1 import pipeline_pb2, pipeline_pb2_grpc
 from server.api.caller import caller_of
 from server.api.convert import from_struct, to_struct
-from server.runtime import Runtime
-from server.runtime.validation import check_thread_id
+from server.core.validation import check_thread_id
 from server.tools.build import BuildIssueModel, BuildWorkflowOutput
 from server.tools.registry import ToolRegistry, dump
 from server.tools.verify import VerdictOutput
 
 
 class PipelineServicer(pipeline_pb2_grpc.PipelineServicer):
-    def __init__(self, runtime: Runtime, registry: ToolRegistry) -> None:
-        self._runtime = runtime
+    def __init__(self, registry: ToolRegistry) -> None:
         self._registry = registry
 
     async def BuildWorkflow(
@@ -106,9 +104,7 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServicer):
         arguments: dict[str, Any],
     ) -> Any:
         present = {k: v for k, v in arguments.items() if v is not None}
-        return await self._registry.call(
-            self._runtime, thread_id, tool, present, caller=caller_of(context)
-        )
+        return await self._registry.call(thread_id, tool, present, caller=caller_of(context))
 
 
 def _issue(issue: BuildIssueModel) -> pipeline_pb2.BuildIssue:

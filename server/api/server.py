@@ -10,6 +10,7 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from browser_relay.server import RelayServer
 from instance_ai.v1 import (
     agent_pb2,
     agent_pb2_grpc,
@@ -32,7 +33,9 @@ from server.api.interceptors import AuthInterceptor, ErrorInterceptor
 from server.api.pipeline import PipelineServicer
 from server.api.tools import ToolsServicer
 from server.api.workspace import WorkspaceServicer
-from server.runtime import Runtime
+from server.catalog import CatalogService
+from server.instance import Credentials
+from server.runtime.sandboxes import SandboxService
 from server.settings import Settings
 from server.tools.registry import ToolRegistry
 
@@ -80,9 +83,20 @@ ENGINE_SERVICES = (
 )
 
 
-async def follow_engine(runtime: Runtime, health_servicer: health.aio.HealthServicer) -> None:
+@dataclass(frozen=True, kw_only=True)
+class ApiParts:
+    """What the servicers translate to, besides the agent and the tool registry."""
+
+    sandboxes: SandboxService
+    credentials: Credentials
+    catalog: CatalogService
+    relay: RelayServer
+
+
+async def follow_engine(
+    sandboxes: SandboxService, health_servicer: health.aio.HealthServicer
+) -> None:
     """Health of the engine's services follows the engine: NOT_SERVING while it is away."""
-    sandboxes = runtime.sandboxes
     if not sandboxes.engine_needed:
         return
 
@@ -99,8 +113,9 @@ async def follow_engine(runtime: Runtime, health_servicer: health.aio.HealthServ
     sandboxes.on_engine_change(engine_changed)
 
 
-async def start_grpc_server(runtime: Runtime, agent: Agent, registry: ToolRegistry) -> GrpcServer:
-    settings = runtime.settings
+async def start_grpc_server(
+    settings: Settings, parts: ApiParts, agent: Agent, registry: ToolRegistry
+) -> GrpcServer:
     keys = settings.accepted_api_keys()
     interceptors: list[grpc.aio.ServerInterceptor] = []
     if keys:
@@ -117,12 +132,16 @@ async def start_grpc_server(runtime: Runtime, agent: Agent, registry: ToolRegist
             ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
         ],
     )
-    agent_pb2_grpc.add_AgentServicer_to_server(AgentServicer(runtime, agent), server)
-    workspace_pb2_grpc.add_WorkspaceServicer_to_server(WorkspaceServicer(runtime), server)
-    tools_pb2_grpc.add_ToolsServicer_to_server(ToolsServicer(runtime, registry), server)
-    pipeline_pb2_grpc.add_PipelineServicer_to_server(PipelineServicer(runtime, registry), server)
-    credentials_pb2_grpc.add_CredentialsServicer_to_server(CredentialsServicer(runtime), server)
-    browser_pb2_grpc.add_BrowserServicer_to_server(BrowserServicer(runtime), server)
+    agent_pb2_grpc.add_AgentServicer_to_server(AgentServicer(agent), server)
+    workspace_pb2_grpc.add_WorkspaceServicer_to_server(
+        WorkspaceServicer(parts.sandboxes.for_thread), server
+    )
+    tools_pb2_grpc.add_ToolsServicer_to_server(ToolsServicer(registry), server)
+    pipeline_pb2_grpc.add_PipelineServicer_to_server(PipelineServicer(registry), server)
+    credentials_pb2_grpc.add_CredentialsServicer_to_server(
+        CredentialsServicer(parts.credentials, parts.catalog), server
+    )
+    browser_pb2_grpc.add_BrowserServicer_to_server(BrowserServicer(parts.relay), server)
     services = [
         agent_pb2.DESCRIPTOR.services_by_name["Agent"].full_name,
         workspace_pb2.DESCRIPTOR.services_by_name["Workspace"].full_name,
@@ -136,7 +155,7 @@ async def start_grpc_server(runtime: Runtime, agent: Agent, registry: ToolRegist
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ["", *services]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    await follow_engine(runtime, health_servicer)
+    await follow_engine(parts.sandboxes, health_servicer)
     reflection.enable_server_reflection(
         [*services, health.SERVICE_NAME, reflection.SERVICE_NAME], server
     )

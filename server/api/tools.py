@@ -7,14 +7,12 @@ import grpc
 from instance_ai.v1 import tools_pb2, tools_pb2_grpc
 from server.api.caller import caller_of
 from server.api.convert import from_struct, to_struct
-from server.runtime import Runtime
-from server.runtime.validation import check_thread_id
+from server.core.validation import check_thread_id
 from server.tools.registry import ToolRegistry, dump
 
 
 class ToolsServicer(tools_pb2_grpc.ToolsServicer):
-    def __init__(self, runtime: Runtime, registry: ToolRegistry) -> None:
-        self._runtime = runtime
+    def __init__(self, registry: ToolRegistry) -> None:
         self._registry = registry
 
     async def ListTools(
@@ -31,7 +29,7 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
                     available=available,
                     requires=spec.requires,
                 )
-                for spec, schema, available in self._registry.overview(self._runtime)
+                for spec, schema, available in self._registry.overview()
                 if available or request.include_unavailable
             ]
         )
@@ -41,7 +39,6 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
     ) -> tools_pb2.CallToolResponse:
         check_thread_id(request.thread_id)
         result = await self._registry.call(
-            self._runtime,
             request.thread_id,
             request.tool_name,
             from_struct(request.arguments),

@@ -11,9 +11,9 @@ import grpc
 from instance_ai.v1 import workspace_pb2, workspace_pb2_grpc
 from sandbox.protocol import Sandboxes
 from sandbox.results import MAX_CHARS, MAX_ITEMS, View, render
+from server.core.validation import check_thread_id
 from server.errors import InvalidArgumentError
-from server.runtime import Runtime
-from server.runtime.validation import check_thread_id
+from server.tools.spec import SandboxFor
 
 DEFAULT_MAX_LINES = 2000
 MAX_EXEC_TIMEOUT_MS = 3_600_000
@@ -21,12 +21,12 @@ VIEWS: dict[str, View] = {"text": "text", "describe": "describe", "json": "json"
 
 
 class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServicer):
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
+    def __init__(self, sandbox_for: SandboxFor) -> None:
+        self._sandbox_for = sandbox_for
 
     async def _manager(self, thread_id: str) -> Sandboxes:
         check_thread_id(thread_id)
-        return await self._runtime.sandboxes.for_thread(thread_id)
+        return await self._sandbox_for(thread_id)
 
     async def ReadFile(
         self, request: workspace_pb2.ReadFileRequest, context: grpc.aio.ServicerContext

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from server.errors import InvalidArgumentError, NotFoundError, UnavailableError
+from server.instance.types import CredentialInfo
 from server.store import Database
 from server.store.models import CredentialRow
 
@@ -105,16 +105,6 @@ class Sealer:
             return key.decrypt(raw[:12], raw[12:], associated)
         except InvalidTag:
             raise UnavailableError("a stored credential failed its integrity check") from None
-
-
-@dataclass(frozen=True, kw_only=True)
-class CredentialInfo:
-    id: str
-    name: str
-    type: str
-    project_id: str
-    created_at: datetime
-    updated_at: datetime
 
 
 class CredentialStore:

@@ -10,21 +10,24 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from server.core.caller import DEFAULT_PROJECT
 from server.errors import InvalidArgumentError, NotFoundError
-from server.runtime.caller import DEFAULT_PROJECT
+from server.instance.types import (
+    SYSTEM_COLUMNS,
+    Column,
+    DataTable,
+    Filter,
+    RowFilter,
+)
 from server.store import Database
 from server.store.models import DataTableColumnRow, DataTableRow, UTCDateTime
 
-ColumnType = Literal["string", "number", "boolean", "date"]
-Condition = Literal["eq", "neq", "like", "gt", "gte", "lt", "lte", "isEmpty", "isNotEmpty"]
-SYSTEM_COLUMNS = {"id": "number", "createdAt": "date", "updatedAt": "date"}
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,62}")
 SQL_TYPES: dict[str, Any] = {
     "string": sa.Text(),
@@ -34,63 +37,6 @@ SQL_TYPES: dict[str, Any] = {
 }
 META = DataTableRow.metadata.tables["data_tables"]
 COLUMNS = DataTableColumnRow.metadata.tables["data_table_columns"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Column:
-    id: str
-    name: str
-    type: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class DataTable:
-    id: str
-    project_id: str
-    name: str
-    columns: list[Column]
-    created_at: datetime
-    updated_at: datetime
-
-    @property
-    def sql_name(self) -> str:
-        return f"data_table_user_{self.id}"
-
-    def column(self, name: str) -> Column | None:
-        return next((c for c in self.columns if c.name == name), None)
-
-    def column_by_id(self, column_id: str) -> Column:
-        found = next((c for c in self.columns if c.id == column_id), None)
-        if found is None:
-            known = ", ".join(f"{c.id} ({c.name})" for c in self.columns) or "none"
-            raise NotFoundError(
-                f"data table {self.id!r} has no column {column_id!r}; its columns: {known}"
-            )
-        return found
-
-    def type_of(self, name: str) -> str:
-        if name in SYSTEM_COLUMNS:
-            return SYSTEM_COLUMNS[name]
-        column = self.column(name)
-        if column is None:
-            known = ", ".join([*SYSTEM_COLUMNS, *(c.name for c in self.columns)])
-            raise InvalidArgumentError(f"unknown column {name!r}; the columns are: {known}")
-        return column.type
-
-
-@dataclass(frozen=True, kw_only=True)
-class Filter:
-    column: str
-    condition: str
-    value: Any = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class RowFilter:
-    """Conditions combined with `and` or `or`."""
-
-    combine: Literal["and", "or"]
-    filters: list[Filter]
 
 
 def check_column_name(name: str, field: str = "name") -> None:
@@ -342,10 +288,14 @@ def _column_id() -> str:
     return uuid.uuid4().hex[:16]
 
 
+def _sql_name(table_id: str) -> str:
+    return f"data_table_user_{table_id}"
+
+
 def _physical(table: DataTable) -> sa.Table:
     """The SQL table holding the rows, as SQLAlchemy sees it."""
     return sa.Table(
-        table.sql_name,
+        _sql_name(table.id),
         sa.MetaData(),
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
         sa.Column("createdAt", UTCDateTime(), nullable=False),
@@ -360,7 +310,7 @@ def _quote(conn: AsyncConnection, name: str) -> str:
 
 async def _alter(conn: AsyncConnection, table: DataTable, change: str) -> None:
     # Identifiers are validated names, quoted by the dialect; nothing else is interpolated.
-    await conn.execute(sa.text(f"ALTER TABLE {_quote(conn, table.sql_name)} {change}"))
+    await conn.execute(sa.text(f"ALTER TABLE {_quote(conn, _sql_name(table.id))} {change}"))
 
 
 def _values(table: DataTable, row: dict[str, Any], field: str) -> dict[str, Any]:

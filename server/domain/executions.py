@@ -2,42 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import delete, select
 
+from server.core.ids import new_id
 from server.errors import NotFoundError
-from server.runtime.ids import new_id
+from server.instance.types import Execution
 from server.store import Database
 from server.store.models import ExecutionRow
 
 FINISHED = ("success", "error", "canceled", "waiting")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Execution:
-    id: str
-    workflow_id: str
-    version_id: str
-    thread_id: str
-    mode: str
-    status: str
-    is_verification: bool
-    trigger_node: str | None
-    started_at: datetime
-    finished_at: datetime | None
-    result: dict[str, Any]
-    error: str | None
-
-    @property
-    def nodes(self) -> dict[str, Any]:
-        return dict(self.result.get("nodes") or {})
-
-    @property
-    def order(self) -> list[str]:
-        return list(self.result.get("order") or [])
 
 
 def _execution(row: ExecutionRow) -> Execution:

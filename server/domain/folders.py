@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from server.errors import InvalidArgumentError, NotFoundError
+from server.instance.types import Folder, Tag
 from server.store import Database
 from server.store.models import FolderRow, TagRow, WorkflowRow, WorkflowTagRow
 
@@ -17,21 +17,6 @@ FOLDERS = FolderRow.metadata.tables["folders"]
 TAGS = TagRow.metadata.tables["tags"]
 WORKFLOW_TAGS = WorkflowTagRow.metadata.tables["workflow_tags"]
 WORKFLOWS = WorkflowRow.metadata.tables["workflows"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Folder:
-    id: str
-    project_id: str
-    name: str
-    parent_folder_id: str | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Tag:
-    id: str
-    name: str
-    usage_count: int
 
 
 def _id() -> str:

@@ -9,17 +9,25 @@ from __future__ import annotations
 
 import secrets
 import string
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from server.core.caller import DEFAULT_PROJECT, Caller
+from server.core.ids import new_id
 from server.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
-from server.runtime.caller import DEFAULT_PROJECT, Caller
-from server.runtime.ids import new_id
+from server.instance.types import (
+    Binding,
+    ListStatus,
+    VersionInfo,
+    Workflow,
+    WorkflowContent,
+    WorkflowGoneError,
+    WorkflowSummary,
+)
 from server.store import Database
 from server.store.models import SourceBindingRow, WorkflowRow, WorkflowVersionRow
 
@@ -27,75 +35,11 @@ _ALPHANUMERIC = string.ascii_letters + string.digits
 WORKFLOWS = WorkflowRow.metadata.tables["workflows"]
 VERSIONS = WorkflowRow.metadata.tables["workflow_versions"]
 BINDINGS = WorkflowRow.metadata.tables["source_bindings"]
-ListStatus = Literal["active", "archived", "all"]
 
 
 def new_workflow_id() -> str:
     """n8n's shape: 16 letters and digits."""
     return "".join(secrets.choice(_ALPHANUMERIC) for _ in range(16))
-
-
-@dataclass(frozen=True, kw_only=True)
-class WorkflowContent:
-    name: str
-    nodes: list[Any]
-    connections: dict[str, Any]
-    settings: dict[str, Any]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Workflow:
-    id: str
-    name: str
-    project_id: str | None
-    is_archived: bool
-    is_supporting: bool
-    active_version_id: str | None
-    current_version_id: str
-    version_number: int
-    created_at: datetime
-    updated_at: datetime
-    nodes: list[Any]
-    connections: dict[str, Any]
-    settings: dict[str, Any]
-
-    def as_json(self) -> dict[str, Any]:
-        """WorkflowJSON, as the SDK and n8n read it."""
-        return {
-            "id": self.id,
-            "name": self.name,
-            "nodes": self.nodes,
-            "connections": self.connections,
-            "settings": self.settings,
-        }
-
-
-@dataclass(frozen=True, kw_only=True)
-class Binding:
-    workflow_id: str
-    source_hash: str
-    version_id: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class VersionInfo:
-    id: str
-    number: int
-    label: str | None
-    description: str | None
-    created_at: datetime
-    is_active: bool
-    is_current_draft: bool
-
-
-class WorkflowGoneError(NotFoundError):
-    """A save targeted a workflow that was deleted or archived."""
-
-    def __init__(self, workflow_id: str, *, archived: bool) -> None:
-        state = "is archived" if archived else "does not exist"
-        super().__init__(f"workflow {workflow_id!r} {state}")
-        self.workflow_id = workflow_id
-        self.archived = archived
 
 
 class WorkflowStore:
@@ -123,7 +67,7 @@ class WorkflowStore:
         limit: int = 50,
         status: ListStatus = "active",
         caller: Caller | None = None,
-    ) -> list[WorkflowRow]:
+    ) -> list[WorkflowSummary]:
         statement = select(WorkflowRow).order_by(WorkflowRow.updated_at.desc()).limit(limit)
         if caller is not None:
             project = func.coalesce(WorkflowRow.project_id, DEFAULT_PROJECT)
@@ -133,7 +77,19 @@ class WorkflowStore:
         if query:
             statement = statement.where(func.lower(WorkflowRow.name).contains(query.lower()))
         async with self.db.session() as session:
-            return list((await session.scalars(statement)).all())
+            rows = (await session.scalars(statement)).all()
+        return [
+            WorkflowSummary(
+                id=row.id,
+                name=row.name,
+                project_id=row.project_id,
+                is_archived=row.is_archived,
+                active_version_id=row.active_version_id,
+                created_at=row.created_at,
+                updated_at=row.updated_at,
+            )
+            for row in rows
+        ]
 
     async def binding(self, thread_id: str, file_path: str) -> Binding | None:
         async with self.db.session() as session:

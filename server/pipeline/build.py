@@ -28,11 +28,12 @@ from sandbox.errors import FileTooLargeError, PathEscapeError, WorkspaceFileNotF
 from sandbox.protocol import Sandboxes, WorkflowToolchain
 from server.catalog import CatalogService
 from server.catalog.catalog import Catalog, Finding
-from server.domain.workflows import Binding, WorkflowContent, WorkflowGoneError, WorkflowStore
+from server.core.caller import LOCAL, Caller
 from server.errors import UnavailableError
+from server.instance import Workflows
+from server.instance.types import Binding, WorkflowContent, WorkflowGoneError
 from server.pipeline.loop import Remediation
 from server.pipeline.simulation import BASE, PlanEntry, plan_simulation
-from server.runtime.caller import LOCAL, Caller
 
 log = structlog.get_logger(__name__)
 
@@ -90,7 +91,7 @@ class WorkflowBuilder:
         *,
         sandboxes: SandboxLookup,
         catalog: CatalogService,
-        workflows: WorkflowStore,
+        workflows: Workflows,
         max_source_bytes: int = 1024 * 1024,
         compile_timeout_s: float = 5.0,
         diagnostics_timeout_s: float = 5.0,

@@ -14,13 +14,12 @@ from typing import Any
 import structlog
 
 from server.catalog import CatalogService
-from server.domain.credentials import CredentialStore
-from server.domain.executions import Execution, ExecutionStore
-from server.domain.workflows import Workflow, WorkflowStore
+from server.core.caller import LOCAL, Caller
 from server.errors import InvalidArgumentError, NotFoundError
+from server.instance import Credentials, CredentialSecrets, Executions, Workflows
+from server.instance.types import Execution, Workflow
 from server.pipeline.build import WorkflowBuilder
 from server.pipeline.trigger_input import shape_trigger_input
-from server.runtime.caller import LOCAL, Caller
 
 log = structlog.get_logger(__name__)
 
@@ -49,15 +48,17 @@ class WorkflowRunner:
         *,
         builder: WorkflowBuilder,
         catalog: CatalogService,
-        workflows: WorkflowStore,
-        executions: ExecutionStore,
-        credentials: CredentialStore | None = None,
+        workflows: Workflows,
+        executions: Executions,
+        credentials: Credentials | None = None,
+        secrets: CredentialSecrets | None = None,
     ) -> None:
         self._builder = builder
         self._catalog = catalog
         self._workflows = workflows
         self._executions = executions
         self._credentials = credentials
+        self._secrets = secrets
         self._running: dict[str, str] = {}  # execution id -> thread id
 
     async def run(self, request: RunRequest) -> Execution:
@@ -87,7 +88,9 @@ class WorkflowRunner:
         )
         self._running[execution.id] = request.thread_id
         # A live run gets the credentials its nodes reference (verification simulates them).
-        secrets = {} if request.is_verification else await self._secrets(workflow, request.caller)
+        secrets = (
+            {} if request.is_verification else await self._credentials_for(workflow, request.caller)
+        )
         try:
             outcome = await toolchain.execute(
                 request.thread_id,
@@ -115,10 +118,12 @@ class WorkflowRunner:
             self._running.pop(execution.id, None)
         return await self._record(execution.id, masked(outcome, secrets), request.timeout_s)
 
-    async def _secrets(self, workflow: Workflow, caller: Caller) -> dict[str, dict[str, Any]]:
+    async def _credentials_for(
+        self, workflow: Workflow, caller: Caller
+    ) -> dict[str, dict[str, Any]]:
         """The decrypted credentials the workflow's nodes reference, by id (only those the
         caller may see; others stay missing and their nodes fail saying so)."""
-        if self._credentials is None:
+        if self._credentials is None or self._secrets is None:
             return {}
         found: dict[str, dict[str, Any]] = {}
         for node in workflow.nodes:
@@ -131,7 +136,7 @@ class WorkflowRunner:
                 except NotFoundError:
                     continue
                 if caller.sees(info.project_id):
-                    data = await self._credentials.reveal(info.id)
+                    data = await self._secrets.reveal(info.id)
                     found[info.id] = {"type": info.type, "data": data}
         return found
 

@@ -19,9 +19,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from server.catalog import CatalogService
-from server.domain.executions import Execution
+from server.core.caller import LOCAL, Caller
 from server.domain.work_items import WorkItem
-from server.domain.workflows import Workflow, WorkflowStore
+from server.instance import Workflows
+from server.instance.types import Execution, Workflow
 from server.pipeline.build import WorkflowBuilder
 from server.pipeline.claim import claim_from_evidence, classify_failure
 from server.pipeline.fixtures import simulation_fixtures
@@ -29,7 +30,6 @@ from server.pipeline.loop import LoopState, Remediation
 from server.pipeline.runs import RunRequest, WorkflowRunner, named_trigger
 from server.pipeline.simulation import main_flow_nodes
 from server.pipeline.work import WorkLoop
-from server.runtime.caller import LOCAL, Caller
 
 MAX_PREVIEW_CHARS = 600
 
@@ -53,7 +53,7 @@ class Verifier:
         *,
         builder: WorkflowBuilder,
         catalog: CatalogService,
-        workflows: WorkflowStore,
+        workflows: Workflows,
         runner: WorkflowRunner,
         loop: WorkLoop,
     ) -> None:

@@ -15,8 +15,8 @@ from typing import Literal
 
 import structlog
 
+from server.core.ids import new_id
 from server.runtime.events import EventLog
-from server.runtime.ids import new_id
 from server.runtime.threads import BackgroundTaskInfo
 
 log = structlog.get_logger(__name__)

@@ -35,6 +35,7 @@ from typing import Any
 import structlog
 from sqlalchemy import Row, insert, select
 
+from server.core.validation import check_thread_id
 from server.errors import (
     InstanceAIError,
     InvalidArgumentError,
@@ -43,7 +44,6 @@ from server.errors import (
     SubscriberLaggedError,
     UnavailableError,
 )
-from server.runtime.validation import check_thread_id
 from server.store import Database
 from server.store.database import storage_failure
 from server.store.models import EventRow

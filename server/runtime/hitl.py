@@ -12,9 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from sqlalchemy import insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from server.core.ids import new_id
 from server.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from server.runtime.events import EventLog
-from server.runtime.ids import new_id
 from server.settings import PermissionMode
 from server.store import Database
 from server.store.models import ConfirmationRow, PermissionRow

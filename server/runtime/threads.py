@@ -11,11 +11,11 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from server.core.caller import LOCAL, Caller
+from server.core.ids import new_id
+from server.core.validation import check_thread_id
 from server.errors import FailedPreconditionError, NotFoundError
-from server.runtime.caller import LOCAL, Caller
 from server.runtime.events import EventLog
-from server.runtime.ids import new_id
-from server.runtime.validation import check_thread_id
 from server.store import Database
 from server.store.models import (
     ConfirmationRow,

@@ -4,15 +4,20 @@ registered (the condition never holds here), and a direct call says why."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field
 
 from server.errors import FailedPreconditionError
-from server.runtime import Runtime
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
 REQUIRES = "n8n's agents backend module (runs inside n8n; not available to this service)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentsModuleTools:
+    """Nothing: these tools only say where n8n's agents live."""
 
 
 class WorkflowRef(ToolModel):
@@ -38,19 +43,20 @@ class Untouched(ToolModel):
     result: dict[str, Any] | None = None
 
 
-async def _not_here(_ctx: ToolContext, _args: Any) -> Untouched:
+async def _not_here(_ctx: ToolContext[AgentsModuleTools], _args: Any) -> Untouched:
     raise FailedPreconditionError(f"this tool needs {REQUIRES}")
 
 
-def _never(_runtime: Runtime) -> bool:
+def _never(_services: AgentsModuleTools) -> bool:
     return False
 
 
-TOOLS = [
+TOOLS: list[ToolSpec[Any]] = [
     ToolSpec(
         name="build-agent",
         description="Build or edit an n8n Agent through the agents-module builder.",
         group="orchestration",
+        services=AgentsModuleTools,
         input_model=BuildAgentInput,
         output_model=Untouched,
         handler=_not_here,
@@ -61,6 +67,7 @@ TOOLS = [
         name="agents",
         description="List the project's n8n Agents.",
         group="agents",
+        services=AgentsModuleTools,
         input_model=AgentsInput,
         output_model=Untouched,
         handler=_not_here,

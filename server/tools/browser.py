@@ -14,25 +14,39 @@ from __future__ import annotations
 
 import mimetypes
 import posixpath
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import FilePayload
 from pydantic import Field, model_validator
 
-from browser_relay.driver import BrowserDriver, DriverError, Target
-from browser_relay.headless import BrowserGone
+from browser_relay.driver import BrowserDriver, DriverError, Drivers, Target
+from browser_relay.headless import BrowserGone, HeadlessBrowsers
+from browser_relay.server import RelayServer
 from browser_relay.sessions import sandbox_key, user_key
 from sandbox.protocol import BrowserHost
 from server.domain.web import html_markdown, readable_markdown
 from server.errors import FailedPreconditionError, UnavailableError
-from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec
+from server.tools.spec import SandboxFor, Suspend, ToolContext, ToolModel, ToolSpec
 
 GROUP = "browser"
 CONNECT_CARD = "browser_use_connect"
 
 
 # -- inputs --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrowserTools:
+    """What the browser tools may touch: the relay, its drivers, the sandboxed browsers."""
+
+    relay: RelayServer
+    drivers: Drivers
+    headless: HeadlessBrowsers
+    sandbox_for: SandboxFor
+    # INSTANCE_AI_BROWSER=sandbox: a headless browser in the thread's sandbox.
+    in_sandbox: bool
 
 
 class Element(ToolModel):
@@ -278,16 +292,16 @@ class ListOutput(ToolModel):
 # -- the connection ------------------------------------------------------------------------
 
 
-async def _driver(ctx: ToolContext) -> BrowserDriver:
-    if ctx.runtime.settings.browser == "sandbox":
+async def _driver(ctx: ToolContext[BrowserTools]) -> BrowserDriver:
+    if ctx.services.in_sandbox:
         return await _sandbox_driver(ctx)
     key = user_key(ctx.caller.user_id)
-    relay = ctx.runtime.browser
+    relay = ctx.services.relay
     session = relay.sessions.session(key)
     if session.relay.state == "connected":
         # Only the CDP side: a connected browser needs no setup link minted.
         cdp_url, cdp_headers = relay.cdp_endpoint(session)
-        return await ctx.runtime.browsers.driver(session.id, cdp_url, cdp_headers)
+        return await ctx.services.drivers.driver(session.id, cdp_url, cdp_headers)
     if ctx.resume is not None:
         raise FailedPreconditionError(
             "The browser is still not connected. Tell the user the connection did not come "
@@ -298,9 +312,9 @@ async def _driver(ctx: ToolContext) -> BrowserDriver:
     raise Suspend(connect_card(setup_url))
 
 
-async def _sandbox_driver(ctx: ToolContext) -> BrowserDriver:
+async def _sandbox_driver(ctx: ToolContext[BrowserTools]) -> BrowserDriver:
     """The headless browser in the thread's sandbox, started on first use."""
-    sandboxes = await ctx.runtime.sandboxes.for_thread(ctx.thread_id)
+    sandboxes = await ctx.services.sandbox_for(ctx.thread_id)
     if not isinstance(sandboxes, BrowserHost):
         raise FailedPreconditionError(
             "the sandboxed browser runs in a Docker sandbox: set "
@@ -308,17 +322,17 @@ async def _sandbox_driver(ctx: ToolContext) -> BrowserDriver:
             "person's own browser)"
         )
     key = sandbox_key(ctx.thread_id)
-    relay, headless = ctx.runtime.browser, ctx.runtime.headless
+    relay, headless = ctx.services.relay, ctx.services.headless
     session = relay.sessions.session(key)
     if not headless.running(key):
         # A driver of a browser that is gone would wait on its tabs: start afresh.
-        await ctx.runtime.browsers.drop(session.id)
+        await ctx.services.drivers.drop(session.id)
     try:
         session = await headless.ensure(key, lambda: sandboxes.open_browser(ctx.thread_id))
     except BrowserGone as exc:
         raise UnavailableError(str(exc)) from None
     cdp_url, cdp_headers = relay.cdp_endpoint(session)
-    return await ctx.runtime.browsers.driver(session.id, cdp_url, cdp_headers)
+    return await ctx.services.drivers.driver(session.id, cdp_url, cdp_headers)
 
 
 def connect_card(setup_url: str) -> dict[str, Any]:
@@ -376,7 +390,7 @@ def _handler(run: Any, *, with_context: bool = False) -> Any:
     """A browser tool handler: the driver for the caller's browser, with Playwright's and
     the driver's errors turned into answers the model can act on."""
 
-    async def handle(ctx: ToolContext, args: Any) -> ToolModel:
+    async def handle(ctx: ToolContext[BrowserTools], args: Any) -> ToolModel:
         driver = await _driver(ctx)
         try:
             result: ToolModel = await (
@@ -484,9 +498,9 @@ async def scroll(d: BrowserDriver, a: ScrollToElement | ScrollByDirection) -> Pa
     return await _after(d, a.page_id, {"scrollY": offset})
 
 
-async def upload(d: BrowserDriver, a: UploadInput, ctx: ToolContext) -> PageOutput:
+async def upload(d: BrowserDriver, a: UploadInput, ctx: ToolContext[BrowserTools]) -> PageOutput:
     # From the thread's workspace, whichever browser: never from the service's own disk.
-    sandboxes = await ctx.runtime.sandboxes.for_thread(ctx.thread_id)
+    sandboxes = await ctx.services.sandbox_for(ctx.thread_id)
     files = [
         FilePayload(
             name=posixpath.basename(path),
@@ -593,11 +607,12 @@ def _spec(
     run: Any,
     *,
     with_context: bool = False,
-) -> ToolSpec:
+) -> ToolSpec[Any]:
     return ToolSpec(
         name=name,
         description=description,
         group=GROUP,
+        services=BrowserTools,
         input_model=input_model,
         output_model=output,
         handler=_handler(run, with_context=with_context),
@@ -606,7 +621,7 @@ def _spec(
     )
 
 
-TOOLS = [
+TOOLS: list[ToolSpec[Any]] = [
     _spec(
         "browser_tab_open",
         "Open a new tab (optionally at a URL) and make it active.",

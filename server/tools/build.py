@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from pydantic import Field
 
-from server.pipeline.build import BuildOutcome, BuildRequest
+from server.pipeline.build import BuildOutcome, BuildRequest, WorkflowBuilder
+from server.pipeline.work import WorkLoop
 from server.tools.scope import check_project
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildTools:
+    """What build-workflow may touch: the builder and the workflow loop."""
+
+    builder: WorkflowBuilder
+    loop: WorkLoop
 
 
 class BuildWorkflowInput(ToolModel):
@@ -76,31 +86,33 @@ class BuildWorkflowOutput(ToolModel):
         )
 
 
-async def build_workflow(ctx: ToolContext, args: BuildWorkflowInput) -> BuildWorkflowOutput:
+async def build_workflow(
+    ctx: ToolContext[BuildTools], args: BuildWorkflowInput
+) -> BuildWorkflowOutput:
     request = BuildRequest(
         thread_id=ctx.thread_id,
         file_path=args.file_path,
         workflow_id=args.workflow_id or None,
-        project_id=check_project(ctx, args.project_id or None),
+        project_id=check_project(ctx.caller, args.project_id or None),
         name=args.name or None,
         work_item_id=args.work_item_id or None,
         is_supporting_workflow=args.is_supporting_workflow,
         caller=ctx.caller,
     )
     if request.work_item_id:  # an unknown work item is refused before anything is built
-        await ctx.runtime.loop.load(ctx.thread_id, request.work_item_id)
+        await ctx.services.loop.load(ctx.thread_id, request.work_item_id)
     # The file's work item is looked up while the build runs.
-    item = asyncio.ensure_future(ctx.runtime.loop.item_for_build(request))
+    item = asyncio.ensure_future(ctx.services.loop.item_for_build(request))
     try:
-        outcome = await ctx.runtime.builder.build(request)
+        outcome = await ctx.services.builder.build(request)
     finally:
         if not item.done():
             await asyncio.wait([item])
-    outcome = await ctx.runtime.loop.after_build(request, outcome, await item)
+    outcome = await ctx.services.loop.after_build(request, outcome, await item)
     return BuildWorkflowOutput.of(outcome)
 
 
-TOOLS = [
+TOOLS: list[ToolSpec[Any]] = [
     ToolSpec(
         name="build-workflow",
         description="Compile, validate and save a workspace workflow source file. Inline source "
@@ -108,6 +120,7 @@ TOOLS = [
         "successful build of a file creates a workflow (or binds to workflowId); later builds "
         "of the same file save new versions of it.",
         group="workflows",
+        services=BuildTools,
         input_model=BuildWorkflowInput,
         output_model=BuildWorkflowOutput,
         handler=build_workflow,

@@ -3,18 +3,37 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from pydantic import Field
 
-from server.domain.credentials import GENERIC_TYPES, CredentialInfo
+from server.catalog import CatalogService
+from server.domain.credential_test import CredentialTester
+from server.domain.credentials import GENERIC_TYPES
 from server.domain.web import HostNotApproved
 from server.errors import NotFoundError
-from server.tools.scope import visible_credential
+from server.instance import Credentials, CredentialSecrets, Workflows
+from server.instance.types import CredentialInfo
+from server.runtime.hitl import Hitl
+from server.tools.scope import revealed, visible_credential
 from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec
 from server.tools.web import host_approvals, host_card
 
 GROUP = "credentials"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CredentialTools:
+    """What the credential tools may touch: metadata, and secrets only to test them."""
+
+    credentials: Credentials
+    secrets: CredentialSecrets | None
+    workflows: Workflows
+    catalog: CatalogService
+    tester: CredentialTester
+    hitl: Hitl
 
 
 class CredentialModel(ToolModel):
@@ -43,8 +62,8 @@ class ListOutput(ToolModel):
     credentials: list[CredentialModel]
 
 
-async def list_credentials(ctx: ToolContext, args: ListInput) -> ListOutput:
-    found = await ctx.runtime.credentials.all(sorted(ctx.caller.project_ids), args.type)
+async def list_credentials(ctx: ToolContext[CredentialTools], args: ListInput) -> ListOutput:
+    found = await ctx.services.credentials.all(sorted(ctx.caller.project_ids), args.type)
     return ListOutput(credentials=[CredentialModel.of(c) for c in found])
 
 
@@ -62,11 +81,11 @@ class GetOutput(CredentialModel):
     nodes_with_access: list[NodeAccess] = Field(alias="nodesWithAccess")
 
 
-async def get_credential(ctx: ToolContext, args: CredentialIdInput) -> GetOutput:
-    info = await visible_credential(ctx, args.credential_id)
+async def get_credential(ctx: ToolContext[CredentialTools], args: CredentialIdInput) -> GetOutput:
+    info = await visible_credential(ctx.services.credentials, ctx.caller, args.credential_id)
     users = []
-    for row in await ctx.runtime.workflows.listing(limit=1000, status="all", caller=ctx.caller):
-        workflow = await ctx.runtime.workflows.get(row.id)
+    for row in await ctx.services.workflows.listing(limit=1000, status="all", caller=ctx.caller):
+        workflow = await ctx.services.workflows.get(row.id)
         for node in workflow.nodes if workflow else []:
             slots = node.get("credentials") or {}
             if any(isinstance(s, dict) and s.get("id") == info.id for s in slots.values()):
@@ -83,9 +102,11 @@ class SuccessOutput(ToolModel):
     success: bool
 
 
-async def delete_credential(ctx: ToolContext, args: CredentialIdInput) -> SuccessOutput:
-    await visible_credential(ctx, args.credential_id)
-    await ctx.runtime.credentials.delete(args.credential_id)
+async def delete_credential(
+    ctx: ToolContext[CredentialTools], args: CredentialIdInput
+) -> SuccessOutput:
+    await visible_credential(ctx.services.credentials, ctx.caller, args.credential_id)
+    await ctx.services.credentials.delete(args.credential_id)
     return SuccessOutput(success=True)
 
 
@@ -101,11 +122,11 @@ class SetupOutput(ToolModel):
     skipped: bool = False
 
 
-async def setup_credentials(ctx: ToolContext, args: SetupInput) -> SetupOutput:
+async def setup_credentials(ctx: ToolContext[CredentialTools], args: SetupInput) -> SetupOutput:
     """Pick a credential of a type: the only one there is (unless the type is generic HTTP
     auth), or the one the person selects or creates in the card."""
     kind = args.credential_type
-    existing = await ctx.runtime.credentials.all(sorted(ctx.caller.project_ids), kind)
+    existing = await ctx.services.credentials.all(sorted(ctx.caller.project_ids), kind)
     if ctx.resume is None:
         if len(existing) == 1 and kind not in GENERIC_TYPES:
             return SetupOutput(
@@ -129,17 +150,18 @@ async def setup_credentials(ctx: ToolContext, args: SetupInput) -> SetupOutput:
     chosen = (ctx.resume.get("credentials") or {}).get(kind)
     if not ctx.resume.get("approved") or not chosen:
         return SetupOutput(credential_type=kind, skipped=True)
-    info = await visible_credential(ctx, str(chosen))
+    info = await visible_credential(ctx.services.credentials, ctx.caller, str(chosen))
     if info.type != kind:
         raise NotFoundError(f"credential {chosen!r} is a {info.type}, not a {kind}")
     return SetupOutput(credential_id=info.id, credential_type=kind)
 
 
-TOOLS = [
+TOOLS: list[ToolSpec[Any]] = [
     ToolSpec(
         name="list-credentials",
         description="List credentials (metadata only; secrets are never shown).",
         group=GROUP,
+        services=CredentialTools,
         input_model=ListInput,
         output_model=ListOutput,
         handler=list_credentials,
@@ -148,6 +170,7 @@ TOOLS = [
         name="get-credential",
         description="A credential's metadata and the workflow nodes that use it.",
         group=GROUP,
+        services=CredentialTools,
         input_model=CredentialIdInput,
         output_model=GetOutput,
         handler=get_credential,
@@ -156,6 +179,7 @@ TOOLS = [
         name="delete-credential",
         description="Delete a credential permanently (irreversible).",
         group=GROUP,
+        services=CredentialTools,
         input_model=CredentialIdInput,
         output_model=SuccessOutput,
         handler=delete_credential,
@@ -168,6 +192,7 @@ TOOLS = [
         "used directly (generic HTTP auth types always ask); otherwise the user picks or "
         "creates one in a card. You never see or handle secrets.",
         group=GROUP,
+        services=CredentialTools,
         input_model=SetupInput,
         output_model=SetupOutput,
         handler=setup_credentials,
@@ -181,18 +206,20 @@ class TestOutput(ToolModel):
     message: str
 
 
-async def test_credential(ctx: ToolContext, args: CredentialIdInput) -> TestOutput:
-    info = await visible_credential(ctx, args.credential_id)
-    catalog = await ctx.runtime.catalog.get()
+async def test_credential(ctx: ToolContext[CredentialTools], args: CredentialIdInput) -> TestOutput:
+    info = await visible_credential(ctx.services.credentials, ctx.caller, args.credential_id)
+    catalog = await ctx.services.catalog.get()
     kind = catalog.credentials.get(info.type)
     if kind is None:
         return TestOutput(
             success=False, message=f"credential type {info.type} is not in the catalog"
         )
-    data = await ctx.runtime.credentials.reveal(info.id)
-    authorize = await host_approvals(ctx, TEST_SPEC, "testing the credential against")
+    data = await revealed(ctx.services.secrets, info)
+    authorize = await host_approvals(
+        ctx.services.hitl, ctx, TEST_SPEC, "testing the credential against"
+    )
     try:
-        outcome = await ctx.runtime.credential_tester.test(kind, data, authorize=authorize)
+        outcome = await ctx.services.tester.test(kind, data, authorize=authorize)
     except HostNotApproved as needed:
         raise host_card(needed, "testing the credential against") from None
     return TestOutput(success=outcome.success, message=outcome.message)
@@ -203,6 +230,7 @@ TEST_SPEC = ToolSpec(
     description="Check that a credential works by sending its type's test request (only to "
     "public addresses the user approved). Says clearly when the type declares no test.",
     group=GROUP,
+    services=CredentialTools,
     input_model=CredentialIdInput,
     output_model=TestOutput,
     handler=test_credential,

@@ -1,20 +1,29 @@
-"""Data table tools: tables, columns and rows (`server/domain/data_tables.py`)."""
+"""Data table tools: tables, columns and rows (through the instance seam)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field
 
-from server.domain.data_tables import Column as DomainColumn
-from server.domain.data_tables import DataTable, Filter, RowFilter
 from server.errors import NotFoundError
+from server.instance import DataTables
+from server.instance.types import Column as DomainColumn
+from server.instance.types import DataTable, Filter, RowFilter
 from server.tools.scope import check_project
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
 GROUP = "data-tables"
 ColumnType = Literal["string", "number", "boolean", "date"]
 TABLE_ID = Field(alias="dataTableId", min_length=1, description="ID of the data table")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataTableTools:
+    """What the data table tools may touch."""
+
+    data_tables: DataTables
 
 
 class ColumnModel(ToolModel):
@@ -55,14 +64,14 @@ class TablesOutput(ToolModel):
     tables: list[TableModel]
 
 
-async def list_tables(ctx: ToolContext, _args: NoInput) -> TablesOutput:
-    tables = await ctx.runtime.data_tables.all(sorted(ctx.caller.project_ids))
+async def list_tables(ctx: ToolContext[DataTableTools], _args: NoInput) -> TablesOutput:
+    tables = await ctx.services.data_tables.all(sorted(ctx.caller.project_ids))
     return TablesOutput(tables=[TableModel.of(t) for t in tables])
 
 
-async def _visible(ctx: ToolContext, table_id: str) -> DataTable:
+async def _visible(ctx: ToolContext[DataTableTools], table_id: str) -> DataTable:
     """The table, if the caller sees its project (else: as if it did not exist)."""
-    table = await ctx.runtime.data_tables.get(table_id)
+    table = await ctx.services.data_tables.get(table_id)
     if not ctx.caller.sees(table.project_id):
         raise NotFoundError(f"there is no data table {table_id!r}; list-data-tables names them")
     return table
@@ -85,11 +94,11 @@ class TableOutput(ToolModel):
     table: TableModel
 
 
-async def create_table(ctx: ToolContext, args: CreateInput) -> TableOutput:
-    table = await ctx.runtime.data_tables.create(
+async def create_table(ctx: ToolContext[DataTableTools], args: CreateInput) -> TableOutput:
+    table = await ctx.services.data_tables.create(
         args.name,
         [(c.name, c.type) for c in args.columns],
-        project_id=check_project(ctx, args.project_id),
+        project_id=check_project(ctx.caller, args.project_id),
     )
     return TableOutput(table=TableModel.of(table))
 
@@ -102,13 +111,13 @@ class SuccessOutput(ToolModel):
     success: bool
 
 
-async def delete_table(ctx: ToolContext, args: TableInput) -> SuccessOutput:
+async def delete_table(ctx: ToolContext[DataTableTools], args: TableInput) -> SuccessOutput:
     await _visible(ctx, args.data_table_id)
-    await ctx.runtime.data_tables.delete(args.data_table_id)
+    await ctx.services.data_tables.delete(args.data_table_id)
     return SuccessOutput(success=True)
 
 
-async def get_schema(ctx: ToolContext, args: TableInput) -> TableOutput:
+async def get_schema(ctx: ToolContext[DataTableTools], args: TableInput) -> TableOutput:
     return TableOutput(table=TableModel.of(await _visible(ctx, args.data_table_id)))
 
 
@@ -122,9 +131,9 @@ class ColumnOutput(ToolModel):
     column: ColumnModel
 
 
-async def add_column(ctx: ToolContext, args: AddColumnInput) -> ColumnOutput:
+async def add_column(ctx: ToolContext[DataTableTools], args: AddColumnInput) -> ColumnOutput:
     await _visible(ctx, args.data_table_id)
-    column = await ctx.runtime.data_tables.add_column(args.data_table_id, args.name, args.type)
+    column = await ctx.services.data_tables.add_column(args.data_table_id, args.name, args.type)
     return ColumnOutput(column=ColumnModel.of(column))
 
 
@@ -133,9 +142,9 @@ class ColumnInput(ToolModel):
     column_id: str = Field(alias="columnId", min_length=1, description="From the table schema")
 
 
-async def delete_column(ctx: ToolContext, args: ColumnInput) -> SuccessOutput:
+async def delete_column(ctx: ToolContext[DataTableTools], args: ColumnInput) -> SuccessOutput:
     await _visible(ctx, args.data_table_id)
-    await ctx.runtime.data_tables.delete_column(args.data_table_id, args.column_id)
+    await ctx.services.data_tables.delete_column(args.data_table_id, args.column_id)
     return SuccessOutput(success=True)
 
 
@@ -143,9 +152,9 @@ class RenameColumnInput(ColumnInput):
     new_name: str = Field(alias="newName")
 
 
-async def rename_column(ctx: ToolContext, args: RenameColumnInput) -> SuccessOutput:
+async def rename_column(ctx: ToolContext[DataTableTools], args: RenameColumnInput) -> SuccessOutput:
     await _visible(ctx, args.data_table_id)
-    await ctx.runtime.data_tables.rename_column(args.data_table_id, args.column_id, args.new_name)
+    await ctx.services.data_tables.rename_column(args.data_table_id, args.column_id, args.new_name)
     return SuccessOutput(success=True)
 
 
@@ -186,9 +195,9 @@ class QueryOutput(ToolModel):
     hint: str | None = None
 
 
-async def query_rows(ctx: ToolContext, args: QueryInput) -> QueryOutput:
+async def query_rows(ctx: ToolContext[DataTableTools], args: QueryInput) -> QueryOutput:
     await _visible(ctx, args.data_table_id)
-    count, rows = await ctx.runtime.data_tables.query(
+    count, rows = await ctx.services.data_tables.query(
         args.data_table_id,
         row_filter=args.filter.to_domain() if args.filter else None,
         limit=args.limit,
@@ -217,9 +226,9 @@ class InsertOutput(ToolModel):
     ids: list[int]
 
 
-async def insert_rows(ctx: ToolContext, args: InsertInput) -> InsertOutput:
+async def insert_rows(ctx: ToolContext[DataTableTools], args: InsertInput) -> InsertOutput:
     await _visible(ctx, args.data_table_id)
-    ids = await ctx.runtime.data_tables.insert(args.data_table_id, args.rows)
+    ids = await ctx.services.data_tables.insert(args.data_table_id, args.rows)
     return InsertOutput(inserted_count=len(ids), ids=ids)
 
 
@@ -233,9 +242,9 @@ class UpdateOutput(ToolModel):
     updated_count: int = Field(alias="updatedCount")
 
 
-async def update_rows(ctx: ToolContext, args: UpdateInput) -> UpdateOutput:
+async def update_rows(ctx: ToolContext[DataTableTools], args: UpdateInput) -> UpdateOutput:
     await _visible(ctx, args.data_table_id)
-    count = await ctx.runtime.data_tables.update(
+    count = await ctx.services.data_tables.update(
         args.data_table_id, args.filter.to_domain(), args.data
     )
     return UpdateOutput(updated_count=count)
@@ -250,19 +259,20 @@ class DeleteRowsOutput(ToolModel):
     deleted_count: int = Field(alias="deletedCount")
 
 
-async def delete_rows(ctx: ToolContext, args: DeleteRowsInput) -> DeleteRowsOutput:
+async def delete_rows(ctx: ToolContext[DataTableTools], args: DeleteRowsInput) -> DeleteRowsOutput:
     await _visible(ctx, args.data_table_id)
-    count = await ctx.runtime.data_tables.delete_rows(args.data_table_id, args.filter.to_domain())
+    count = await ctx.services.data_tables.delete_rows(args.data_table_id, args.filter.to_domain())
     return DeleteRowsOutput(deleted_count=count)
 
 
 def _tool(
     name: str, description: str, input_model: Any, output_model: Any, handler: Any, **gate: Any
-) -> ToolSpec:
+) -> ToolSpec[Any]:
     return ToolSpec(
         name=name,
         description=description,
         group=GROUP,
+        services=DataTableTools,
         input_model=input_model,
         output_model=output_model,
         handler=handler,
@@ -270,7 +280,7 @@ def _tool(
     )
 
 
-TOOLS = [
+TOOLS: list[ToolSpec[Any]] = [
     _tool(
         "list-data-tables",
         "List the data tables with their columns.",

@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import Field
 
-from server.domain.executions import Execution
 from server.errors import NotFoundError
-from server.pipeline.runs import RunRequest
+from server.instance import Executions, Workflows
+from server.instance.types import Execution
+from server.pipeline.runs import RunRequest, WorkflowRunner
 from server.tools.scope import visible_execution
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
 GROUP = "executions"
 PREVIEW_ITEMS = 10
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecutionTools:
+    """What the execution tools may touch."""
+
+    workflows: Workflows
+    executions: Executions
+    runner: WorkflowRunner
 
 
 class RunWorkflowInput(ToolModel):
@@ -56,8 +67,8 @@ def _execution_output(execution: Execution) -> ExecutionOutput:
     )
 
 
-async def run_workflow(ctx: ToolContext, args: RunWorkflowInput) -> ExecutionOutput:
-    execution = await ctx.runtime.runner.run(
+async def run_workflow(ctx: ToolContext[ExecutionTools], args: RunWorkflowInput) -> ExecutionOutput:
+    execution = await ctx.services.runner.run(
         RunRequest(
             thread_id=ctx.thread_id,
             workflow_id=args.workflow_id,
@@ -74,8 +85,14 @@ class ExecutionIdInput(ToolModel):
     execution_id: str = Field(alias="executionId", min_length=1)
 
 
-async def get_execution(ctx: ToolContext, args: ExecutionIdInput) -> ExecutionOutput:
-    return _execution_output(await visible_execution(ctx, args.execution_id))
+async def get_execution(
+    ctx: ToolContext[ExecutionTools], args: ExecutionIdInput
+) -> ExecutionOutput:
+    return _execution_output(
+        await visible_execution(
+            ctx.services.executions, ctx.services.workflows, ctx.caller, args.execution_id
+        )
+    )
 
 
 class ListExecutionsInput(ToolModel):
@@ -98,15 +115,17 @@ class ListExecutionsOutput(ToolModel):
     executions: list[ExecutionSummary]
 
 
-async def list_executions(ctx: ToolContext, args: ListExecutionsInput) -> ListExecutionsOutput:
-    listed = await ctx.runtime.executions.listing(
+async def list_executions(
+    ctx: ToolContext[ExecutionTools], args: ListExecutionsInput
+) -> ListExecutionsOutput:
+    listed = await ctx.services.executions.listing(
         workflow_id=args.workflow_id, status=args.status, limit=args.limit
     )
     names: dict[str, str | None] = {}
     hidden: set[str] = set()
     for execution in listed:
         if execution.workflow_id not in names and execution.workflow_id not in hidden:
-            workflow = await ctx.runtime.workflows.get(execution.workflow_id)
+            workflow = await ctx.services.workflows.get(execution.workflow_id)
             if workflow is not None and not ctx.caller.sees(workflow.project_id):
                 hidden.add(execution.workflow_id)
             else:
@@ -148,9 +167,13 @@ class DebugExecutionOutput(ToolModel):
     node_trace: list[TraceEntry] = Field(alias="nodeTrace")
 
 
-async def debug_execution(ctx: ToolContext, args: ExecutionIdInput) -> DebugExecutionOutput:
-    execution = await visible_execution(ctx, args.execution_id)
-    workflow = await ctx.runtime.workflows.version_json(execution.version_id)
+async def debug_execution(
+    ctx: ToolContext[ExecutionTools], args: ExecutionIdInput
+) -> DebugExecutionOutput:
+    execution = await visible_execution(
+        ctx.services.executions, ctx.services.workflows, ctx.caller, args.execution_id
+    )
+    workflow = await ctx.services.workflows.version_json(execution.version_id)
     types = {str(n.get("name")): n.get("type") for n in workflow.get("nodes") or []}
     nodes = execution.nodes
     trace = [
@@ -200,8 +223,12 @@ class NodeOutputOutput(ToolModel):
     error: str | None = None
 
 
-async def get_node_output(ctx: ToolContext, args: NodeOutputInput) -> NodeOutputOutput:
-    execution = await visible_execution(ctx, args.execution_id)
+async def get_node_output(
+    ctx: ToolContext[ExecutionTools], args: NodeOutputInput
+) -> NodeOutputOutput:
+    execution = await visible_execution(
+        ctx.services.executions, ctx.services.workflows, ctx.caller, args.execution_id
+    )
     node = execution.nodes.get(args.node_name)
     if node is None:
         ran = ", ".join(execution.order) or "none"
@@ -223,19 +250,24 @@ class StopExecutionOutput(ToolModel):
     message: str
 
 
-async def stop_execution(ctx: ToolContext, args: ExecutionIdInput) -> StopExecutionOutput:
-    await visible_execution(ctx, args.execution_id)
-    stopped, message = await ctx.runtime.runner.stop(args.execution_id)
+async def stop_execution(
+    ctx: ToolContext[ExecutionTools], args: ExecutionIdInput
+) -> StopExecutionOutput:
+    await visible_execution(
+        ctx.services.executions, ctx.services.workflows, ctx.caller, args.execution_id
+    )
+    stopped, message = await ctx.services.runner.stop(args.execution_id)
     return StopExecutionOutput(success=stopped, message=message)
 
 
-TOOLS = [
+TOOLS: list[ToolSpec[Any]] = [
     ToolSpec(
         name="run-workflow",
         description="Run a saved workflow in the sandbox and wait for it (default 5 min, at "
         "most 10; stopped at the timeout). inputData is shaped for the trigger type (chat, "
         "form, webhook, schedule). Nodes needing credentials or the network fail here.",
         group=GROUP,
+        services=ExecutionTools,
         input_model=RunWorkflowInput,
         output_model=ExecutionOutput,
         handler=run_workflow,
@@ -245,6 +277,7 @@ TOOLS = [
         name="get-execution",
         description="An execution's status and each node's first output, without waiting.",
         group=GROUP,
+        services=ExecutionTools,
         input_model=ExecutionIdInput,
         output_model=ExecutionOutput,
         handler=get_execution,
@@ -253,6 +286,7 @@ TOOLS = [
         name="list-executions",
         description="Recent executions, newest first, optionally by workflow and status.",
         group=GROUP,
+        services=ExecutionTools,
         input_model=ListExecutionsInput,
         output_model=ListExecutionsOutput,
         handler=list_executions,
@@ -262,6 +296,7 @@ TOOLS = [
         description="Why an execution failed: the failed node, its error and the items it "
         "received, and the trace of nodes that ran.",
         group=GROUP,
+        services=ExecutionTools,
         input_model=ExecutionIdInput,
         output_model=DebugExecutionOutput,
         handler=debug_execution,
@@ -270,6 +305,7 @@ TOOLS = [
         name="get-node-output",
         description="One node's output items (per output) in an execution.",
         group=GROUP,
+        services=ExecutionTools,
         input_model=NodeOutputInput,
         output_model=NodeOutputOutput,
         handler=get_node_output,
@@ -278,6 +314,7 @@ TOOLS = [
         name="stop-execution",
         description="Stop a running execution after its current node.",
         group=GROUP,
+        services=ExecutionTools,
         input_model=ExecutionIdInput,
         output_model=StopExecutionOutput,
         handler=stop_execution,

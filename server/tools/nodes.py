@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field
 
-from server.catalog import Catalog, NodeType
+from server.catalog import Catalog, CatalogService, NodeType
 from server.errors import NotFoundError, UnavailableError
-from server.tools.scope import visible_credential
+from server.instance import Credentials, CredentialSecrets
+from server.pipeline.build import WorkflowBuilder
+from server.tools.scope import revealed, visible_credential
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
 GROUP = "nodes"
@@ -90,8 +93,8 @@ SUGGESTED: dict[str, tuple[str, list[str]]] = {
 }
 
 
-async def _catalog(ctx: ToolContext) -> Catalog:
-    return await ctx.runtime.catalog.get()
+async def _catalog(ctx: ToolContext[NodeTools]) -> Catalog:
+    return await ctx.services.catalog.get()
 
 
 def _node(catalog: Catalog, name: str) -> NodeType:
@@ -110,6 +113,17 @@ def _version(node: NodeType, version: float | None) -> tuple[float, dict[str, An
         available = ", ".join(node.format_version(v) for v in node.versions)
         raise NotFoundError(f"{node.name} has no version {chosen:g}; available: {available}")
     return chosen, entry
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeTools:
+    """What the node tools may touch: the catalog, the toolchain (node definitions and
+    resource lookups) and the credentials a lookup authenticates with."""
+
+    catalog: CatalogService
+    builder: WorkflowBuilder
+    credentials: Credentials
+    secrets: CredentialSecrets | None
 
 
 class NodeSummary(ToolModel):
@@ -140,7 +154,7 @@ class ListNodesOutput(ToolModel):
     total: int
 
 
-async def list_nodes(ctx: ToolContext, args: ListNodesInput) -> ListNodesOutput:
+async def list_nodes(ctx: ToolContext[NodeTools], args: ListNodesInput) -> ListNodesOutput:
     catalog = await _catalog(ctx)
     query = (args.query or "").lower()
     found = [
@@ -260,7 +274,7 @@ class SearchNodesOutput(ToolModel):
     nodes: list[SearchableNode]
 
 
-async def search_nodes(ctx: ToolContext, args: SearchNodesInput) -> SearchNodesOutput:
+async def search_nodes(ctx: ToolContext[NodeTools], args: SearchNodesInput) -> SearchNodesOutput:
     catalog = await _catalog(ctx)
     return SearchNodesOutput(
         nodes=[_searchable(n) for n in catalog.search_nodes(args.query, limit=args.limit)]
@@ -284,7 +298,9 @@ class NodeDescriptionOutput(ToolModel):
     outputs: Any
 
 
-async def get_node_description(ctx: ToolContext, args: NodeTypeInput) -> NodeDescriptionOutput:
+async def get_node_description(
+    ctx: ToolContext[NodeTools], args: NodeTypeInput
+) -> NodeDescriptionOutput:
     node = _node(await _catalog(ctx), args.node_type)
     version, entry = _version(node, args.version)
     return NodeDescriptionOutput(
@@ -320,11 +336,11 @@ class NodeTypeDefinitionOutput(ToolModel):
 
 
 async def get_node_type_definition(
-    ctx: ToolContext, args: NodeTypeDefinitionInput
+    ctx: ToolContext[NodeTools], args: NodeTypeDefinitionInput
 ) -> NodeTypeDefinitionOutput:
     node = _node(await _catalog(ctx), args.node_type)
     version, _ = _version(node, args.version)
-    toolchain = await ctx.runtime.builder.toolchain(ctx.thread_id)
+    toolchain = await ctx.services.builder.toolchain(ctx.thread_id)
     found = await toolchain.node_definition(
         ctx.thread_id,
         node.name,
@@ -363,7 +379,9 @@ class SuggestedNodesOutput(ToolModel):
     categories: list[SuggestedCategory]
 
 
-async def get_suggested_nodes(ctx: ToolContext, _args: SuggestedNodesInput) -> SuggestedNodesOutput:
+async def get_suggested_nodes(
+    ctx: ToolContext[NodeTools], _args: SuggestedNodesInput
+) -> SuggestedNodesOutput:
     catalog = await _catalog(ctx)
     return SuggestedNodesOutput(
         categories=[
@@ -392,7 +410,7 @@ class SearchCredentialTypesOutput(ToolModel):
 
 
 async def search_credential_types(
-    ctx: ToolContext, args: SearchCredentialTypesInput
+    ctx: ToolContext[NodeTools], args: SearchCredentialTypesInput
 ) -> SearchCredentialTypesOutput:
     catalog = await _catalog(ctx)
     found = catalog.search_credentials(args.query)
@@ -433,17 +451,17 @@ class ExploreOutput(ToolModel):
     pagination_token: str | None = Field(None, alias="paginationToken")
 
 
-async def explore_node_resources(ctx: ToolContext, args: ExploreInput) -> ExploreOutput:
+async def explore_node_resources(ctx: ToolContext[NodeTools], args: ExploreInput) -> ExploreOutput:
     """Run the node's own listSearch / loadOptions method in the sandbox, with the chosen
     credential; its requests leave only through the egress proxy."""
     node = _node(await _catalog(ctx), args.node_type)
     credentials: dict[str, dict[str, Any]] = {}
     secrets: list[str] = []
     if args.credential_id:
-        info = await visible_credential(ctx, args.credential_id)
-        credentials[info.type] = await ctx.runtime.credentials.reveal(info.id)
+        info = await visible_credential(ctx.services.credentials, ctx.caller, args.credential_id)
+        credentials[info.type] = await revealed(ctx.services.secrets, info)
         secrets = [str(v) for v in credentials[info.type].values() if len(str(v)) >= 4]
-    toolchain = await ctx.runtime.builder.toolchain(ctx.thread_id)
+    toolchain = await ctx.services.builder.toolchain(ctx.thread_id)
     found = await toolchain.node_resources(
         ctx.thread_id,
         {
@@ -480,13 +498,14 @@ def _scrub(text: str, secrets: list[str]) -> str:
     return text
 
 
-TOOLS = [
+TOOLS: list[ToolSpec[Any]] = [
     ToolSpec(
         name="explore-node-resources",
         description="List what a node's dropdowns would offer (spreadsheets, channels, "
         "repositories ...) by running the node type's own listSearch / loadOptions method with "
         "a credential. Requests go only to hosts the user approved.",
         group="nodes",
+        services=NodeTools,
         input_model=ExploreInput,
         output_model=ExploreOutput,
         handler=explore_node_resources,
@@ -495,6 +514,7 @@ TOOLS = [
         name="list-nodes",
         description="List available node types, optionally filtered by name or description.",
         group=GROUP,
+        services=NodeTools,
         input_model=ListNodesInput,
         output_model=ListNodesOutput,
         handler=list_nodes,
@@ -504,6 +524,7 @@ TOOLS = [
         description="Search node types by service name or alias, ranked by relevance, with "
         "builder hints, sub-node requirements and discriminator values (resource/operation).",
         group=GROUP,
+        services=NodeTools,
         input_model=SearchNodesInput,
         output_model=SearchNodesOutput,
         handler=search_nodes,
@@ -512,6 +533,7 @@ TOOLS = [
         name="get-node-description",
         description="A node type's full description: properties, credentials, inputs, outputs.",
         group=GROUP,
+        services=NodeTools,
         input_model=NodeTypeInput,
         output_model=NodeDescriptionOutput,
         handler=get_node_description,
@@ -522,6 +544,7 @@ TOOLS = [
         "resource and operation, or mode), and the module to import them from for typed "
         "parameters.",
         group=GROUP,
+        services=NodeTools,
         input_model=NodeTypeDefinitionInput,
         output_model=NodeTypeDefinitionOutput,
         handler=get_node_type_definition,
@@ -530,6 +553,7 @@ TOOLS = [
         name="get-suggested-nodes",
         description="Curated node suggestions for common needs, by category.",
         group=GROUP,
+        services=NodeTools,
         input_model=SuggestedNodesInput,
         output_model=SuggestedNodesOutput,
         handler=get_suggested_nodes,
@@ -538,6 +562,7 @@ TOOLS = [
         name="search-credential-types",
         description="Search credential types by name (e.g. slack, oauth).",
         group="credentials",
+        services=NodeTools,
         input_model=SearchCredentialTypesInput,
         output_model=SearchCredentialTypesOutput,
         handler=search_credential_types,

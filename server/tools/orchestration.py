@@ -3,15 +3,26 @@ tasks. Only the orchestrator has them (background agents get the domain tools)."
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field
 
 from server.errors import FailedPreconditionError
-from server.runtime.plans import PlanValidationError
+from server.runtime.background import BackgroundTasks
+from server.runtime.plans import Plans, PlanValidationError
 from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec
 
 GROUP = "orchestration"
+
+
+@dataclass(frozen=True, kw_only=True)
+class OrchestrationTools:
+    """What the orchestration tools may touch (the agent itself comes as
+    `ctx.orchestration`)."""
+
+    plans: Plans
+    background: BackgroundTasks
 
 
 class PlannedTask(ToolModel):
@@ -45,8 +56,10 @@ class CreateTasksOutput(ToolModel):
     task_count: int = Field(alias="taskCount")
 
 
-async def create_tasks(ctx: ToolContext, args: CreateTasksInput) -> CreateTasksOutput:
-    plans = ctx.runtime.plans
+async def create_tasks(
+    ctx: ToolContext[OrchestrationTools], args: CreateTasksInput
+) -> CreateTasksOutput:
+    plans = ctx.services.plans
     tasks = [t.model_dump(by_alias=True, exclude_none=True) for t in args.tasks]
     if ctx.resume is None:
         expected = "replan" if ctx.run_kind == "replan" else "planning-skill"
@@ -121,9 +134,11 @@ class UpdateTasksInput(ToolModel):
     tasks: list[ChecklistItem] = Field(max_length=100)
 
 
-async def update_tasks(ctx: ToolContext, args: UpdateTasksInput) -> ResultOutput:
+async def update_tasks(
+    ctx: ToolContext[OrchestrationTools], args: UpdateTasksInput
+) -> ResultOutput:
     items = [t.model_dump(exclude_none=True) for t in args.tasks]
-    await ctx.runtime.plans.save_checklist(ctx.thread_id, items, run_id=ctx.run_id)
+    await ctx.services.plans.save_checklist(ctx.thread_id, items, run_id=ctx.run_id)
     return ResultOutput(result=f"Checklist saved ({len(items)} items).")
 
 
@@ -144,7 +159,7 @@ class AskUserOutput(ToolModel):
     answers: list[dict[str, Any]] = Field(default_factory=list)
 
 
-async def ask_user(ctx: ToolContext, args: AskUserInput) -> AskUserOutput:
+async def ask_user(ctx: ToolContext[OrchestrationTools], args: AskUserInput) -> AskUserOutput:
     if ctx.resume is None:
         raise Suspend(
             {
@@ -172,7 +187,7 @@ class DelegateOutput(ToolModel):
     task_id: str | None = Field(None, alias="taskId")
 
 
-async def delegate(ctx: ToolContext, args: DelegateInput) -> DelegateOutput:
+async def delegate(ctx: ToolContext[OrchestrationTools], args: DelegateInput) -> DelegateOutput:
     if ctx.orchestration is None:
         raise FailedPreconditionError("background tasks need the agent; use SendMessage")
     key = f"{args.role}:{args.workflow_id}" if args.workflow_id else None
@@ -186,7 +201,7 @@ async def delegate(ctx: ToolContext, args: DelegateInput) -> DelegateOutput:
     )
     status = spawned["status"]
     if status == "limit-reached":
-        limit = ctx.runtime.background.limit
+        limit = ctx.services.background.limit
         return DelegateOutput(result=f"limit of {limit} concurrent tasks reached; wait for one")
     if status == "duplicate":
         return DelegateOutput(result="a task for this already runs", task_id=spawned["taskId"])
@@ -199,8 +214,10 @@ class TaskIdInput(ToolModel):
     task_id: str = Field(alias="taskId", min_length=1, description="From <running-tasks>")
 
 
-async def cancel_background_task(ctx: ToolContext, args: TaskIdInput) -> ResultOutput:
-    cancelled = await ctx.runtime.background.cancel(ctx.thread_id, args.task_id)
+async def cancel_background_task(
+    ctx: ToolContext[OrchestrationTools], args: TaskIdInput
+) -> ResultOutput:
+    cancelled = await ctx.services.background.cancel(ctx.thread_id, args.task_id)
     if not cancelled:
         return ResultOutput(result=f"No running background task {args.task_id}.")
     return ResultOutput(result=f"Background task {args.task_id} cancelled.")
@@ -211,12 +228,14 @@ class CorrectInput(ToolModel):
     correction: str = Field(min_length=1)
 
 
-async def correct_background_task(ctx: ToolContext, args: CorrectInput) -> ResultOutput:
-    outcome = ctx.runtime.background.correct(ctx.thread_id, args.task_id, args.correction)
+async def correct_background_task(
+    ctx: ToolContext[OrchestrationTools], args: CorrectInput
+) -> ResultOutput:
+    outcome = ctx.services.background.correct(ctx.thread_id, args.task_id, args.correction)
     return ResultOutput(result=outcome)
 
 
-TOOLS = [
+TOOLS: list[ToolSpec[Any]] = [
     ToolSpec(
         name="create-tasks",
         description="Persist a dependency-aware task plan for detached multi-step work. The "
@@ -224,6 +243,7 @@ TOOLS = [
         "not resubmit in the same turn. Clear single-workflow builds do not need a plan: "
         "write the source file and call build-workflow directly.",
         group=GROUP,
+        services=OrchestrationTools,
         input_model=CreateTasksInput,
         output_model=CreateTasksOutput,
         handler=create_tasks,
@@ -233,6 +253,7 @@ TOOLS = [
         name="update-tasks",
         description="Show or update a visible checklist of the work in this turn.",
         group=GROUP,
+        services=OrchestrationTools,
         input_model=UpdateTasksInput,
         output_model=ResultOutput,
         handler=update_tasks,
@@ -242,6 +263,7 @@ TOOLS = [
         description="Ask the user one or more questions (single choice, multiple choice or "
         "free text) and wait for the answers. Use it when a decision is theirs to make.",
         group=GROUP,
+        services=OrchestrationTools,
         input_model=AskUserInput,
         output_model=AskUserOutput,
         handler=ask_user,
@@ -252,6 +274,7 @@ TOOLS = [
         description="Start a background agent on a self-contained task; it reports back when "
         "done. At most a few run at once per thread.",
         group=GROUP,
+        services=OrchestrationTools,
         input_model=DelegateInput,
         output_model=DelegateOutput,
         handler=delegate,
@@ -260,6 +283,7 @@ TOOLS = [
         name="cancel-background-task",
         description="Cancel a running background task by its id.",
         group=GROUP,
+        services=OrchestrationTools,
         input_model=TaskIdInput,
         output_model=ResultOutput,
         handler=cancel_background_task,
@@ -269,6 +293,7 @@ TOOLS = [
         description="Send a course correction to a running background task. Returns queued, "
         "task-completed or task-not-found.",
         group=GROUP,
+        services=OrchestrationTools,
         input_model=CorrectInput,
         output_model=ResultOutput,
         handler=correct_background_task,

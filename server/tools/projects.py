@@ -3,16 +3,30 @@ folders of workflows, tags, and cleaning up test executions."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from pydantic import Field
 
-from server.domain.folders import Folder
 from server.errors import NotFoundError
+from server.instance import Executions, Folders, Projects, Tags, Workflows
+from server.instance.types import Folder
 from server.tools.scope import check_project, visible_workflow
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
 GROUP = "projects"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProjectTools:
+    """What the project, folder and tag tools may touch."""
+
+    projects: Projects
+    workflows: Workflows
+    executions: Executions
+    folders: Folders
+    tags: Tags
 
 
 class NoInput(ToolModel):
@@ -28,12 +42,11 @@ class ProjectsOutput(ToolModel):
     projects: list[Project]
 
 
-async def list_projects(ctx: ToolContext, _args: NoInput) -> ProjectsOutput:
+async def list_projects(ctx: ToolContext[ProjectTools], _args: NoInput) -> ProjectsOutput:
     caller = ctx.caller
+    visible = await ctx.services.projects.visible(caller)
     return ProjectsOutput(
-        projects=[
-            Project(id=p, is_default=p == caller.project_id) for p in sorted(caller.project_ids)
-        ]
+        projects=[Project(id=p, is_default=p == caller.project_id) for p in visible]
     )
 
 
@@ -47,11 +60,11 @@ class TagsOutput(ToolModel):
     tags: list[TagModel]
 
 
-async def list_tags(ctx: ToolContext, _args: NoInput) -> TagsOutput:
+async def list_tags(ctx: ToolContext[ProjectTools], _args: NoInput) -> TagsOutput:
     return TagsOutput(
         tags=[
             TagModel(id=t.id, name=t.name, usage_count=t.usage_count)
-            for t in await ctx.runtime.tags.all()
+            for t in await ctx.services.tags.all()
         ]
     )
 
@@ -66,9 +79,9 @@ class TagWorkflowOutput(ToolModel):
     applied_tags: list[str] = Field(alias="appliedTags")
 
 
-async def tag_workflow(ctx: ToolContext, args: TagWorkflowInput) -> TagWorkflowOutput:
-    await visible_workflow(ctx, args.workflow_id)
-    applied = await ctx.runtime.tags.set_workflow_tags(args.workflow_id, args.tags)
+async def tag_workflow(ctx: ToolContext[ProjectTools], args: TagWorkflowInput) -> TagWorkflowOutput:
+    await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
+    applied = await ctx.services.tags.set_workflow_tags(args.workflow_id, args.tags)
     return TagWorkflowOutput(applied_tags=applied)
 
 
@@ -96,10 +109,10 @@ class FoldersOutput(ToolModel):
     folders: list[FolderModel]
 
 
-async def list_folders(ctx: ToolContext, args: ProjectInput) -> FoldersOutput:
-    project = check_project(ctx, args.project_id)
+async def list_folders(ctx: ToolContext[ProjectTools], args: ProjectInput) -> FoldersOutput:
+    project = check_project(ctx.caller, args.project_id)
     return FoldersOutput(
-        folders=[FolderModel.of(f) for f in await ctx.runtime.folders.in_project(project)]
+        folders=[FolderModel.of(f) for f in await ctx.services.folders.in_project(project)]
     )
 
 
@@ -108,16 +121,16 @@ class CreateFolderInput(ProjectInput):
     parent_folder_id: str | None = Field(None, alias="parentFolderId")
 
 
-async def create_folder(ctx: ToolContext, args: CreateFolderInput) -> FolderModel:
-    project = check_project(ctx, args.project_id)
+async def create_folder(ctx: ToolContext[ProjectTools], args: CreateFolderInput) -> FolderModel:
+    project = check_project(ctx.caller, args.project_id)
     if args.parent_folder_id is not None:  # another project's folder does not exist here
         await _visible_folder(ctx, args.parent_folder_id)
-    folder = await ctx.runtime.folders.create(project, args.name, args.parent_folder_id)
+    folder = await ctx.services.folders.create(project, args.name, args.parent_folder_id)
     return FolderModel.of(folder)
 
 
-async def _visible_folder(ctx: ToolContext, folder_id: str) -> Folder:
-    folder = await ctx.runtime.folders.get(folder_id)
+async def _visible_folder(ctx: ToolContext[ProjectTools], folder_id: str) -> Folder:
+    folder = await ctx.services.folders.get(folder_id)
     if not ctx.caller.sees(folder.project_id):
         raise NotFoundError(f"there is no folder {folder_id!r}; list-folders names them")
     return folder
@@ -138,11 +151,13 @@ class DeleteFolderOutput(ToolModel):
     affected_workflows: int = Field(alias="affectedWorkflows")
 
 
-async def delete_folder(ctx: ToolContext, args: DeleteFolderInput) -> DeleteFolderOutput:
+async def delete_folder(
+    ctx: ToolContext[ProjectTools], args: DeleteFolderInput
+) -> DeleteFolderOutput:
     await _visible_folder(ctx, args.folder_id)
     if args.transfer_to_folder_id is not None:
         await _visible_folder(ctx, args.transfer_to_folder_id)
-    affected = await ctx.runtime.folders.delete(args.folder_id, args.transfer_to_folder_id)
+    affected = await ctx.services.folders.delete(args.folder_id, args.transfer_to_folder_id)
     return DeleteFolderOutput(success=True, affected_workflows=affected)
 
 
@@ -155,8 +170,8 @@ class SuccessOutput(ToolModel):
     success: bool
 
 
-async def move_workflow(ctx: ToolContext, args: MoveInput) -> SuccessOutput:
-    workflow = await visible_workflow(ctx, args.workflow_id)
+async def move_workflow(ctx: ToolContext[ProjectTools], args: MoveInput) -> SuccessOutput:
+    workflow = await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
     if args.folder_id is not None:
         folder = await _visible_folder(ctx, args.folder_id)
         if folder.project_id != ctx.caller.project_of(workflow.project_id):
@@ -164,7 +179,7 @@ async def move_workflow(ctx: ToolContext, args: MoveInput) -> SuccessOutput:
                 f"folder {args.folder_id!r} is not in the workflow's project; list-folders "
                 "names those"
             )
-    await ctx.runtime.folders.move_workflow(args.workflow_id, args.folder_id)
+    await ctx.services.folders.move_workflow(args.workflow_id, args.folder_id)
     return SuccessOutput(success=True)
 
 
@@ -178,19 +193,22 @@ class CleanupOutput(ToolModel):
     deleted_count: int = Field(alias="deletedCount")
 
 
-async def cleanup_test_executions(ctx: ToolContext, args: CleanupInput) -> CleanupOutput:
-    await visible_workflow(ctx, args.workflow_id)
+async def cleanup_test_executions(
+    ctx: ToolContext[ProjectTools], args: CleanupInput
+) -> CleanupOutput:
+    await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
     before = datetime.now(UTC) - timedelta(hours=args.older_than_hours)
-    deleted = await ctx.runtime.executions.delete_test_runs(args.workflow_id, older_than=before)
+    deleted = await ctx.services.executions.delete_test_runs(args.workflow_id, older_than=before)
     return CleanupOutput(deleted_count=deleted)
 
 
-TOOLS = [
+TOOLS: list[ToolSpec[Any]] = [
     ToolSpec(
         name="list-projects",
         description="The projects the user can see; new workflows and tables go into the "
         "default one unless a projectId is given.",
         group=GROUP,
+        services=ProjectTools,
         input_model=NoInput,
         output_model=ProjectsOutput,
         handler=list_projects,
@@ -199,6 +217,7 @@ TOOLS = [
         name="list-tags",
         description="The tags in use, with how many workflows carry each.",
         group=GROUP,
+        services=ProjectTools,
         input_model=NoInput,
         output_model=TagsOutput,
         handler=list_tags,
@@ -208,6 +227,7 @@ TOOLS = [
         description="Set a workflow's tags by name (replacing its current ones); missing tags "
         "are created.",
         group=GROUP,
+        services=ProjectTools,
         input_model=TagWorkflowInput,
         output_model=TagWorkflowOutput,
         handler=tag_workflow,
@@ -218,6 +238,7 @@ TOOLS = [
         name="list-folders",
         description="The folders of a project (default: the user's), with their parents.",
         group=GROUP,
+        services=ProjectTools,
         input_model=ProjectInput,
         output_model=FoldersOutput,
         handler=list_folders,
@@ -226,6 +247,7 @@ TOOLS = [
         name="create-folder",
         description="Create a folder in a project, optionally inside another folder.",
         group=GROUP,
+        services=ProjectTools,
         input_model=CreateFolderInput,
         output_model=FolderModel,
         handler=create_folder,
@@ -237,6 +259,7 @@ TOOLS = [
         description="Delete a folder. With transferToFolderId its contents move there first; "
         "without, its workflows go to the project root and are archived.",
         group=GROUP,
+        services=ProjectTools,
         input_model=DeleteFolderInput,
         output_model=DeleteFolderOutput,
         handler=delete_folder,
@@ -247,6 +270,7 @@ TOOLS = [
         name="move-workflow-to-folder",
         description="Move a workflow into a folder of its project (folderId null: the root).",
         group=GROUP,
+        services=ProjectTools,
         input_model=MoveInput,
         output_model=SuccessOutput,
         handler=move_workflow,
@@ -257,6 +281,7 @@ TOOLS = [
         description="Delete a workflow's finished manual and verification executions older "
         "than olderThanHours (default 1).",
         group=GROUP,
+        services=ProjectTools,
         input_model=CleanupInput,
         output_model=CleanupOutput,
         handler=cleanup_test_executions,

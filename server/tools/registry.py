@@ -10,23 +10,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import structlog
 from pydantic import TypeAdapter, ValidationError
 
 from sandbox.errors import SandboxError
+from server.core.caller import LOCAL, Caller
+from server.core.ids import new_id
 from server.errors import (
     FailedPreconditionError,
     InstanceAIError,
     InvalidArgumentError,
     NotFoundError,
+    UnavailableError,
 )
-from server.runtime import Runtime
-from server.runtime.caller import LOCAL, Caller
-from server.runtime.ids import new_id
+from server.runtime.events import EventLog
+from server.runtime.hitl import Hitl
 from server.tools import (
     agents_module,
     browser,
@@ -43,9 +46,17 @@ from server.tools import (
     workspace,
 )
 from server.tools.schema import Inexpressible, provider_rule_violations, sanitize
-from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec, blocked_message
+from server.tools.spec import (
+    Orchestration,
+    Suspend,
+    ToolContext,
+    ToolModel,
+    ToolSpec,
+    blocked_message,
+)
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 # Event payloads stay small: long strings are cut, oversized values summarised.
 MAX_EVENT_STRING = 2000
@@ -56,25 +67,78 @@ class ToolInputError(InvalidArgumentError):
     """The arguments do not fit the tool; the message tells the model what to fix."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class CallSite:
+    """Where a call happens and who makes it: what its events and its handler are told."""
+
+    thread_id: str
+    call_id: str
+    run_id: str | None = None
+    agent_id: str | None = None
+    caller: Caller = LOCAL
+    # The user message this run answers (see ToolContext).
+    message_group_id: str | None = None
+    run_kind: str = "direct"
+    resume: dict[str, Any] | None = None
+    orchestration: Orchestration | None = None
+
+    @property
+    def where(self) -> dict[str, str | None]:
+        return {"run_id": self.run_id, "agent_id": self.agent_id}
+
+
+# What the permission rule says of a call: go ahead, refuse (blocked), or ask a person.
+Decision = Literal["allow", "blocked", "ask"]
+
+
 class ToolRegistry:
-    def __init__(self, specs: list[ToolSpec]) -> None:
-        self._specs: dict[str, ToolSpec] = {}
+    """The tools by name with their provider schemas, their argument validation, the
+    permission rule, and the one path every call takes (recorded in the thread's log:
+    `tool-call`, then `tool-result` or `tool-error`). The agent and `Tools.CallTool` share it.
+
+    Each tool group's services object (e.g. `DataTableTools`) is bound here once; a handler
+    receives its own group's and nothing else."""
+
+    def __init__(
+        self,
+        specs: list[ToolSpec[Any]],
+        services: Iterable[object] = (),
+        *,
+        events: EventLog | None = None,
+        hitl: Hitl | None = None,
+        thread_exists: Callable[[str], Awaitable[bool]] | None = None,
+    ) -> None:
+        self._specs: dict[str, ToolSpec[Any]] = {}
         self._adapters: dict[str, TypeAdapter[Any]] = {}
+        self._services: dict[type, object] = {type(s): s for s in services}
+        self._events = events
+        self._hitl = hitl
+        self._thread_exists = thread_exists
         for spec in specs:
             if spec.name in self._specs:
                 raise ValueError(f"two tools are named {spec.name}")
             self._specs[spec.name] = spec
             self._adapters[spec.name] = TypeAdapter(spec.input_model)
 
-    def specs(self, runtime: Runtime | None = None) -> list[ToolSpec]:
-        """The tools, or those whose registration condition holds for `runtime`."""
-        return [
-            s
-            for s in self._specs.values()
-            if runtime is None or s.condition is None or s.condition(runtime)
-        ]
+    # -- what there is ----------------------------------------------------------------------
 
-    def get(self, name: str) -> ToolSpec:
+    def _services_of(self, spec: ToolSpec[Any]) -> Any:
+        found = self._services.get(spec.services)
+        if found is None:
+            raise UnavailableError(f"{spec.name} is not set up on this server")
+        return found
+
+    def registered(self, spec: ToolSpec[Any]) -> bool:
+        """Its group's services are bound and its registration condition holds for them."""
+        if spec.services not in self._services:
+            return False
+        return spec.condition is None or spec.condition(self._services[spec.services])
+
+    def specs(self) -> list[ToolSpec[Any]]:
+        """The tools registered here."""
+        return [s for s in self._specs.values() if self.registered(s)]
+
+    def get(self, name: str) -> ToolSpec[Any]:
         spec = self._specs.get(name)
         if spec is None:
             raise NotFoundError(f"there is no tool {name!r}; ListTools names them all")
@@ -100,22 +164,21 @@ class ToolRegistry:
             schemas[name] = schema
         return schemas
 
-    def listed(self, runtime: Runtime | None = None) -> list[tuple[ToolSpec, dict[str, Any]]]:
+    def listed(self) -> list[tuple[ToolSpec[Any], dict[str, Any]]]:
         """The tools a model or client may call, with their provider schemas."""
         schemas = self.provider_schemas
-        return [(s, schemas[s.name]) for s in self.specs(runtime) if s.name in schemas]
+        return [(s, schemas[s.name]) for s in self.specs() if s.name in schemas]
 
-    def overview(self, runtime: Runtime) -> list[tuple[ToolSpec, dict[str, Any], bool]]:
+    def overview(self) -> list[tuple[ToolSpec[Any], dict[str, Any], bool]]:
         """Every expressible tool with its schema and whether it is registered here."""
-        registered = {s.name for s in self.specs(runtime)}
         schemas = self.provider_schemas
         return [
-            (s, schemas[s.name], s.name in registered)
+            (s, schemas[s.name], self.registered(s))
             for s in self._specs.values()
             if s.name in schemas
         ]
 
-    def parse(self, spec: ToolSpec, arguments: dict[str, Any]) -> Any:
+    def parse(self, spec: ToolSpec[Any], arguments: dict[str, Any]) -> Any:
         """The arguments validated by the tool's real model (the provider schema is looser)."""
         try:
             return self._adapters[spec.name].validate_python(arguments)
@@ -128,29 +191,80 @@ class ToolRegistry:
                 f"Invalid arguments for {spec.name}; fix them and call again:\n{problems}"
             ) from None
 
+    # -- the permission rule ------------------------------------------------------------------
+
+    async def decide(self, thread_id: str, spec: ToolSpec[Any]) -> Decision:
+        """The permission rule of a call (INSTANCE_AI_PERMISSIONS and the thread's answers).
+        Tools that gate themselves (per host, say) and ungated tools go ahead here."""
+        if spec.hitl_action is None or spec.self_gated:
+            return "allow"
+        mode = await self._require(self._hitl).mode(thread_id, spec.hitl_action)
+        if mode == "blocked":
+            return "blocked"
+        return "ask" if mode == "require_approval" else "allow"
+
+    async def may_wait(self, thread_id: str, spec: ToolSpec[Any]) -> bool:
+        """Whether a call may end up waiting for a person (so it runs on its own)."""
+        return spec.asks_user or spec.may_ask or await self.decide(thread_id, spec) == "ask"
+
+    async def allow_for_thread(self, thread_id: str, spec: ToolSpec[Any]) -> None:
+        """The person approved this tool's action for the rest of the thread."""
+        if spec.hitl_action is not None:
+            await self._require(self._hitl).always_allow(thread_id, spec.hitl_action)
+
+    # -- the call's events ------------------------------------------------------------------
+
+    async def announce(self, site: CallSite, name: str, raw: dict[str, Any]) -> None:
+        """`tool-call`: a call about to run or to wait for a person."""
+        await self._require(self._events).append(
+            site.thread_id,
+            "tool-call",
+            {"toolCallId": site.call_id, "toolName": name, "args": for_event(raw)},
+            **site.where,
+        )
+
+    async def refuse(
+        self, site: CallSite, name: str, raw: dict[str, Any], error: str, *, announce: bool
+    ) -> None:
+        """A call that did not run, recorded like any failed call."""
+        if announce:
+            await self.announce(site, name, raw)
+        await self.record_error(site, error)
+
+    async def record_error(self, site: CallSite, error: str) -> None:
+        await self._require(self._events).append(
+            site.thread_id,
+            "tool-error",
+            {"toolCallId": site.call_id, "error": error},
+            **site.where,
+        )
+
+    # -- running a call ---------------------------------------------------------------------
+
     async def execute(
-        self, ctx: ToolContext, spec: ToolSpec, args: Any, raw: dict[str, Any], *, announce: bool
+        self, site: CallSite, spec: ToolSpec[Any], args: Any, raw: dict[str, Any], *, announce: bool
     ) -> ToolModel:
-        """Run the handler, recording the call (unless `announce` is false: a resumed call
-        was announced before it suspended) and its result or error. `Suspend` passes through
-        with no result recorded."""
-        runtime = ctx.runtime
-        call_id = ctx.tool_call_id or new_id("call")
-        where = {"run_id": ctx.run_id, "agent_id": ctx.agent_id}
+        """Run the handler with its group's services, recording the call (unless `announce`
+        is false: a resumed or approved call was announced before it waited) and its result
+        or error. `Suspend` passes through with no result recorded."""
+        events = self._require(self._events)
+        ctx = ToolContext(
+            services=self._services_of(spec),
+            thread_id=site.thread_id,
+            run_id=site.run_id,
+            agent_id=site.agent_id,
+            tool_call_id=site.call_id,
+            message_group_id=site.message_group_id,
+            run_kind=site.run_kind,
+            resume=site.resume,
+            orchestration=site.orchestration,
+            caller=site.caller,
+        )
         # The call's event commits while the tool runs (the log keeps the order); a tool that
         # needs its thread to exist waits for it, and nothing is answered before it is stored.
-        recorded = _background(
-            runtime.events.append(
-                ctx.thread_id,
-                "tool-call",
-                {"toolCallId": call_id, "toolName": spec.name, "args": for_event(raw)},
-                **where,
-            )
-            if announce
-            else _nothing()
-        )
+        recorded = _background(self.announce(site, spec.name, raw) if announce else _nothing())
         try:
-            if not await runtime.threads.exists(ctx.thread_id):
+            if self._thread_exists is not None and not await self._thread_exists(site.thread_id):
                 await recorded
             result = await spec.handler(ctx, args)
             await recorded
@@ -159,42 +273,25 @@ class ToolRegistry:
             raise
         except Exception as exc:
             await asyncio.gather(recorded, return_exceptions=True)
-            await self.record_error(ctx, call_id, describe(exc))
+            await self.record_error(site, describe(exc))
             raise
         except asyncio.CancelledError:
             # The caller went away: the log still says how the call ended, before whoever
             # cancelled goes on (e.g. to delete the thread).
-            ended = _background(
-                runtime.events.append(
-                    ctx.thread_id,
-                    "tool-error",
-                    {"toolCallId": call_id, "error": "cancelled"},
-                    **where,
-                )
-            )
+            ended = _background(self.record_error(site, "cancelled"))
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.shield(ended)
             raise
-        await runtime.events.append(
-            ctx.thread_id,
+        await events.append(
+            site.thread_id,
             "tool-result",
-            {"toolCallId": call_id, "result": for_event(dump(result))},
-            **where,
+            {"toolCallId": site.call_id, "result": for_event(dump(result))},
+            **site.where,
         )
         return result
 
-    async def record_error(self, ctx: ToolContext, call_id: str, error: str) -> None:
-        await ctx.runtime.events.append(
-            ctx.thread_id,
-            "tool-error",
-            {"toolCallId": call_id, "error": error},
-            run_id=ctx.run_id,
-            agent_id=ctx.agent_id,
-        )
-
     async def call(
         self,
-        runtime: Runtime,
         thread_id: str,
         name: str,
         arguments: dict[str, Any],
@@ -204,32 +301,37 @@ class ToolRegistry:
         """A direct call (`Tools.CallTool`): validated, permission-checked, recorded. A call
         that needs a person's answer cannot wait inside one request, so it is refused."""
         spec = self.get(name)
-        if spec.name not in self.provider_schemas or spec not in self.specs(runtime):
+        if spec.name not in self.provider_schemas or not self.registered(spec):
             raise NotFoundError(f"tool {name!r} is not available on this server")
         args = self.parse(spec, arguments)
         if spec.asks_user:
             raise FailedPreconditionError(
                 f"{name} asks the user a question; only the agent can run it (SendMessage)"
             )
-        if spec.hitl_action is not None and not spec.self_gated:
-            mode = await runtime.hitl.mode(thread_id, spec.hitl_action)
-            if mode == "blocked":
-                raise FailedPreconditionError(blocked_message(spec))
-            if mode == "require_approval":
-                raise FailedPreconditionError(
-                    f"{name} needs a person's approval ({spec.hitl_action}: require_approval): "
-                    "call it through the agent (SendMessage), or set INSTANCE_AI_PERMISSIONS "
-                    f'to {{"{spec.hitl_action}": "always_allow"}}'
-                )
-        ctx = ToolContext(runtime=runtime, thread_id=thread_id, caller=caller)
+        decision = await self.decide(thread_id, spec)
+        if decision == "blocked":
+            raise FailedPreconditionError(blocked_message(spec))
+        if decision == "ask":
+            raise FailedPreconditionError(
+                f"{name} needs a person's approval ({spec.hitl_action}: require_approval): "
+                "call it through the agent (SendMessage), or set INSTANCE_AI_PERMISSIONS "
+                f'to {{"{spec.hitl_action}": "always_allow"}}'
+            )
+        site = CallSite(thread_id=thread_id, call_id=new_id("call"), caller=caller)
         try:
-            return await self.execute(ctx, spec, args, arguments, announce=True)
+            return await self.execute(site, spec, args, arguments, announce=True)
         except Suspend:
             raise FailedPreconditionError(
                 f"{name} needs the user's answer here (e.g. approving a new host); call it "
                 "through the agent (SendMessage), or set INSTANCE_AI_PERMISSIONS "
                 f'to {{"{spec.hitl_action}": "always_allow"}}'
             ) from None
+
+    @staticmethod
+    def _require(part: T | None) -> T:
+        if part is None:
+            raise UnavailableError("this tool registry was made without the event log")
+        return part
 
 
 def describe(exc: BaseException) -> str:
@@ -274,21 +376,18 @@ def _cut_strings(value: Any) -> Any:
     return value
 
 
-def default_registry() -> ToolRegistry:
-    return ToolRegistry(
-        [
-            *orchestration.TOOLS,
-            *workspace.TOOLS,
-            *build.TOOLS,
-            *verify.TOOLS,
-            *workflows.TOOLS,
-            *executions.TOOLS,
-            *nodes.TOOLS,
-            *data_tables.TOOLS,
-            *projects.TOOLS,
-            *credentials.TOOLS,
-            *web.TOOLS,
-            *browser.TOOLS,
-            *agents_module.TOOLS,
-        ]
-    )
+ALL_TOOLS: list[ToolSpec[Any]] = [
+    *orchestration.TOOLS,
+    *workspace.TOOLS,
+    *build.TOOLS,
+    *verify.TOOLS,
+    *workflows.TOOLS,
+    *executions.TOOLS,
+    *nodes.TOOLS,
+    *data_tables.TOOLS,
+    *projects.TOOLS,
+    *credentials.TOOLS,
+    *web.TOOLS,
+    *browser.TOOLS,
+    *agents_module.TOOLS,
+]

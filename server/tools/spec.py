@@ -5,12 +5,30 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from server.runtime import Runtime
-from server.runtime.caller import LOCAL, Caller
+from sandbox.protocol import Sandboxes
+from server.core.caller import LOCAL, Caller
+
+__all__ = [
+    "Orchestration",
+    "SandboxFor",
+    "Suspend",
+    "ToolContext",
+    "ToolModel",
+    "ToolSpec",
+    "blocked_message",
+]
+
+# The services a tool group may use: one small dataclass per group (e.g.
+# `server.tools.data_tables.DataTableTools`), handed to its handlers as `ctx.services`.
+S = TypeVar("S")
+S_co = TypeVar("S_co", covariant=True)
+
+# The thread's sandbox, made on first use.
+SandboxFor = Callable[[str], Awaitable[Sandboxes]]
 
 
 class ToolModel(BaseModel):
@@ -52,8 +70,10 @@ class Orchestration(Protocol):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ToolContext:
-    runtime: Runtime
+class ToolContext(Generic[S_co]):
+    """One call: who makes it, where, and the services of the tool's group (nothing else)."""
+
+    services: S_co
     thread_id: str
     run_id: str | None = None
     agent_id: str | None = None
@@ -70,14 +90,16 @@ class ToolContext:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ToolSpec:
+class ToolSpec(Generic[S]):
     name: str
     description: str
     group: str
+    # The group's services class; the registry hands its one instance to the handler.
+    services: type[S]
     # A ToolModel subclass, or an annotated union of them (a tool with modes).
     input_model: Any
     output_model: type[ToolModel]
-    handler: Callable[[ToolContext, Any], Awaitable[ToolModel]]
+    handler: Callable[[ToolContext[S], Any], Awaitable[ToolModel]]
     # The HITL permission gating the tool, if any (e.g. "runWorkflow").
     hitl_action: str | None = None
     severity: str = "warning"
@@ -91,11 +113,11 @@ class ToolSpec:
     self_gated: bool = False
     # Registered only where this holds (e.g. a search provider is configured); `requires`
     # says what it needs, for people reading the tool list.
-    condition: Callable[[Runtime], bool] | None = None
+    condition: Callable[[S], bool] | None = None
     requires: str = ""
 
 
-def blocked_message(spec: ToolSpec) -> str:
+def blocked_message(spec: ToolSpec[Any]) -> str:
     return (
         f"{spec.name} is blocked on this server ({spec.hitl_action}: blocked in "
         "INSTANCE_AI_PERMISSIONS); do not retry it"

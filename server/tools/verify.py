@@ -3,10 +3,12 @@ item, and put real credentials on nodes."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field
 
+from server.instance import Workflows
 from server.pipeline.loop import (
     MAX_POST_SUBMIT_REMEDIATION_SUBMITS,
     MAX_PRE_SAVE_SUBMIT_FAILURES,
@@ -16,11 +18,21 @@ from server.pipeline.loop import (
     Remediation,
     VerdictReport,
 )
-from server.pipeline.verify import VerifyRequest
+from server.pipeline.verify import Verifier, VerifyRequest
+from server.pipeline.work import WorkLoop
 from server.tools.scope import visible_workflow
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
 GROUP = "verification"
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyTools:
+    """What the verification tools may touch."""
+
+    workflows: Workflows
+    verifier: Verifier
+    loop: WorkLoop
 
 
 class VerifyInput(ToolModel):
@@ -60,8 +72,8 @@ class VerifyOutput(ToolModel):
     guidance: str
 
 
-async def verify_built_workflow(ctx: ToolContext, args: VerifyInput) -> VerifyOutput:
-    result = await ctx.runtime.verifier.verify(
+async def verify_built_workflow(ctx: ToolContext[VerifyTools], args: VerifyInput) -> VerifyOutput:
+    result = await ctx.services.verifier.verify(
         VerifyRequest(
             thread_id=ctx.thread_id,
             workflow_id=args.workflow_id,
@@ -119,8 +131,10 @@ class VerdictOutput(ToolModel):
     guidance: str
 
 
-async def report_verification_verdict(ctx: ToolContext, args: VerdictInput) -> VerdictOutput:
-    await visible_workflow(ctx, args.workflow_id)
+async def report_verification_verdict(
+    ctx: ToolContext[VerifyTools], args: VerdictInput
+) -> VerdictOutput:
+    await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
     remediation = (
         Remediation(
             category=args.remediation.category,
@@ -131,7 +145,7 @@ async def report_verification_verdict(ctx: ToolContext, args: VerdictInput) -> V
         if args.remediation
         else None
     )
-    state, action, outcome = await ctx.runtime.loop.report_verdict(
+    state, action, outcome = await ctx.services.loop.report_verdict(
         ctx.thread_id,
         args.work_item_id,
         args.workflow_id,
@@ -240,8 +254,8 @@ def obligation(state: LoopState, outcome: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def get_work_item(ctx: ToolContext, args: WorkItemInput) -> WorkItemOutput:
-    item, state = await ctx.runtime.loop.load(ctx.thread_id, args.work_item_id)
+async def get_work_item(ctx: ToolContext[VerifyTools], args: WorkItemInput) -> WorkItemOutput:
+    item, state = await ctx.services.loop.load(ctx.thread_id, args.work_item_id)
     return WorkItemOutput(
         work_item_id=item.id,
         workflow_id=item.workflow_id,
@@ -280,25 +294,26 @@ class ApplyCredentialsOutput(ToolModel):
 
 
 async def apply_workflow_credentials(
-    ctx: ToolContext, args: ApplyCredentialsInput
+    ctx: ToolContext[VerifyTools], args: ApplyCredentialsInput
 ) -> ApplyCredentialsOutput:
-    await visible_workflow(ctx, args.workflow_id)
-    await ctx.runtime.loop.load(ctx.thread_id, args.work_item_id, workflow_id=args.workflow_id)
+    await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
+    await ctx.services.loop.load(ctx.thread_id, args.work_item_id, workflow_id=args.workflow_id)
     mapping = {
         node: {kind: ref.model_dump() for kind, ref in refs.items()}
         for node, refs in args.credentials.items()
     }
-    updated = await ctx.runtime.workflows.replace_credentials(args.workflow_id, mapping)
+    updated = await ctx.services.workflows.replace_credentials(args.workflow_id, mapping)
     return ApplyCredentialsOutput(updated_nodes=updated)
 
 
-TOOLS = [
+TOOLS: list[ToolSpec[Any]] = [
     ToolSpec(
         name="verify-built-workflow",
         description="Run the built workflow in the sandbox with side effects simulated (the "
         "build's plan), each trigger in turn, and report what ran, what was simulated, what was "
         "not reached, and the claim the evidence supports. Overrides only for simulated nodes.",
         group=GROUP,
+        services=VerifyTools,
         input_model=VerifyInput,
         output_model=VerifyOutput,
         handler=verify_built_workflow,
@@ -308,6 +323,7 @@ TOOLS = [
         description="Report your verdict on a verification (verified, needs_patch, "
         "needs_rebuild, trigger_only, needs_user_input, failed_terminal) and get what to do next.",
         group=GROUP,
+        services=VerifyTools,
         input_model=VerdictInput,
         output_model=VerdictOutput,
         handler=report_verification_verdict,
@@ -317,6 +333,7 @@ TOOLS = [
         description="A work item's phase, budgets, attempts, build outcome and whether it still "
         "owes a verification.",
         group=GROUP,
+        services=VerifyTools,
         input_model=WorkItemInput,
         output_model=WorkItemOutput,
         handler=get_work_item,
@@ -326,6 +343,7 @@ TOOLS = [
         description="Put real credentials on named nodes of a built workflow, all or none, as a "
         "new version.",
         group=GROUP,
+        services=VerifyTools,
         input_model=ApplyCredentialsInput,
         output_model=ApplyCredentialsOutput,
         handler=apply_workflow_credentials,

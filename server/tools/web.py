@@ -3,17 +3,27 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import Field
 
-from server.domain.web import Authorize, HostNotApproved
+from server.domain.web import Authorize, HostNotApproved, WebFetcher, WebSearch
 from server.errors import FailedPreconditionError
-from server.runtime import Runtime
-from server.runtime.hitl import ANY_HOST
+from server.runtime.hitl import ANY_HOST, Hitl
 from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec, blocked_message
 
 GROUP = "web"
+
+
+@dataclass(frozen=True, kw_only=True)
+class WebTools:
+    """What the web tools may touch; `search` is None when no provider is configured."""
+
+    fetcher: WebFetcher
+    search: WebSearch | None
+    hitl: Hitl
 
 
 class FetchInput(ToolModel):
@@ -33,12 +43,13 @@ class FetchOutput(ToolModel):
     safety_flags: list[str] | None = Field(None, alias="safetyFlags")
 
 
-async def host_approvals(ctx: ToolContext, spec: ToolSpec, what: str) -> Authorize:
+async def host_approvals(
+    hitl: Hitl, ctx: ToolContext[object], spec: ToolSpec[Any], what: str
+) -> Authorize:
     """Whether each host a call reaches is approved for the thread: the `fetchUrl`
     permission, hosts remembered from earlier cards, and the person's answer to this call's
     card (which applies to the first host needing one: the one they were asked about; a plain
     approval counts as this once). Raises when the permission is blocked or they said no."""
-    hitl = ctx.runtime.hitl
     mode = await hitl.mode(ctx.thread_id, "fetchUrl")
     if mode == "blocked":
         raise FailedPreconditionError(blocked_message(spec))
@@ -75,11 +86,11 @@ def host_card(needed: HostNotApproved, what: str) -> Suspend:
     )
 
 
-async def fetch_url(ctx: ToolContext, args: FetchInput) -> FetchOutput:
+async def fetch_url(ctx: ToolContext[WebTools], args: FetchInput) -> FetchOutput:
     host = urlsplit(args.url).hostname or args.url
-    authorize = await host_approvals(ctx, SPEC_FETCH, f"fetching from {host}")
+    authorize = await host_approvals(ctx.services.hitl, ctx, SPEC_FETCH, f"fetching from {host}")
     try:
-        page = await ctx.runtime.web.fetch(
+        page = await ctx.services.fetcher.fetch(
             args.url, max_chars=args.max_content_length, authorize=authorize
         )
     except HostNotApproved as needed:
@@ -115,8 +126,8 @@ class SearchOutput(ToolModel):
     results: list[SearchResult]
 
 
-async def web_search(ctx: ToolContext, args: SearchInput) -> SearchOutput:
-    search = ctx.runtime.web_search
+async def web_search(ctx: ToolContext[WebTools], args: SearchInput) -> SearchOutput:
+    search = ctx.services.search
     if search is None:
         raise FailedPreconditionError("no search provider is configured")
     hits = await search.search(args.query, count=20 if args.include_domains else args.max_results)
@@ -142,8 +153,8 @@ async def web_search(ctx: ToolContext, args: SearchInput) -> SearchOutput:
     )
 
 
-def _search_configured(runtime: Runtime) -> bool:
-    return runtime.web_search is not None
+def _search_configured(services: WebTools) -> bool:
+    return services.search is not None
 
 
 SPEC_FETCH = ToolSpec(
@@ -152,6 +163,7 @@ SPEC_FETCH = ToolSpec(
     "Markdown. Only public addresses; the user approves each new host (once, for the "
     "domain, or for all).",
     group=GROUP,
+    services=WebTools,
     input_model=FetchInput,
     output_model=FetchOutput,
     handler=fetch_url,
@@ -159,12 +171,13 @@ SPEC_FETCH = ToolSpec(
     self_gated=True,
     may_ask=True,
 )
-TOOLS = [
+TOOLS: list[ToolSpec[Any]] = [
     SPEC_FETCH,
     ToolSpec(
         name="web-search",
         description="Search the web; returns ranked results with title, URL and snippet.",
         group=GROUP,
+        services=WebTools,
         input_model=SearchInput,
         output_model=SearchOutput,
         handler=web_search,

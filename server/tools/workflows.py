@@ -4,19 +4,35 @@ version history (the version tools only where the licence setting enables them).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import Field
 
-from server.domain.workflows import VersionInfo, Workflow
+from server.catalog import CatalogService
 from server.errors import UnavailableError
+from server.instance import Credentials, Features, Workflows
+from server.instance.types import VersionInfo, Workflow
+from server.pipeline.build import WorkflowBuilder
 from server.pipeline.setup import NodeSetup, needed
-from server.runtime import Runtime
+from server.runtime.hitl import Hitl
 from server.tools.scope import visible_workflow
 from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec
 
 GROUP = "workflows"
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkflowTools:
+    """What the workflow tools may touch."""
+
+    workflows: Workflows
+    credentials: Credentials
+    features: Features
+    builder: WorkflowBuilder
+    catalog: CatalogService
+    hitl: Hitl
 
 
 class ListWorkflowsInput(ToolModel):
@@ -41,8 +57,10 @@ class ListWorkflowsOutput(ToolModel):
     workflows: list[WorkflowSummary]
 
 
-async def list_workflows(ctx: ToolContext, args: ListWorkflowsInput) -> ListWorkflowsOutput:
-    rows = await ctx.runtime.workflows.listing(
+async def list_workflows(
+    ctx: ToolContext[WorkflowTools], args: ListWorkflowsInput
+) -> ListWorkflowsOutput:
+    rows = await ctx.services.workflows.listing(
         query=args.query, limit=args.limit, status=args.status, caller=ctx.caller
     )
     return ListWorkflowsOutput(
@@ -71,8 +89,10 @@ class GetWorkflowOutput(WorkflowHeader):
     settings: dict[str, Any]
 
 
-async def get_workflow(ctx: ToolContext, args: WorkflowIdInput) -> GetWorkflowOutput:
-    workflow: Workflow = await visible_workflow(ctx, args.workflow_id)
+async def get_workflow(ctx: ToolContext[WorkflowTools], args: WorkflowIdInput) -> GetWorkflowOutput:
+    workflow: Workflow = await visible_workflow(
+        ctx.services.workflows, ctx.caller, args.workflow_id
+    )
     return GetWorkflowOutput(
         id=workflow.id,
         name=workflow.name,
@@ -90,20 +110,23 @@ class WorkflowCodeOutput(ToolModel):
     code: str
 
 
-async def get_workflow_as_code(ctx: ToolContext, args: WorkflowIdInput) -> WorkflowCodeOutput:
-    workflow = await visible_workflow(ctx, args.workflow_id)
-    toolchain = await ctx.runtime.builder.toolchain(ctx.thread_id)
+async def get_workflow_as_code(
+    ctx: ToolContext[WorkflowTools], args: WorkflowIdInput
+) -> WorkflowCodeOutput:
+    workflow = await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
+    toolchain = await ctx.services.builder.toolchain(ctx.thread_id)
     generated = await toolchain.workflow_to_code(ctx.thread_id, workflow.as_json())
     if not generated.get("ok"):
         raise UnavailableError(f"generating code failed: {generated.get('message')}")
     return WorkflowCodeOutput(workflow_id=workflow.id, code=generated["code"])
 
 
-TOOLS = [
+TOOLS: list[ToolSpec[Any]] = [
     ToolSpec(
         name="list-workflows",
         description="List workflows, newest change first.",
         group=GROUP,
+        services=WorkflowTools,
         input_model=ListWorkflowsInput,
         output_model=ListWorkflowsOutput,
         handler=list_workflows,
@@ -112,6 +135,7 @@ TOOLS = [
         name="get-workflow",
         description="A workflow's full definition: nodes, connections and settings.",
         group=GROUP,
+        services=WorkflowTools,
         input_model=WorkflowIdInput,
         output_model=GetWorkflowOutput,
         handler=get_workflow,
@@ -122,6 +146,7 @@ TOOLS = [
         "workspace file and call build-workflow with that filePath and this workflowId once; "
         "later builds need only filePath.",
         group=GROUP,
+        services=WorkflowTools,
         input_model=WorkflowIdInput,
         output_model=WorkflowCodeOutput,
         handler=get_workflow_as_code,
@@ -133,15 +158,17 @@ class SuccessOutput(ToolModel):
     success: bool
 
 
-async def delete_workflow(ctx: ToolContext, args: WorkflowIdInput) -> SuccessOutput:
-    await visible_workflow(ctx, args.workflow_id)
-    await ctx.runtime.workflows.set_archived(args.workflow_id, True)
+async def delete_workflow(ctx: ToolContext[WorkflowTools], args: WorkflowIdInput) -> SuccessOutput:
+    await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
+    await ctx.services.workflows.set_archived(args.workflow_id, True)
     return SuccessOutput(success=True)
 
 
-async def unarchive_workflow(ctx: ToolContext, args: WorkflowIdInput) -> SuccessOutput:
-    await visible_workflow(ctx, args.workflow_id)
-    await ctx.runtime.workflows.set_archived(args.workflow_id, False)
+async def unarchive_workflow(
+    ctx: ToolContext[WorkflowTools], args: WorkflowIdInput
+) -> SuccessOutput:
+    await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
+    await ctx.services.workflows.set_archived(args.workflow_id, False)
     return SuccessOutput(success=True)
 
 
@@ -156,15 +183,17 @@ class PublishOutput(ToolModel):
     active_version_id: str = Field(alias="activeVersionId")
 
 
-async def publish_workflow(ctx: ToolContext, args: PublishInput) -> PublishOutput:
-    await visible_workflow(ctx, args.workflow_id)
-    active = await ctx.runtime.workflows.publish(args.workflow_id, args.version_id)
+async def publish_workflow(ctx: ToolContext[WorkflowTools], args: PublishInput) -> PublishOutput:
+    await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
+    active = await ctx.services.workflows.publish(args.workflow_id, args.version_id)
     return PublishOutput(success=True, active_version_id=active)
 
 
-async def unpublish_workflow(ctx: ToolContext, args: WorkflowIdInput) -> SuccessOutput:
-    await visible_workflow(ctx, args.workflow_id)
-    await ctx.runtime.workflows.unpublish(args.workflow_id)
+async def unpublish_workflow(
+    ctx: ToolContext[WorkflowTools], args: WorkflowIdInput
+) -> SuccessOutput:
+    await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
+    await ctx.services.workflows.unpublish(args.workflow_id)
     return SuccessOutput(success=True)
 
 
@@ -203,9 +232,9 @@ class VersionsOutput(ToolModel):
     versions: list[VersionSummary]
 
 
-async def list_versions(ctx: ToolContext, args: VersionsInput) -> VersionsOutput:
-    await visible_workflow(ctx, args.workflow_id)
-    versions = await ctx.runtime.workflows.versions(
+async def list_versions(ctx: ToolContext[WorkflowTools], args: VersionsInput) -> VersionsOutput:
+    await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
+    versions = await ctx.services.workflows.versions(
         args.workflow_id, limit=args.limit, skip=args.skip
     )
     return VersionsOutput(versions=[VersionSummary.of(v) for v in versions])
@@ -222,9 +251,9 @@ class VersionOutput(VersionSummary):
     settings: dict[str, Any]
 
 
-async def get_version(ctx: ToolContext, args: VersionInput) -> VersionOutput:
-    await visible_workflow(ctx, args.workflow_id)
-    info, content = await ctx.runtime.workflows.version(args.workflow_id, args.version_id)
+async def get_version(ctx: ToolContext[WorkflowTools], args: VersionInput) -> VersionOutput:
+    await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
+    info, content = await ctx.services.workflows.version(args.workflow_id, args.version_id)
     summary = VersionSummary.of(info).model_dump(by_alias=True)
     return VersionOutput.model_validate(
         summary
@@ -242,9 +271,9 @@ class RestoreOutput(ToolModel):
     version_id: str = Field(alias="versionId", description="The new current draft")
 
 
-async def restore_version(ctx: ToolContext, args: VersionInput) -> RestoreOutput:
-    await visible_workflow(ctx, args.workflow_id)
-    restored = await ctx.runtime.workflows.restore(args.workflow_id, args.version_id)
+async def restore_version(ctx: ToolContext[WorkflowTools], args: VersionInput) -> RestoreOutput:
+    await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
+    restored = await ctx.services.workflows.restore(args.workflow_id, args.version_id)
     return RestoreOutput(success=True, version_id=restored)
 
 
@@ -253,9 +282,9 @@ class LabelInput(VersionInput):
     description: str | None = Field(None, max_length=2000)
 
 
-async def update_version(ctx: ToolContext, args: LabelInput) -> SuccessOutput:
-    await visible_workflow(ctx, args.workflow_id)
-    await ctx.runtime.workflows.label_version(
+async def update_version(ctx: ToolContext[WorkflowTools], args: LabelInput) -> SuccessOutput:
+    await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
+    await ctx.services.workflows.label_version(
         args.workflow_id, args.version_id, label=args.name, description=args.description
     )
     return SuccessOutput(success=True)
@@ -264,16 +293,17 @@ async def update_version(ctx: ToolContext, args: LabelInput) -> SuccessOutput:
 AUTHOR = "Instance AI"
 
 
-def _licensed(feature: str) -> Callable[[Runtime], bool]:
-    def holds(runtime: Runtime) -> bool:
-        return feature in runtime.settings.licensed_features
+def _licensed(feature: str) -> Callable[[WorkflowTools], bool]:
+    def holds(services: WorkflowTools) -> bool:
+        return services.features.enabled(feature)
 
     return holds
 
 
-def _version_tool(feature: str, **fields: Any) -> ToolSpec:
+def _version_tool(feature: str, **fields: Any) -> ToolSpec[Any]:
     return ToolSpec(
         group=GROUP,
+        services=WorkflowTools,
         condition=_licensed(feature),
         requires=f"INSTANCE_AI_LICENSED_FEATURES including {feature}",
         **fields,
@@ -286,6 +316,7 @@ TOOLS += [
         description="Archive a workflow (unpublishing it first). Reversible with "
         "unarchive-workflow.",
         group=GROUP,
+        services=WorkflowTools,
         input_model=WorkflowIdInput,
         output_model=SuccessOutput,
         handler=delete_workflow,
@@ -296,6 +327,7 @@ TOOLS += [
         name="unarchive-workflow",
         description="Restore an archived workflow without publishing it.",
         group=GROUP,
+        services=WorkflowTools,
         input_model=WorkflowIdInput,
         output_model=SuccessOutput,
         handler=unarchive_workflow,
@@ -305,6 +337,7 @@ TOOLS += [
         name="publish-workflow",
         description="Publish a version (default: the latest draft) so it runs on its triggers.",
         group=GROUP,
+        services=WorkflowTools,
         input_model=PublishInput,
         output_model=PublishOutput,
         handler=publish_workflow,
@@ -314,6 +347,7 @@ TOOLS += [
         name="unpublish-workflow",
         description="Stop a workflow running in production; the draft is kept.",
         group=GROUP,
+        services=WorkflowTools,
         input_model=WorkflowIdInput,
         output_model=SuccessOutput,
         handler=unpublish_workflow,
@@ -362,17 +396,17 @@ class SetupOutput(ToolModel):
     failed_nodes: list[dict[str, str]] = Field(alias="failedNodes")
 
 
-async def setup_workflow(ctx: ToolContext, args: WorkflowIdInput) -> SetupOutput:
+async def setup_workflow(ctx: ToolContext[WorkflowTools], args: WorkflowIdInput) -> SetupOutput:
     """Walk the person through the workflow's nodes that still need something, one card per
     node (credentials to choose, placeholder values to fill). Each answer is applied as it
     comes, as a new version; the series is this call's answered cards, so it survives a
     restart. Ends with the completed, skipped and failed nodes."""
-    workflow = await visible_workflow(ctx, args.workflow_id)
-    catalog = await ctx.runtime.catalog.get()
-    visible = {c.id: c for c in await ctx.runtime.credentials.all(sorted(ctx.caller.project_ids))}
+    workflow = await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
+    catalog = await ctx.services.catalog.get()
+    visible = {c.id: c for c in await ctx.services.credentials.all(sorted(ctx.caller.project_ids))}
     history = []
     if ctx.tool_call_id:
-        history = await ctx.runtime.hitl.answered_for_call(ctx.thread_id, ctx.tool_call_id)
+        history = await ctx.services.hitl.answered_for_call(ctx.thread_id, ctx.tool_call_id)
     outcomes: dict[str, str | None] = {}  # node → None (completed), "skipped", or the error
     stop = False
     for position, card in enumerate(history):
@@ -385,12 +419,12 @@ async def setup_workflow(ctx: ToolContext, args: WorkflowIdInput) -> SetupOutput
         if newest and outcome is None:
             chosen = (answer.get("nodeCredentials") or {}).get(asked.node_name) or {}
             values = (answer.get("nodeParameters") or {}).get(asked.node_name) or {}
-            await ctx.runtime.workflows.replace_credentials(
+            await ctx.services.workflows.replace_credentials(
                 workflow.id,
                 {asked.node_name: {k: _ref(visible[str(v)]) for k, v in chosen.items()}},
                 {asked.node_name: {p: values[p] for p in asked.parameters}},
             )
-    current = await visible_workflow(ctx, args.workflow_id)
+    current = await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
     pending = [
         p for p in needed(current.as_json(), catalog, set(visible)) if p.node_name not in outcomes
     ]
@@ -462,6 +496,7 @@ TOOLS.append(
         "or placeholder values, one card per node, applying each answer as a new version; "
         "reports completed, skipped and failed nodes.",
         group=GROUP,
+        services=WorkflowTools,
         input_model=WorkflowIdInput,
         output_model=SetupOutput,
         handler=setup_workflow,

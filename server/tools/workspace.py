@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from pydantic import Field
 
 from sandbox.protocol import Sandboxes
 from sandbox.results import MAX_CHARS, MAX_ITEMS, View, render
-from server.tools.spec import ToolContext, ToolModel, ToolSpec
+from server.tools.spec import SandboxFor, ToolContext, ToolModel, ToolSpec
 
 DEFAULT_LINES = 2000
 
 
-async def _manager(ctx: ToolContext) -> Sandboxes:
-    return await ctx.runtime.sandboxes.for_thread(ctx.thread_id)
+async def _manager(ctx: ToolContext[WorkspaceTools]) -> Sandboxes:
+    return await ctx.services.sandbox_for(ctx.thread_id)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkspaceTools:
+    """What the workspace tools may touch: the thread's sandbox."""
+
+    sandbox_for: SandboxFor
 
 
 class ReadFileInput(ToolModel):
@@ -27,7 +37,7 @@ class ReadFileOutput(ToolModel):
     truncated: bool
 
 
-async def read_file(ctx: ToolContext, args: ReadFileInput) -> ReadFileOutput:
+async def read_file(ctx: ToolContext[WorkspaceTools], args: ReadFileInput) -> ReadFileOutput:
     data = await (await _manager(ctx)).read_file(ctx.thread_id, args.path)
     lines = data.decode(errors="replace").splitlines(keepends=True)
     window = lines[args.offset - 1 : args.offset - 1 + args.limit]
@@ -48,7 +58,7 @@ class WriteFileOutput(ToolModel):
     bytes_written: int = Field(alias="bytesWritten")
 
 
-async def write_file(ctx: ToolContext, args: WriteFileInput) -> WriteFileOutput:
+async def write_file(ctx: ToolContext[WorkspaceTools], args: WriteFileInput) -> WriteFileOutput:
     written = await (await _manager(ctx)).write_file(
         ctx.thread_id, args.path, args.content.encode()
     )
@@ -67,7 +77,9 @@ class StrReplaceOutput(ToolModel):
     replacements: int
 
 
-async def str_replace_file(ctx: ToolContext, args: StrReplaceInput) -> StrReplaceOutput:
+async def str_replace_file(
+    ctx: ToolContext[WorkspaceTools], args: StrReplaceInput
+) -> StrReplaceOutput:
     count = await (await _manager(ctx)).str_replace(
         ctx.thread_id, args.path, args.old_str, args.new_str, replace_all=args.replace_all
     )
@@ -94,7 +106,9 @@ class ExecuteCommandOutput(ToolModel):
     )
 
 
-async def execute_command(ctx: ToolContext, args: ExecuteCommandInput) -> ExecuteCommandOutput:
+async def execute_command(
+    ctx: ToolContext[WorkspaceTools], args: ExecuteCommandInput
+) -> ExecuteCommandOutput:
     result = await (await _manager(ctx)).run_command(
         ctx.thread_id,
         args.command,
@@ -127,7 +141,9 @@ class ReadToolResultOutput(ToolModel):
     next_offset: int | None = Field(None, alias="nextOffset")
 
 
-async def read_tool_result(ctx: ToolContext, args: ReadToolResultInput) -> ReadToolResultOutput:
+async def read_tool_result(
+    ctx: ToolContext[WorkspaceTools], args: ReadToolResultInput
+) -> ReadToolResultOutput:
     stored = await (await _manager(ctx)).read_result(ctx.thread_id, args.path)
     window = render(
         stored.decode(errors="replace"),
@@ -143,11 +159,12 @@ async def read_tool_result(ctx: ToolContext, args: ReadToolResultInput) -> ReadT
 
 
 GROUP = "workspace"
-TOOLS = [
+TOOLS: list[ToolSpec[Any]] = [
     ToolSpec(
         name="workspace_read_file",
         description="Read a text file from the workspace, by lines.",
         group=GROUP,
+        services=WorkspaceTools,
         input_model=ReadFileInput,
         output_model=ReadFileOutput,
         handler=read_file,
@@ -156,6 +173,7 @@ TOOLS = [
         name="workspace_write_file",
         description="Create or replace a workspace file.",
         group=GROUP,
+        services=WorkspaceTools,
         input_model=WriteFileInput,
         output_model=WriteFileOutput,
         handler=write_file,
@@ -164,6 +182,7 @@ TOOLS = [
         name="workspace_str_replace_file",
         description="Replace exact text in a workspace file (must match once unless replace_all).",
         group=GROUP,
+        services=WorkspaceTools,
         input_model=StrReplaceInput,
         output_model=StrReplaceOutput,
         handler=str_replace_file,
@@ -173,6 +192,7 @@ TOOLS = [
         description="Run a shell command in the sandbox under a deadline; output is capped and "
         "kept in full at fullOutputPath when cut.",
         group=GROUP,
+        services=WorkspaceTools,
         input_model=ExecuteCommandInput,
         output_model=ExecuteCommandOutput,
         handler=execute_command,
@@ -182,6 +202,7 @@ TOOLS = [
         description="Page through a stored result: view 'describe' first to see its structure, "
         "then 'json' with a pointer, or 'text' by character offset.",
         group=GROUP,
+        services=WorkspaceTools,
         input_model=ReadToolResultInput,
         output_model=ReadToolResultOutput,
         handler=read_tool_result,

@@ -1,0 +1,49 @@
+"""The user's instance as the tools and the pipeline see it: protocols (`protocols.py`) over
+values (`types.py`), with the embedded SQL store (`server/domain/`) as one implementation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from server.instance.protocols import (
+    Credentials,
+    CredentialSecrets,
+    DataTables,
+    Executions,
+    Features,
+    Folders,
+    InstanceUnavailableError,
+    Projects,
+    Tags,
+    Workflows,
+)
+
+__all__ = [
+    "CredentialSecrets",
+    "Credentials",
+    "DataTables",
+    "Executions",
+    "Features",
+    "Folders",
+    "Instance",
+    "InstanceUnavailableError",
+    "Projects",
+    "Tags",
+    "Workflows",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Instance:
+    """One instance's parts, as the composition root hands them out."""
+
+    workflows: Workflows
+    executions: Executions
+    credentials: Credentials
+    # None where runs do not happen in this service's sandboxes (an n8n instance runs them).
+    secrets: CredentialSecrets | None
+    data_tables: DataTables
+    folders: Folders
+    tags: Tags
+    projects: Projects
+    features: Features

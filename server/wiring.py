@@ -1,0 +1,331 @@
+"""The composition root: the one place that builds the service's parts and hands each the
+others it needs. Everything it imports sits below it; nothing imports it but `server/app.py`.
+
+Each consumer gets a narrow handle: the agent its `AgentServices`, each tool group its own
+services class (see `tool_services`), the servicers `ApiParts`. `Parts` itself stays here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import structlog
+
+from browser_relay.driver import Drivers
+from browser_relay.headless import HeadlessBrowsers
+from browser_relay.server import RelayServer
+from browser_relay.sessions import BrowserSessions, sandbox_key, session_id_for
+from sandbox.egress import EgressProxy
+from server.agent.loop import AgentServices
+from server.api.server import ApiParts
+from server.catalog import CatalogService
+from server.domain.credential_test import CredentialTester
+from server.domain.credentials import (
+    KEY_FILE_NAME,
+    CredentialStore,
+    Sealer,
+    decode_key,
+    key_from_file,
+)
+from server.domain.data_tables import DataTableStore
+from server.domain.executions import ExecutionStore
+from server.domain.folders import FolderStore, TagStore
+from server.domain.projects import CallerProjects, ConfiguredFeatures
+from server.domain.web import BraveSearch, SearxngSearch, WebFetcher, WebSearch
+from server.domain.work_items import WorkItemStore
+from server.domain.workflows import WorkflowStore
+from server.instance import Instance
+from server.pipeline.build import WorkflowBuilder
+from server.pipeline.runs import WorkflowRunner
+from server.pipeline.verify import Verifier
+from server.pipeline.work import WorkLoop
+from server.runtime.background import BackgroundTasks
+from server.runtime.conversation import Conversation
+from server.runtime.egress import egress_policy
+from server.runtime.events import EventLog
+from server.runtime.hitl import Hitl
+from server.runtime.plans import Plans
+from server.runtime.sandboxes import SandboxService
+from server.runtime.threads import Threads
+from server.settings import Settings
+from server.store import Database
+from server.tools import (
+    agents_module,
+    browser,
+    build,
+    credentials,
+    data_tables,
+    executions,
+    nodes,
+    orchestration,
+    projects,
+    verify,
+    web,
+    workflows,
+    workspace,
+)
+from server.tools.registry import ALL_TOOLS, ToolRegistry
+
+__all__ = ["Parts", "credential_store", "embedded_instance", "tool_registry"]
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(kw_only=True)
+class Parts:
+    """Every part of one server process, as built by `Parts.open`."""
+
+    settings: Settings
+    db: Database
+    events: EventLog
+    threads: Threads
+    hitl: Hitl
+    plans: Plans
+    background: BackgroundTasks
+    conversation: Conversation
+    sandboxes: SandboxService
+    catalog: CatalogService
+    instance: Instance
+    builder: WorkflowBuilder
+    runner: WorkflowRunner
+    loop: WorkLoop
+    verifier: Verifier
+    web: WebFetcher
+    web_search: WebSearch | None
+    credential_tester: CredentialTester
+    relay: RelayServer
+    headless: HeadlessBrowsers
+    drivers: Drivers
+
+    @classmethod
+    async def open(cls, settings: Settings) -> Parts:
+        db = await Database.open(settings.resolved_database_url)
+        events = EventLog(db=db, subscriber_buffer=settings.subscriber_buffer)
+        events.start()
+        background = BackgroundTasks(events=events, limit=settings.background_task_limit)
+        threads = Threads(db=db, events=events, background=background.running)
+        hitl = Hitl(db=db, events=events, modes=dict(settings.permissions))
+        sandboxes = SandboxService(
+            settings,
+            db,
+            thread_known=threads.exists,
+            egress=EgressProxy(egress_policy(settings, hitl)),
+        )
+        try:
+            await sandboxes.start()
+        except BaseException:
+            await events.close()
+            await db.close()
+            raise
+        catalog = CatalogService(sandboxes.catalog_dir)
+        instance = embedded_instance(settings, db)
+        builder = WorkflowBuilder(
+            sandboxes=sandboxes.for_thread,
+            catalog=catalog,
+            workflows=instance.workflows,
+            max_source_bytes=settings.build_max_source_bytes,
+            compile_timeout_s=settings.build_compile_timeout_seconds,
+            diagnostics_timeout_s=settings.build_diagnostics_timeout_seconds,
+        )
+        runner = WorkflowRunner(
+            builder=builder,
+            catalog=catalog,
+            workflows=instance.workflows,
+            executions=instance.executions,
+            credentials=instance.credentials,
+            secrets=instance.secrets,
+        )
+        loop = WorkLoop(WorkItemStore(db))
+        verifier = Verifier(
+            builder=builder,
+            catalog=catalog,
+            workflows=instance.workflows,
+            runner=runner,
+            loop=loop,
+        )
+        relay = await RelayServer(
+            BrowserSessions(),
+            host=settings.browser_relay_host,
+            port=settings.browser_relay_port,
+            public_url=settings.browser_relay_public_url,
+        ).start()
+        log.info("browser relay listening", url=relay.http_url)
+        headless = HeadlessBrowsers(relay, idle_seconds=settings.browser_sandbox_idle_seconds)
+        drivers = Drivers()
+
+        async def thread_deleted(thread_id: str) -> None:
+            # Its sandboxed browser first (the sandbox's removal would end it less tidily).
+            session_id = session_id_for(sandbox_key(thread_id))
+            await drivers.drop(session_id)
+            await headless.stop(sandbox_key(thread_id))
+            relay.sessions.forget(session_id)
+            await sandboxes.destroy(thread_id)
+
+        threads.on_deleted = thread_deleted
+        timeout = settings.web_fetch_timeout_seconds
+        allow = frozenset(settings.web_fetch_allow_hosts)
+        return cls(
+            settings=settings,
+            db=db,
+            events=events,
+            threads=threads,
+            hitl=hitl,
+            plans=Plans(db=db, events=events),
+            background=background,
+            conversation=Conversation(db=db),
+            sandboxes=sandboxes,
+            catalog=catalog,
+            instance=instance,
+            builder=builder,
+            runner=runner,
+            loop=loop,
+            verifier=verifier,
+            web=WebFetcher(timeout_s=timeout, allow=allow),
+            web_search=_web_search(settings),
+            credential_tester=CredentialTester(timeout_s=timeout, allow=allow),
+            relay=relay,
+            headless=headless,
+            drivers=drivers,
+        )
+
+    async def close(self) -> None:
+        await self.background.cancel_all()
+        await self.drivers.close()
+        await self.headless.close()
+        await self.relay.close()
+        await self.sandboxes.close()
+        await self.events.close()
+        await self.db.close()
+
+    # -- the narrow handles -----------------------------------------------------------------
+
+    def agent_services(self) -> AgentServices:
+        return AgentServices(
+            settings=self.settings,
+            events=self.events,
+            threads=self.threads,
+            hitl=self.hitl,
+            conversation=self.conversation,
+            plans=self.plans,
+            background=self.background,
+            sandbox_for=self.sandboxes.for_thread,
+        )
+
+    def api_parts(self) -> ApiParts:
+        return ApiParts(
+            sandboxes=self.sandboxes,
+            credentials=self.instance.credentials,
+            catalog=self.catalog,
+            relay=self.relay,
+        )
+
+    def tool_services(self) -> list[object]:
+        """One services object per tool group: what that group's handlers may touch."""
+        instance = self.instance
+        return [
+            orchestration.OrchestrationTools(plans=self.plans, background=self.background),
+            workspace.WorkspaceTools(sandbox_for=self.sandboxes.for_thread),
+            build.BuildTools(builder=self.builder, loop=self.loop),
+            verify.VerifyTools(
+                workflows=instance.workflows, verifier=self.verifier, loop=self.loop
+            ),
+            workflows.WorkflowTools(
+                workflows=instance.workflows,
+                credentials=instance.credentials,
+                features=instance.features,
+                builder=self.builder,
+                catalog=self.catalog,
+                hitl=self.hitl,
+            ),
+            executions.ExecutionTools(
+                workflows=instance.workflows,
+                executions=instance.executions,
+                runner=self.runner,
+            ),
+            nodes.NodeTools(
+                catalog=self.catalog,
+                builder=self.builder,
+                credentials=instance.credentials,
+                secrets=instance.secrets,
+            ),
+            data_tables.DataTableTools(data_tables=instance.data_tables),
+            projects.ProjectTools(
+                projects=instance.projects,
+                workflows=instance.workflows,
+                executions=instance.executions,
+                folders=instance.folders,
+                tags=instance.tags,
+            ),
+            credentials.CredentialTools(
+                credentials=instance.credentials,
+                secrets=instance.secrets,
+                workflows=instance.workflows,
+                catalog=self.catalog,
+                tester=self.credential_tester,
+                hitl=self.hitl,
+            ),
+            web.WebTools(fetcher=self.web, search=self.web_search, hitl=self.hitl),
+            browser.BrowserTools(
+                relay=self.relay,
+                drivers=self.drivers,
+                headless=self.headless,
+                sandbox_for=self.sandboxes.for_thread,
+                in_sandbox=self.settings.browser == "sandbox",
+            ),
+            agents_module.AgentsModuleTools(),
+        ]
+
+
+def tool_registry(parts: Parts) -> ToolRegistry:
+    """Every tool, bound to its group's services, the event log and the permission rule."""
+    return ToolRegistry(
+        ALL_TOOLS,
+        parts.tool_services(),
+        events=parts.events,
+        hitl=parts.hitl,
+        thread_exists=parts.threads.exists,
+    )
+
+
+def embedded_instance(settings: Settings, db: Database) -> Instance:
+    """The standalone default: the instance kept in this service's own database."""
+    credential_data = credential_store(settings, db)
+    return Instance(
+        workflows=WorkflowStore(db),
+        executions=ExecutionStore(db),
+        credentials=credential_data,
+        secrets=credential_data,
+        data_tables=DataTableStore(db),
+        folders=FolderStore(db),
+        tags=TagStore(db),
+        projects=CallerProjects(),
+        features=ConfiguredFeatures(settings.licensed_features),
+    )
+
+
+def credential_store(settings: Settings, db: Database) -> CredentialStore:
+    """The credential store with the configured keys (see server/domain/credentials.py)."""
+    return CredentialStore(db, _sealer(settings))
+
+
+def _sealer(settings: Settings) -> Sealer:
+    if settings.credentials_key is not None:
+        key = decode_key(settings.credentials_key.get_secret_value(), "INSTANCE_AI_CREDENTIALS_KEY")
+    else:
+        key = key_from_file(settings.data_dir / KEY_FILE_NAME)
+    previous = [
+        decode_key(k.get_secret_value(), "INSTANCE_AI_CREDENTIALS_PREVIOUS_KEYS")
+        for k in settings.credentials_previous_keys
+    ]
+    return Sealer(key, previous)
+
+
+def _web_search(settings: Settings) -> WebSearch | None:
+    """Brave first, then SearXNG; None: web-search is not registered."""
+    timeout = settings.web_fetch_timeout_seconds
+    if settings.brave_search_api_key is not None:
+        key = settings.brave_search_api_key.get_secret_value()
+        return WebSearch(BraveSearch(key, timeout_s=timeout))
+    if settings.searxng_url:
+        return WebSearch(SearxngSearch(settings.searxng_url, timeout_s=timeout))
+    return None
