@@ -30,7 +30,7 @@ from bench.sandbox import cleanup
 from evals.cases import load_cases
 from evals.rows import Row
 from evals.runner import Runner, RunOptions
-from sandbox.docker_provider import connect
+from sandbox.docker_engine import DockerEngine
 from server.client import ClientConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,7 +129,7 @@ async def run_level(
 
 async def main(levels: list[int]) -> None:
     owner = f"bench-{uuid.uuid4().hex[:8]}"
-    client = connect()
+    engine = DockerEngine.connect()
     with tempfile.TemporaryDirectory() as scratch:
         process, address = start_server(Path(scratch) / "data", owner)
         try:
@@ -142,8 +142,8 @@ async def main(levels: list[int]) -> None:
         finally:
             process.terminate()
             process.wait()
-            cleanup(client, owner)
-            client.close()
+            cleanup(engine, owner)
+            engine.close()
     base = figures[0]
     cores = os.cpu_count()
     print(

@@ -21,12 +21,12 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 
-import docker
-
 from sandbox import files
-from sandbox.docker_provider import DockerProvider, connect, remove_owner
+from sandbox.docker_engine import DockerEngine
+from sandbox.engine import ContainerEngine
 from sandbox.image.build import image_tags
 from sandbox.manager import SandboxManager
+from sandbox.provider import SandboxProvider, remove_owner
 from server.logs import configure_logging
 
 PAYLOAD = b"x" * 10 * 1024
@@ -49,7 +49,7 @@ def row(name: str, ours: float, base: float, unit: str = "ms, p50") -> str:
     return f"{name:<40} {ours:>10.2f} {base:>10.2f} {base / ours:>8.1f}x faster  ({unit})"
 
 
-async def acquire_figures(provider: DockerProvider, rounds: int) -> tuple[float, float]:
+async def acquire_figures(provider: SandboxProvider, rounds: int) -> tuple[float, float]:
     warm = SandboxManager(provider, pool_size=rounds)
     await warm.fill_pool()
     warm.pool_size = 0  # measure claims alone, no refill competing for the CPU
@@ -61,7 +61,7 @@ async def acquire_figures(provider: DockerProvider, rounds: int) -> tuple[float,
     return p50(pooled), p50(unpooled)
 
 
-async def io_figures(provider: DockerProvider, rounds: int) -> list[str]:
+async def io_figures(provider: SandboxProvider, rounds: int) -> list[str]:
     manager = SandboxManager(provider)
     container = await manager.acquire("io")
     await manager.write_file("io", "warm-up.txt", b"x")  # starts the worker
@@ -73,13 +73,17 @@ async def io_figures(provider: DockerProvider, rounds: int) -> list[str]:
         return await asyncio.to_thread(function)
 
     ping = await timed(lambda: in_thread(lambda: worker.call("ping")), rounds)
-    exec_true = await timed(lambda: in_thread(lambda: container.exec_run(["true"])), rounds)
+    engine = manager.engine
+    exec_true = await timed(
+        lambda: in_thread(lambda: engine.exec(container.id, ["true"], workdir="/")), rounds
+    )
+    workspace = files.Workspace(engine, container.id)
     write_w = await timed(lambda: manager.write_file("io", "w.bin", PAYLOAD), rounds)
     write_a = await timed(
-        lambda: in_thread(lambda: files.write_file(container, "a.bin", PAYLOAD)), rounds
+        lambda: in_thread(lambda: files.write_file(workspace, "a.bin", PAYLOAD)), rounds
     )
     read_w = await timed(lambda: manager.read_file("io", "w.bin"), rounds)
-    read_e = await timed(lambda: in_thread(lambda: files.read_file(container, "a.bin")), rounds)
+    read_e = await timed(lambda: in_thread(lambda: files.read_file(workspace, "a.bin")), rounds)
     template = "knowledge-base/templates/order-router.workflow.ts"
     await manager.compile("io", template)  # loads the SDK in the compile thread once
     compile_w = await timed(lambda: manager.compile("io", template), rounds)
@@ -94,7 +98,7 @@ async def io_figures(provider: DockerProvider, rounds: int) -> list[str]:
     ]
 
 
-async def burst_figures(provider: DockerProvider, threads: int) -> tuple[float, float]:
+async def burst_figures(provider: SandboxProvider, threads: int) -> tuple[float, float]:
     warm = SandboxManager(provider, pool_size=threads)
     await warm.fill_pool()
     warm.pool_size = 0
@@ -109,15 +113,15 @@ async def burst_figures(provider: DockerProvider, threads: int) -> tuple[float, 
     return pooled, unpooled
 
 
-def cleanup(client: docker.DockerClient, owner: str) -> None:
-    remove_owner(client, owner)
+def cleanup(engine: ContainerEngine, owner: str) -> None:
+    remove_owner(engine, owner)
 
 
 async def main(rounds: int, burst: int) -> None:
     configure_logging(level="warning")
-    client = connect()
+    engine = DockerEngine.connect()
     owner = f"bench-{uuid.uuid4().hex[:8]}"
-    provider = DockerProvider(client, image=image_tags()[-1], owner=owner)
+    provider = SandboxProvider(engine, image=image_tags()[-1], owner=owner)
     try:
         pooled, cold = await acquire_figures(provider, rounds)
         lines = [row("acquire: warm pool vs cold create+start", pooled, cold)]
@@ -127,8 +131,8 @@ async def main(rounds: int, burst: int) -> None:
             row(f"{burst} threads at once: pool vs cold", burst_pooled, burst_cold, "ms wall")
         )
     finally:
-        cleanup(client, owner)
-        client.close()
+        cleanup(engine, owner)
+        engine.close()
     print(f"{'figure':<40} {'ours':>10} {'baseline':>10}")
     print("\n".join(lines))
 

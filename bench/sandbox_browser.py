@@ -28,9 +28,10 @@ from browser_relay.driver import Drivers
 from browser_relay.headless import HeadlessBrowsers
 from browser_relay.server import RelayServer
 from browser_relay.sessions import BrowserSessions, sandbox_key
-from sandbox.docker_provider import DockerProvider, connect
+from sandbox.docker_engine import DockerEngine
 from sandbox.image.build import image_tags
 from sandbox.manager import SandboxManager
+from sandbox.provider import SandboxProvider
 from server.logs import configure_logging
 from tests.browser_fixtures import run_chromium
 
@@ -43,9 +44,9 @@ PAGE = "data:text/html," + quote(
 
 async def main(rounds: int) -> None:
     configure_logging(level="warning")
-    client = connect()
+    engine = DockerEngine.connect()
     owner = f"bench-{uuid.uuid4().hex[:8]}"
-    manager = SandboxManager(DockerProvider(client, image=image_tags()[-1], owner=owner))
+    manager = SandboxManager(SandboxProvider(engine, image=image_tags()[-1], owner=owner))
     relay = await RelayServer(BrowserSessions()).start()
     headless, drivers = HeadlessBrowsers(relay), Drivers()
     starts: dict[str, list[float]] = {"sandbox": [], "host": []}
@@ -83,8 +84,8 @@ async def main(rounds: int) -> None:
         await headless.close()
         await relay.close()
         await manager.close()
-        cleanup(client, owner)
-        client.close()
+        cleanup(engine, owner)
+        engine.close()
 
     def p50(values: list[float]) -> float:
         return statistics.median(values)

@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 
 from bench.sandbox import cleanup
-from sandbox.docker_provider import connect
+from sandbox.docker_engine import DockerEngine
 from server.app import Application
 from server.logs import configure_logging
 from server.settings import load_settings
@@ -33,9 +33,9 @@ async def bench_server() -> AsyncIterator[tuple[Application, grpc.aio.Channel]]:
             ):
                 yield app, channel
         finally:
-            client = connect()
-            cleanup(client, owner)
-            client.close()
+            engine = DockerEngine.connect()
+            cleanup(engine, owner)
+            engine.close()
 
 
 async def time_in_sandbox(app: Application, thread: str, command: str) -> float:

@@ -1,15 +1,24 @@
-"""Per-thread sandboxes: hardened Docker containers (or, without isolation, local
-directories), their image, the in-sandbox worker, and the commands and files inside.
+"""Per-thread sandboxes: hardened containers on a container engine (Docker; or, without
+isolation, local directories), their image, the in-sandbox worker, and the commands and
+files inside.
 
 Usable on its own: nothing here imports the server.
 
-    client = connect()
-    manager = SandboxManager(DockerProvider(client, image=require_image(client)))
+    engine = DockerEngine.connect()
+    provider = SandboxProvider(engine, image=engine.require_image(), owner="me")
+    manager = SandboxManager(provider)
     result = await manager.run_command("thread-1", "ls", timeout_s=30)
 """
 
 from sandbox.commands import CommandResult, CommandRunner
-from sandbox.docker_provider import DockerProvider, SandboxInfo, SandboxLimits, connect
+from sandbox.docker_engine import DockerEngine
+from sandbox.engine import (
+    ContainerEngine,
+    ContainerGoneError,
+    ContainerInfo,
+    ContainerSpec,
+    SandboxLimits,
+)
 from sandbox.errors import (
     EditMismatchError,
     FileTooLargeError,
@@ -25,9 +34,10 @@ from sandbox.errors import (
 from sandbox.files import FileEntry
 from sandbox.image.build import BuiltImage, ImageBuilder, image_tags, require_image
 from sandbox.lease import OwnerLease
-from sandbox.local import LocalSandboxes
+from sandbox.local_engine import LocalEngine
 from sandbox.manager import SandboxManager
 from sandbox.protocol import Sandboxes
+from sandbox.provider import SandboxInfo, SandboxProvider, remove_owner
 from sandbox.results import ResultViewError, ResultWindow, render
 from sandbox.workspace_disk import WorkspaceDisks
 
@@ -35,13 +45,17 @@ __all__ = [
     "BuiltImage",
     "CommandResult",
     "CommandRunner",
-    "DockerProvider",
+    "ContainerEngine",
+    "ContainerGoneError",
+    "ContainerInfo",
+    "ContainerSpec",
+    "DockerEngine",
     "EditMismatchError",
     "FileEntry",
     "FileTooLargeError",
     "ImageBuildError",
     "ImageBuilder",
-    "LocalSandboxes",
+    "LocalEngine",
     "OwnerLease",
     "PathEscapeError",
     "ResultViewError",
@@ -52,13 +66,14 @@ __all__ = [
     "SandboxManager",
     "SandboxNotFoundError",
     "SandboxOwnerInUseError",
+    "SandboxProvider",
     "SandboxUnavailableError",
     "Sandboxes",
     "WorkspaceDisks",
     "WorkspaceFileNotFoundError",
     "WorkspaceFullError",
-    "connect",
     "image_tags",
+    "remove_owner",
     "render",
     "require_image",
 ]

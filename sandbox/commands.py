@@ -1,12 +1,9 @@
 """Commands in a sandbox: a deadline, a whole-tree kill, capped output, nothing left behind.
 
-Each command is `docker exec`ed under its own *job uid* (group 1000, umask 002 so the files it
-makes stay editable by the sandbox user). At the deadline, or when the caller cancels,
-`kill -KILL -1` runs *as that uid*: Linux delivers it to every process of the uid except the
-caller, so the whole tree dies, including children that called `setsid` (which a process-group
-kill misses), while PID 1 and everything of other uids (the sandbox user, other jobs) are out
-of its reach without CAP_KILL. Only the engine can start a process under another uid in a
-container without capabilities, which is why commands go through `docker exec`.
+Each command runs as its own *job* of the engine (umask 002 so the files it makes stay
+editable by the sandbox user). At the deadline, or when the caller cancels, the engine kills
+every process of the job, children that called `setsid` included (which a process-group kill
+misses), and nothing else: on Docker a job is a uid of its own (see docker_engine.py).
 
 Output is read on the host. Each stream keeps its first `max_output_bytes` for the result
 (and only that reaches a live listener); the whole combined output (up to `max_saved_bytes`)
@@ -19,15 +16,12 @@ import io
 import tarfile
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from queue import Empty, Queue
-from typing import Any
 
-import docker
-from docker.models.containers import Container
-from docker.utils.socket import STDERR, STDOUT, frames_iter
-
+from sandbox.engine import STDERR, STDOUT, Attached, ContainerEngine
 from sandbox.errors import SandboxUnavailableError
 from sandbox.image.rootfs import USER_UID, WORKSPACE
 
@@ -39,16 +33,6 @@ RESULTS_DIR = ".instance-ai/results"
 OutputCallback = Callable[[str, bytes], None]
 # The exit code of a process killed by SIGKILL (128 + 9): its own OOM kill, or its sandbox's end.
 SIGKILLED = 137
-
-# Run as the job uid. Counts the uid's processes outside this script's own session (`docker
-# exec` makes the script a session leader), and while any is left sends `kill -9 -1`, which
-# Linux delivers to every process of the caller's uid but the caller itself. (`kill -0 -1`
-# cannot tell: the kernel counts processes it may not signal.) The pause lets PID 1 reap.
-_KILL_ALL = (
-    "me=$(id -u); for round in $(seq 20); do "
-    'left=$(ps -o sess= -u "$me" | grep -cvE "^ *$$$"); [ "$left" -eq 0 ] && exit 0; '
-    "kill -9 -1 2>/dev/null; sleep 0.05; done; exit 1"
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,20 +99,20 @@ class CommandRunner:
 
     def __init__(
         self,
-        client: docker.DockerClient,
+        engine: ContainerEngine,
         *,
         max_output_bytes: int = 64 * 1024,
         max_saved_bytes: int = 32 * 1024 * 1024,
         uids: JobUidPool | None = None,
     ) -> None:
-        self.client = client
+        self.engine = engine
         self.max_output_bytes = max_output_bytes
         self.max_saved_bytes = max_saved_bytes
         self.uids = uids or JobUidPool()
 
     def run(
         self,
-        container: Container,
+        container_id: str,
         command: str,
         *,
         timeout_s: float,
@@ -142,32 +126,36 @@ class CommandRunner:
         started = time.monotonic()
         capture = OutputCapture(self.max_output_bytes, self.max_saved_bytes)
         try:
-            exec_id, sock = self._start(container, command, uid=uid, cwd=cwd, env=env)
+            attached = self.engine.exec_attached(
+                container_id, ["sh", "-c", "umask 002\n" + command], workdir=cwd, env=env, job=uid
+            )
             chunks: Queue[tuple[str, bytes] | None] = Queue()
             reader = threading.Thread(
-                target=_pump, args=(sock, chunks), name="sandbox-exec-reader", daemon=True
+                target=_pump, args=(attached, chunks), name="sandbox-exec-reader", daemon=True
             )
             reader.start()
             stopped = _collect(chunks, capture, on_output, started + timeout_s, cancel)
             if stopped is not None:
-                self._kill_job(container, uid)
+                self._kill_job(container_id, uid)
                 _drain(chunks, capture, on_output, reader)
             reader.join(timeout=5)
-            exit_code = self.client.api.exec_inspect(exec_id).get("ExitCode")
-            if stopped is None and exit_code in (None, SIGKILLED) and not _running(container):
+            exit_code = attached.exit_code()
+            if (
+                stopped is None
+                and exit_code in (None, SIGKILLED)
+                and not self._running(container_id)
+            ):
                 raise SandboxUnavailableError(
                     "the sandbox stopped during the command (removed, killed or the engine "
                     "restarted); the next call starts it again with the same workspace"
                 )
             full_path = None
             if capture.truncated:
-                full_path = self._save_output(container, exec_id, capture.combined)
-        except docker.errors.DockerException as exc:
-            raise SandboxUnavailableError(f"running the command failed: {exc}") from exc
+                full_path = self._save_output(container_id, capture.combined)
         finally:
             # Also after a normal exit: background children must not outlive their command,
             # nor run on under a uid that goes back to the pool.
-            self._kill_job(container, uid)
+            self._kill_job(container_id, uid)
             self.uids.release(uid)
         timed_out = stopped == "timeout"
         return CommandResult(
@@ -181,51 +169,39 @@ class CommandRunner:
             full_output_path=full_path,
         )
 
-    def _start(
-        self, container: Container, command: str, *, uid: int, cwd: str, env: dict[str, str] | None
-    ) -> tuple[str, Any]:
-        exec_id: str = self.client.api.exec_create(
-            container.id,
-            ["sh", "-c", "umask 002\n" + command],
-            user=f"{uid}:{USER_UID}",
-            workdir=cwd,
-            environment={"HOME": "/home/user", **(env or {})},
-        )["Id"]
-        # The raw socket, so that it can be closed: the SDK's stream generator leaks it. No
-        # read timeout on it: a command may be silent for longer than the client's timeout.
-        sock = self.client.api.exec_start(exec_id, socket=True)
-        sock._sock.settimeout(None)
-        return exec_id, sock
-
-    def kill_leftovers(self, container: Container) -> list[int]:
+    def kill_leftovers(self, container_id: str) -> list[int]:
         """Kill the commands a process that died (SIGKILL, a crash) left running in a
-        sandbox it had: every process of a job uid. Returns the uids that had any."""
-        listing = container.exec_run(["ps", "-eo", "uid="], user=f"{USER_UID}:{USER_UID}")
-        uids = {int(word) for word in listing.output.split() if word.isdigit()}
-        jobs = sorted(u for u in uids if JOB_UID_FIRST <= u < JOB_UID_FIRST + JOB_UID_COUNT)
-        for uid in jobs:
-            self._kill_job(container, uid)
+        sandbox it had: every process of a job. Returns the jobs that had any."""
+        jobs = self.engine.running_jobs(
+            container_id, range(JOB_UID_FIRST, JOB_UID_FIRST + JOB_UID_COUNT)
+        )
+        for job in jobs:
+            self._kill_job(container_id, job)
         return jobs
 
-    def _kill_job(self, container: Container, uid: int) -> None:
-        """Kill every process of the job uid, `setsid` escapees included (see _KILL_ALL)."""
-        try:
-            result = container.exec_run(["sh", "-c", _KILL_ALL], user=f"{uid}:{USER_UID}")
-            if result.exit_code == 0:
-                return
-        except docker.errors.DockerException:
-            pass
-        # Still alive after every round, or the engine cannot reach in: stop the container
-        # whole; the next use starts it again with the workspace intact. One that is already
-        # stopped or gone has nothing left to kill.
-        try:
-            container.kill()
-        except docker.errors.APIError as exc:
-            if exc.status_code not in (404, 409):
-                raise
+    def _kill_job(self, container_id: str, job: int) -> None:
+        """Kill every process of the job; when that fails (still alive after every round, or
+        the engine cannot reach in) stop the container whole: the next use starts it again
+        with the workspace intact."""
+        if not self.engine.kill_job(container_id, job):
+            self.engine.kill(container_id)
 
-    def _save_output(self, container: Container, exec_id: str, data: bytearray) -> str:
-        relative = f"{RESULTS_DIR}/{exec_id[:16]}.log"
+    def _running(self, container_id: str, *, settle_s: float = 2.0) -> bool:
+        """Whether the container still runs after a command of it was SIGKILLed. A removal
+        or an engine stop kills the processes before the container's state says so: watch
+        it for a moment (a command killed for its own memory is the rare case that waits it
+        out)."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            found = self.engine.inspect(container_id)
+            if found is None or found.status != "running":
+                return False
+            if time.monotonic() >= deadline:
+                return True
+            time.sleep(0.1)
+
+    def _save_output(self, container_id: str, data: bytearray) -> str:
+        relative = f"{RESULTS_DIR}/{uuid.uuid4().hex[:16]}.log"
         archive = io.BytesIO()
         with tarfile.open(fileobj=archive, mode="w") as tar:
             for directory in (".instance-ai", RESULTS_DIR):
@@ -236,22 +212,19 @@ class CommandRunner:
             info = tarfile.TarInfo(relative)
             info.size, info.mode, info.uid, info.gid = len(data), 0o664, USER_UID, USER_UID
             tar.addfile(info, io.BytesIO(bytes(data)))
-        container.put_archive(WORKSPACE, archive.getvalue())
+        self.engine.copy_in(container_id, WORKSPACE, archive.getvalue())
         return relative
 
 
-def _pump(sock: Any, chunks: Queue[tuple[str, bytes] | None]) -> None:
-    """Read the exec's multiplexed stdout/stderr frames until the stream ends."""
+def _pump(attached: Attached, chunks: Queue[tuple[str, bytes] | None]) -> None:
+    """Read the process's stdout/stderr frames until the stream ends."""
     names = {STDOUT: "stdout", STDERR: "stderr"}
-    raw = sock._sock  # SocketIO.close() forgets the socket without closing it
     try:
-        for stream_id, data in frames_iter(sock, tty=False):
-            if data and stream_id in names:
+        for stream_id, data in attached.frames():
+            if stream_id in names:
                 chunks.put((names[stream_id], data))
     finally:
-        sock._response.close()
-        sock.close()
-        raw.close()
+        attached.close()
         chunks.put(None)
 
 
@@ -303,20 +276,3 @@ def _drain(
         if item is None:
             return
         record_output(item, capture, on_output)
-
-
-def _running(container: Container, *, settle_s: float = 2.0) -> bool:
-    """Whether the container still runs after a command of it was SIGKILLed. A removal or
-    an engine stop kills the processes before the container's state says so: watch it for
-    a moment (a command killed for its own memory is the rare case that waits it out)."""
-    deadline = time.monotonic() + settle_s
-    while True:
-        try:
-            container.reload()
-        except docker.errors.NotFound:
-            return False
-        if container.status != "running":
-            return False
-        if time.monotonic() >= deadline:
-            return True
-        time.sleep(0.1)

@@ -2,8 +2,9 @@
 
 Paths are checked twice: lexically on the host (absolute paths outside the workspace and `..`
 that climbs out are refused before any call), then inside the container with `realpath`, which
-follows symlinks, so a link that leads out is refused too. Each operation is one `docker exec`
-(or one exec plus one archive upload for writes), run as the sandbox user with umask 002.
+follows symlinks, so a link that leads out is refused too. Each operation is one exec of the
+engine (or one exec plus one archive upload for writes), run as the sandbox user with umask
+002. This is the path for when the in-sandbox worker cannot run (see manager.py).
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ import posixpath
 import tarfile
 from dataclasses import dataclass
 
-import docker
-from docker.models.containers import Container
-
+from sandbox.engine import ContainerEngine
 from sandbox.errors import (
     EditMismatchError,
     FileTooLargeError,
@@ -27,7 +26,6 @@ from sandbox.image.rootfs import USER_UID, WORKSPACE
 
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
 DEFAULT_MAX_ENTRIES = 1000
-_USER = f"{USER_UID}:{USER_UID}"
 
 # Exit codes of the in-container checks.
 _ESCAPE, _MISSING, _TOO_LARGE, _NOT_A_FILE = 90, 91, 92, 93
@@ -71,15 +69,18 @@ def confine(path: str) -> str:
     return posixpath.relpath(absolute, WORKSPACE)
 
 
-def _run(container: Container, script: str, *args: str) -> tuple[int, bytes, bytes]:
-    try:
-        result = container.exec_run(
-            ["sh", "-c", script, "sh", *args], user=_USER, demux=True, workdir=WORKSPACE
+@dataclass(frozen=True)
+class Workspace:
+    """A sandbox's workspace, as the exec path reaches it."""
+
+    engine: ContainerEngine
+    container_id: str
+
+    def run(self, script: str, *args: str) -> tuple[int, bytes, bytes]:
+        result = self.engine.exec(
+            self.container_id, ["sh", "-c", script, "sh", *args], workdir=WORKSPACE
         )
-    except docker.errors.DockerException as exc:
-        raise SandboxUnavailableError(f"the sandbox did not answer: {exc}") from exc
-    stdout, stderr = result.output
-    return result.exit_code, stdout or b"", stderr or b""
+        return result.exit_code, result.stdout, result.stderr
 
 
 def _raise_for(code: int, path: str, stderr: bytes, *, limit: int = 0) -> None:
@@ -98,15 +99,15 @@ def _raise_for(code: int, path: str, stderr: bytes, *, limit: int = 0) -> None:
     )
 
 
-def read_file(container: Container, path: str, *, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> bytes:
+def read_file(workspace: Workspace, path: str, *, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> bytes:
     relative = confine(path)
-    code, out, err = _run(container, _READ, relative, str(max_bytes))
+    code, out, err = workspace.run(_READ, relative, str(max_bytes))
     _raise_for(code, path, err, limit=max_bytes)
     return out
 
 
 def write_file(
-    container: Container, path: str, data: bytes, *, max_bytes: int = DEFAULT_MAX_FILE_BYTES
+    workspace: Workspace, path: str, data: bytes, *, max_bytes: int = DEFAULT_MAX_FILE_BYTES
 ) -> int:
     """Create or replace a file (parents made as needed). Returns the bytes written."""
     if len(data) > max_bytes:
@@ -115,7 +116,7 @@ def write_file(
             "file or raise the sandbox's max file size"
         )
     relative = confine(path)
-    code, out, err = _run(container, _PREPARE_WRITE, relative)
+    code, out, err = workspace.run(_PREPARE_WRITE, relative)
     _raise_for(code, path, err)
     target = out.decode()
     archive = io.BytesIO()
@@ -123,16 +124,12 @@ def write_file(
         info = tarfile.TarInfo(posixpath.basename(target))
         info.size, info.mode, info.uid, info.gid = len(data), 0o664, USER_UID, USER_UID
         tar.addfile(info, io.BytesIO(data))
-    try:
-        if not container.put_archive(posixpath.dirname(target), archive.getvalue()):
-            raise SandboxUnavailableError(f"writing {path!r} failed")
-    except docker.errors.DockerException as exc:
-        raise SandboxUnavailableError(f"writing {path!r} failed: {exc}") from exc
+    workspace.engine.copy_in(workspace.container_id, posixpath.dirname(target), archive.getvalue())
     return len(data)
 
 
 def str_replace(
-    container: Container,
+    workspace: Workspace,
     path: str,
     old: str,
     new: str,
@@ -141,9 +138,9 @@ def str_replace(
     max_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> int:
     """Replace the exact text `old` (which must be unique unless `replace_all`)."""
-    text = read_file(container, path, max_bytes=max_bytes).decode()
+    text = read_file(workspace, path, max_bytes=max_bytes).decode()
     replaced, count = replace_text(text, old, new, replace_all=replace_all, path=path)
-    write_file(container, path, replaced.encode(), max_bytes=max_bytes)
+    write_file(workspace, path, replaced.encode(), max_bytes=max_bytes)
     return count
 
 
@@ -166,7 +163,7 @@ def replace_text(text: str, old: str, new: str, *, replace_all: bool, path: str)
 
 
 def list_files(
-    container: Container,
+    workspace: Workspace,
     path: str = ".",
     *,
     recursive: bool = False,
@@ -175,7 +172,7 @@ def list_files(
     """Entries under a workspace directory (relative to it) and whether the list was cut."""
     relative = confine(path)
     depth = "" if recursive else "-maxdepth 1"
-    code, out, err = _run(container, _LIST, relative, depth, str(max_entries + 1))
+    code, out, err = workspace.run(_LIST, relative, depth, str(max_entries + 1))
     _raise_for(code, path, err)
     kinds = {"f": "file", "d": "directory", "l": "symlink"}
     entries = []

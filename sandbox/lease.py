@@ -14,25 +14,35 @@ import contextlib
 import os
 import socket
 import time
-from typing import Any
-
-import docker
-import docker.errors
-from docker.models.containers import Container
+import uuid
 
 from sandbox import identity
+from sandbox.engine import (
+    Attached,
+    ContainerEngine,
+    ContainerInfo,
+    ContainerSpec,
+    SandboxLimits,
+)
 from sandbox.errors import SandboxOwnerInUseError, SandboxUnavailableError
-from sandbox.streams import close_hijacked
+
+__all__ = ["LABEL_HOLDER", "OwnerLease"]
 
 # How long a claim waits for the lease of a holder that just died to go away.
 RELEASE_WAIT_S = 5.0
 LABEL_HOLDER = identity.LABEL_PREFIX + "holder"
+LABEL_CLAIM = identity.LABEL_PREFIX + "claim"
+# `cat` needs next to nothing.
+LEASE_LIMITS = SandboxLimits(
+    user="65534:65534", pids_limit=8, memory_bytes=32 * 1024 * 1024, init=False, tmp_size=""
+)
 
 
 class OwnerLease:
-    """`OwnerLease.acquire(client, image=..., owner=...)` or SandboxOwnerInUseError."""
+    """`OwnerLease.acquire(engine, image=..., owner=...)` or SandboxOwnerInUseError."""
 
-    def __init__(self, container: Container, attached: Any) -> None:
+    def __init__(self, engine: ContainerEngine, container: ContainerInfo, attached: Attached):
+        self._engine = engine
         self._container = container
         self._attached = attached
 
@@ -43,7 +53,7 @@ class OwnerLease:
     @classmethod
     def acquire(
         cls,
-        client: docker.DockerClient,
+        engine: ContainerEngine,
         *,
         image: str,
         owner: str,
@@ -53,10 +63,10 @@ class OwnerLease:
         holder = holder or f"pid {os.getpid()} on {socket.gethostname()}"
         deadline = time.monotonic() + wait_s
         while True:
-            container = _create(client, image, owner, holder)
+            container = _create(engine, image, owner, holder)
             if container is not None:
                 break
-            current = _current(client, owner)
+            current = engine.inspect(identity.lease_name(owner))
             if current is not None and current.status == "running":
                 if time.monotonic() >= deadline:
                     raise SandboxOwnerInUseError(
@@ -67,60 +77,49 @@ class OwnerLease:
                     )
                 time.sleep(0.2)
             elif current is not None:  # stopped but not removed yet: a dead holder's
-                with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-                    current.remove(force=True)
+                with contextlib.suppress(SandboxUnavailableError):
+                    engine.remove(current.id)
         attached = None
         try:
-            attached = client.api.attach_socket(container.id, params={"stdin": 1, "stream": 1})
-            container.start()
-        except docker.errors.DockerException as exc:
-            with contextlib.suppress(docker.errors.DockerException):
-                container.remove(force=True)
+            attached = engine.attach(container.id)
+            engine.start(container.id)
+        except SandboxUnavailableError as exc:
+            with contextlib.suppress(SandboxUnavailableError):
+                engine.remove(container.id)
             if attached is not None:
-                close_hijacked(attached)
-            raise SandboxUnavailableError(
-                f"the Docker engine failed to start a lease: {exc}"
-            ) from exc
-        return cls(container, attached)
+                attached.close()
+            raise SandboxUnavailableError(f"the engine failed to start a lease: {exc}") from exc
+        return cls(engine, container, attached)
 
     def release(self) -> None:
         """Let go (idempotent): closing the attach ends the container; removing it makes the
         owner free at once."""
-        close_hijacked(self._attached)
-        with contextlib.suppress(docker.errors.DockerException):
-            self._container.remove(force=True)
+        self._attached.close()
+        with contextlib.suppress(SandboxUnavailableError):
+            self._engine.remove(self._container.id)
+            # The engine may be removing it already (it ends with its attach): wait for that.
+            deadline = time.monotonic() + RELEASE_WAIT_S
+            while self._engine.inspect(self._container.id) is not None:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.05)
 
 
-def _create(client: docker.DockerClient, image: str, owner: str, holder: str) -> Container | None:
+def _create(engine: ContainerEngine, image: str, owner: str, holder: str) -> ContainerInfo | None:
     """The lease container, or None when the name is taken."""
-    try:
-        container: Container = client.containers.create(
-            image,
+    name = identity.lease_name(owner)
+    claim = uuid.uuid4().hex
+    labels = {identity.LABEL_LEASE: owner, LABEL_HOLDER: holder, LABEL_CLAIM: claim}
+    container = engine.create(
+        ContainerSpec(
+            name=name,
+            image=image,
+            labels=labels,
+            limits=LEASE_LIMITS,
             command=["cat"],
-            name=identity.lease_name(owner),
-            labels={identity.LABEL_LEASE: owner, LABEL_HOLDER: holder},
             stdin_open=True,
             auto_remove=True,
-            network_mode="none",
-            read_only=True,
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
-            user="65534:65534",
-            pids_limit=8,
-            mem_limit=32 * 1024 * 1024,
         )
-    except docker.errors.APIError as exc:
-        if exc.status_code == 409:
-            return None
-        raise SandboxUnavailableError(f"the Docker engine failed to create a lease: {exc}") from exc
-    return container
-
-
-def _current(client: docker.DockerClient, owner: str) -> Container | None:
-    try:
-        container: Container = client.containers.get(identity.lease_name(owner))
-    except docker.errors.NotFound:
-        return None
-    except docker.errors.DockerException as exc:
-        raise SandboxUnavailableError(f"the Docker engine did not answer: {exc}") from exc
-    return container
+    )
+    # `create` answers the existing container when the name is taken: ours has our claim.
+    return container if container.labels.get(LABEL_CLAIM) == claim else None

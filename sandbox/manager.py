@@ -14,7 +14,8 @@
 - **Janitor**: removes sandboxes of threads that no longer exist, sandboxes older than
   `max_age`, and workspace volumes left without a container, by owner label.
 
-The docker SDK blocks, so every engine call runs in a worker thread.
+It works against the container-engine seam (`engine.py`) through `SandboxProvider`: Docker,
+or local directories (no isolation). Engine calls block, so each runs in a worker thread.
 """
 
 from __future__ import annotations
@@ -31,18 +32,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-import docker.errors
 import structlog
-from docker.models.containers import Container
 
 from sandbox import files
 from sandbox.commands import CommandResult, CommandRunner, OutputCallback
-from sandbox.docker_provider import DockerProvider, SandboxInfo, engine_errors
 from sandbox.egress import BRIDGE_PORT, MOUNT_POINT, EgressProxy
+from sandbox.engine import ContainerInfo
 from sandbox.errors import SandboxError, SandboxUnavailableError, WorkspaceFullError
 from sandbox.identity import LABEL_IMAGE
 from sandbox.image.browser import BROWSER_ENVIRONMENT, browser_command
-from sandbox.image.rootfs import APP_DIR, USER_UID, WORKSPACE
+from sandbox.image.rootfs import APP_DIR, WORKSPACE
+from sandbox.provider import SandboxInfo, SandboxProvider
 from sandbox.streams import ProcessStream
 from sandbox.worker import WorkerClient, WorkerGoneError, result_of
 
@@ -82,7 +82,7 @@ async def _always(_thread_id: str) -> bool:
 
 @dataclass(kw_only=True)
 class _Entry:
-    container: Container
+    container: ContainerInfo
     last_used: float
     running_commands: int = 0
     worker: WorkerClient | None = None
@@ -102,7 +102,7 @@ class JanitorReport:
 class SandboxManager:
     def __init__(
         self,
-        provider: DockerProvider,
+        provider: SandboxProvider,
         *,
         runner: CommandRunner | None = None,
         idle_ttl: timedelta = timedelta(minutes=15),
@@ -118,12 +118,13 @@ class SandboxManager:
         reap_leftovers: bool = True,
     ) -> None:
         self.provider = provider
+        self.engine = provider.engine
         # Whether a sandbox taken up by this process is cleared of commands still running
         # from a process that died: a service does it; a one-off command alongside does not.
         self.reap_leftovers = reap_leftovers
         # The proxy each claimed container reaches the outside through (None: no way out).
         self.egress = egress
-        self.runner = runner or CommandRunner(provider.client)
+        self.runner = runner or CommandRunner(provider.engine)
         self.idle_ttl = idle_ttl
         self.ephemeral = ephemeral
         self.max_age = max_age
@@ -134,7 +135,7 @@ class SandboxManager:
         self.use_worker = use_worker
         self.pool_size = pool_size
         self._entries: dict[str, _Entry] = {}
-        self._creating: dict[str, asyncio.Future[Container]] = {}
+        self._creating: dict[str, asyncio.Future[ContainerInfo]] = {}
         # Started, seeded sandboxes (with their worker) waiting for a thread.
         self._pool: list[_Entry] = []
         self._refill: asyncio.Task[None] | None = None
@@ -143,13 +144,19 @@ class SandboxManager:
 
     # -- acquisition --------------------------------------------------------------------
 
-    async def acquire(self, thread_id: str) -> Container:
+    @property
+    def runs_image(self) -> bool:
+        """Whether the image's programs (the SDK toolchain, the n8n engine, Chromium) run in
+        these sandboxes (not in local ones)."""
+        return self.engine.runs_image
+
+    async def acquire(self, thread_id: str) -> ContainerInfo:
         """The thread's running, initialised sandbox container."""
         entry = self._entries.get(thread_id)
         # A live worker proves the container runs (its stream dies with it): no engine call.
         if entry is not None and (
             (entry.worker is not None and entry.worker.alive)
-            or await _call(self._still_running, entry.container)
+            or await _call(self.provider.still_running, entry.container)
         ):
             entry.last_used = time.monotonic()
             return entry.container
@@ -158,7 +165,7 @@ class SandboxManager:
         pending = self._creating.get(thread_id)
         if pending is not None:
             return await asyncio.shield(pending)
-        future: asyncio.Future[Container] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[ContainerInfo] = asyncio.get_running_loop().create_future()
         self._creating[thread_id] = future
         try:
             new_entry = await self._claim_pooled(thread_id)
@@ -176,29 +183,25 @@ class SandboxManager:
         finally:
             del self._creating[thread_id]
 
-    async def _open_egress(self, thread_id: str, container: Container) -> None:
+    async def _open_egress(self, thread_id: str, container: ContainerInfo) -> None:
         directory = self.provider.egress_dir(container)
         if self.egress is not None and directory is not None:
             await self.egress.listen(thread_id, directory)
 
-    def _prepare(self, thread_id: str) -> Container:
-        info = self.provider.ensure(thread_id)
-        container = self.provider.client.containers.get(info.container_id)
+    def _prepare(self, thread_id: str) -> ContainerInfo:
+        container = self.provider.ensure(thread_id)
         if self.reap_leftovers:
-            killed = self.runner.kill_leftovers(container)
+            killed = self.runner.kill_leftovers(container.id)
             if killed:
                 log.warning("killed commands left running", thread=thread_id, job_uids=killed)
         self._initialise(container)
         return container
 
-    def _initialise(self, container: Container) -> None:
-        result = container.exec_run(
-            ["sh", "-c", _INITIALISE], user=f"{USER_UID}:{USER_UID}", workdir=WORKSPACE
-        )
+    def _initialise(self, container: ContainerInfo) -> None:
+        result = self.engine.exec(container.id, ["sh", "-c", _INITIALISE], workdir=WORKSPACE)
         if result.exit_code != 0:
-            raise SandboxUnavailableError(
-                f"initialising the workspace failed: {result.output.decode(errors='replace')}"
-            )
+            output = (result.stdout + result.stderr).decode(errors="replace")
+            raise SandboxUnavailableError(f"initialising the workspace failed: {output}")
 
     # -- the warm pool ------------------------------------------------------------------
 
@@ -208,12 +211,14 @@ class SandboxManager:
             return None
         while self._pool:
             pooled = self._pool.pop(0)
-            if not await _call(self._still_running, pooled.container):
+            if not await _call(self.provider.still_running, pooled.container):
                 # Stopped since it was warmed (an engine restart, a kill from outside).
                 pooled.drop_worker()
                 await _call(self.provider.discard, pooled.container)
                 continue
-            if await _call(self.provider.claim, thread_id, pooled.container):
+            claimed = await _call(self.provider.claim, thread_id, pooled.container)
+            if claimed is not None:
+                pooled.container = claimed
                 pooled.last_used = time.monotonic()
                 self.refill_pool()
                 return pooled
@@ -250,23 +255,15 @@ class SandboxManager:
             container = await _call(self.provider.create_pooled)
             self._pool.append(await _call(self._warm, container))
 
-    def _warm(self, container: Container) -> _Entry:
+    def _warm(self, container: ContainerInfo) -> _Entry:
         if container.status != "running":
-            self.provider.start(container)
+            container = self.provider.start(container)
         self._initialise(container)
-        worker = WorkerClient.start(self.provider.client, container) if self.use_worker else None
+        worker = WorkerClient.start(self.engine, container.id) if self.use_worker else None
         return _Entry(container=container, last_used=time.monotonic(), worker=worker)
 
     def pooled_count(self) -> int:
         return len(self._pool)
-
-    @staticmethod
-    def _still_running(container: Container) -> bool:
-        try:
-            container.reload()
-        except docker.errors.NotFound:
-            return False
-        return bool(container.status == "running")
 
     # -- operations ---------------------------------------------------------------------
 
@@ -291,7 +288,7 @@ class SandboxManager:
             task = asyncio.ensure_future(
                 _call(
                     self.runner.run,
-                    container,
+                    container.id,
                     command,
                     timeout_s=timeout_s or self.default_timeout_s,
                     cwd=directory,
@@ -312,7 +309,9 @@ class SandboxManager:
             entry.last_used = time.monotonic()
         return await self._say_when_full(container, result)
 
-    async def _say_when_full(self, container: Container, result: CommandResult) -> CommandResult:
+    async def _say_when_full(
+        self, container: ContainerInfo, result: CommandResult
+    ) -> CommandResult:
         """A command that failed on a full workspace says so, with the limit to mind."""
         if result.exit_code == 0 or self.provider.disks is None:
             return result
@@ -537,24 +536,27 @@ class SandboxManager:
         """One operation of the in-sandbox `ops.mjs`, on the worker or, without one, in a
         one-shot `run-op.mjs` process. `timeout_s` is the operation's own deadline; the host
         waits a little longer, since the sandbox enforces it and reports."""
+        if not self.runs_image:
+            raise SandboxUnavailableError(
+                "building and running workflows needs the sandbox image: use Docker sandboxes "
+                "(INSTANCE_AI_SANDBOX_PROVIDER=docker)"
+            )
         return await self._file_op(
             thread_id,
             lambda w: w.call(op, timeout_s=timeout_s + HOST_GUARD_S, **args),
-            lambda c: self._run_op(c, {"op": op, **args}),
+            lambda workspace: self._run_op(workspace, {"op": op, **args}),
         )
 
     @staticmethod
-    def _run_op(container: Container, request: dict[str, Any]) -> Any:
-        result = container.exec_run(
+    def _run_op(workspace: files.Workspace, request: dict[str, Any]) -> Any:
+        result = workspace.engine.exec(
+            workspace.container_id,
             ["node", f"{APP_DIR}/bin/run-op.mjs", json.dumps(request)],
-            user=f"{USER_UID}:{USER_UID}",
             workdir=WORKSPACE,
-            demux=True,
         )
-        stdout, stderr = result.output
-        lines = (stdout or b"").strip().splitlines()
+        lines = result.stdout.strip().splitlines()
         if not lines:
-            detail = (stderr or b"").decode(errors="replace")[-2000:]
+            detail = result.stderr.decode(errors="replace")[-2000:]
             raise SandboxUnavailableError(f"the sandbox operation {request['op']} died: {detail}")
         return result_of(json.loads(lines[-1]))
 
@@ -562,7 +564,7 @@ class SandboxManager:
         self,
         thread_id: str,
         through_worker: Callable[[WorkerClient], T],
-        through_exec: Callable[[Container], T],
+        through_exec: Callable[[files.Workspace], T],
     ) -> T:
         """Run a file operation on the worker, restarting a dead one once; when no worker
         can run, the exec path serves the call (slower, same rules). Each attempt acquires
@@ -575,7 +577,7 @@ class SandboxManager:
             if entry.worker is None or not entry.worker.alive:
                 entry.drop_worker()
                 try:
-                    entry.worker = await _call(WorkerClient.start, self.provider.client, container)
+                    entry.worker = await _call(WorkerClient.start, self.engine, container.id)
                 except WorkerGoneError as exc:
                     log.warning("sandbox worker unavailable; using exec", reason=str(exc))
                     break
@@ -585,7 +587,8 @@ class SandboxManager:
                 entry.drop_worker()
             except WorkspaceFullError as exc:
                 raise WorkspaceFullError(f"{exc}: {self.full_message()}") from None
-        return await _call(through_exec, await self.acquire(thread_id))
+        container = await self.acquire(thread_id)
+        return await _call(through_exec, files.Workspace(self.engine, container.id))
 
     # -- the headless browser -----------------------------------------------------------
 
@@ -594,13 +597,17 @@ class SandboxManager:
         stdout (see image/browser.py). Its pages reach the outside only through the thread's
         egress proxy, when the service has one; without one they reach nothing beyond the
         sandbox (files in the workspace, servers on its loopback)."""
+        if not self.runs_image:
+            raise SandboxUnavailableError(
+                "the sandboxed browser runs in a Docker sandbox (INSTANCE_AI_SANDBOX_PROVIDER="
+                "docker)"
+            )
         container = await self.acquire(thread_id)
         has_egress = self.egress is not None and self.provider.egress_dir(container) is not None
         return await ProcessStream.open(
-            self.provider.client,
-            container,
+            self.engine,
+            container.id,
             browser_command(f"127.0.0.1:{BRIDGE_PORT}" if has_egress else None),
-            user=f"{USER_UID}:{USER_UID}",
             workdir=WORKSPACE,
             environment=BROWSER_ENVIRONMENT,
         )
@@ -643,8 +650,7 @@ class SandboxManager:
             if info.status != "running" or info.thread_id in self._entries:
                 continue
             try:
-                container = await _call(self.provider.client.containers.get, info.container_id)
-                killed = await _call(self.runner.kill_leftovers, container)
+                killed = await _call(self.runner.kill_leftovers, info.container_id)
             except SandboxError as exc:  # removed meanwhile, or the engine went away
                 log.warning("could not clear a sandbox", sandbox=info.sandbox_id, error=str(exc))
                 continue
@@ -711,18 +717,6 @@ class SandboxManager:
 
 
 async def _call(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a blocking engine call in a worker thread, its engine faults translated."""
-    return await asyncio.to_thread(_translated, function, *args, **kwargs)
-
-
-def _translated(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    try:
-        with engine_errors("answer"):
-            return function(*args, **kwargs)
-    except docker.errors.NotFound as exc:
-        # What may be missing is looked up where it may be; this is a container or exec
-        # that went away during the call.
-        raise SandboxUnavailableError(
-            f"the sandbox went away during the call ({exc.explanation or exc}); it was removed "
-            "or stopped from outside. The next call makes it again, with the same workspace"
-        ) from exc
+    """Run a blocking engine call in a worker thread (the engine translates its own faults
+    into SandboxUnavailableError)."""
+    return await asyncio.to_thread(function, *args, **kwargs)

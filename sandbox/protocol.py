@@ -46,8 +46,11 @@ class Sandboxes(Protocol):
 
 @runtime_checkable
 class WorkflowToolchain(Protocol):
-    """The SDK toolchain and the n8n engine in a thread's sandbox (the Docker manager has
-    them; local does not)."""
+    """The SDK toolchain and the n8n engine in a thread's sandbox (where `runs_image`: Docker
+    sandboxes, not local ones)."""
+
+    @property
+    def runs_image(self) -> bool: ...
 
     async def compile(
         self, thread_id: str, path: str, *, timeout_s: float = 5.0, max_bytes: int | None = None
@@ -112,6 +115,9 @@ class WorkflowToolchain(Protocol):
 
 @runtime_checkable
 class BrowserHost(Protocol):
-    """Sandboxes that can run a headless browser (the Docker manager can; local cannot)."""
+    """Sandboxes that can run a headless browser (where `runs_image`)."""
+
+    @property
+    def runs_image(self) -> bool: ...
 
     async def open_browser(self, thread_id: str) -> ProcessStream: ...

@@ -1,14 +1,13 @@
 """A process in a sandbox with its stdin and stdout attached, as asyncio streams.
 
-One attached `docker exec` (stdin open, no TTY): the engine hands over the connection, which
-carries stdin one way and stdout and stderr the other, multiplexed in frames (an 8-byte
-header: stream, three zero bytes, a big-endian length). The hijacked socket is driven by the
-event loop directly, so a long-lived, chatty process (a browser's CDP pipe) needs no thread.
+One attached process of the engine (stdin open): its socket carries stdin one way and stdout
+and stderr the other, in the seam's frames (see engine.py). The socket is driven by the event
+loop directly, so a long-lived, chatty process (a browser's CDP pipe) needs no thread.
 stderr is kept as a short tail, for the error when the process dies.
 
-The process starts only after a first newline on stdin: docker-py may read past the upgrade
-response's headers, and bytes it swallowed would break the framing, so nothing may be written
-before the connection is ours.
+The process starts only after a first newline on stdin: Docker's client may read past the
+upgrade response's headers, and bytes it swallowed would break the framing, so nothing may be
+written before the connection is ours.
 """
 
 from __future__ import annotations
@@ -17,27 +16,24 @@ import asyncio
 import contextlib
 import struct
 from collections import deque
-from typing import Any
+from collections.abc import Mapping
 
-import docker
-import docker.errors
 import structlog
-from docker.models.containers import Container
 
+from sandbox.engine import STDERR, STDOUT, Attached, ContainerEngine
 from sandbox.errors import SandboxUnavailableError
 
 log = structlog.get_logger(__name__)
 
 _HEADER = struct.Struct(">BxxxL")
-STDOUT, STDERR = 1, 2
 STDERR_LINES = 40
 
 
 class ProcessStream:
     def __init__(
-        self, wrapper: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, attached: Attached, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        self._wrapper = wrapper  # docker-py's socket wrapper: the fd closes with it
+        self._attached = attached
         self._reader = reader
         self._writer = writer
         # What the process wrote to stdout, demultiplexed; EOF when it exits.
@@ -48,33 +44,23 @@ class ProcessStream:
     @classmethod
     async def open(
         cls,
-        client: docker.DockerClient,
-        container: Container,
+        engine: ContainerEngine,
+        container_id: str,
         argv: list[str],
         *,
-        user: str,
         workdir: str,
-        environment: dict[str, str] | None = None,
+        environment: Mapping[str, str] | None = None,
     ) -> ProcessStream:
-        def start() -> Any:
-            exec_id = client.api.exec_create(
-                container.id,
-                ["sh", "-c", 'read -r _ && exec "$@"', "sh", *argv],
-                stdin=True,
-                user=user,
-                workdir=workdir,
-                environment=environment,
-            )["Id"]
-            return client.api.exec_start(exec_id, socket=True)
-
-        try:
-            wrapper = await asyncio.to_thread(start)
-        except docker.errors.DockerException as exc:
-            raise SandboxUnavailableError(
-                f"could not start a process in the sandbox: {exc}"
-            ) from exc
-        reader, writer = await asyncio.open_unix_connection(sock=wrapper._sock, limit=2**26)
-        stream = cls(wrapper, reader, writer)
+        attached = await asyncio.to_thread(
+            engine.exec_attached,
+            container_id,
+            ["sh", "-c", 'read -r _ && exec "$@"', "sh", *argv],
+            workdir=workdir,
+            env=environment,
+            stdin=True,
+        )
+        reader, writer = await asyncio.open_unix_connection(sock=attached.socket, limit=2**26)
+        stream = cls(attached, reader, writer)
         await stream.write(b"\n")  # the go-ahead (see above)
         return stream
 
@@ -100,7 +86,7 @@ class ProcessStream:
         finally:
             self._writer.close()
             self._pump.cancel()
-            close_hijacked(self._wrapper)
+            self._attached.close()
 
     async def _demultiplex(self) -> None:
         partial = b""
@@ -118,15 +104,3 @@ class ProcessStream:
         finally:
             self.stdout.feed_eof()
             self._writer.close()
-
-
-def close_hijacked(wrapper: Any) -> None:
-    """Release a socket docker-py hijacked for an attach or exec: its HTTP response, its
-    wrapper and the socket itself (`SocketIO.close()` forgets the socket without closing
-    it). Idempotent."""
-    with contextlib.suppress(OSError, AttributeError):
-        wrapper._response.close()
-    with contextlib.suppress(OSError, AttributeError):
-        wrapper.close()
-    with contextlib.suppress(OSError, AttributeError):
-        wrapper._sock.close()

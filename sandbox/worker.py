@@ -1,11 +1,11 @@
 """The host side of the in-sandbox worker (`image/bin/worker.mjs`).
 
-One `docker exec -i` per sandbox stays open; requests are JSON lines with ids, so many calls
-share it (~1 ms each, against ~60 ms for a fresh `docker exec`). A reader thread parses the
-engine's multiplexed frames and resolves each request's future. A heartbeat keeps the idle
-socket alive (the engine's connection dies silently after about a minute of silence). If the
-worker dies, pending calls fail with `WorkerGoneError`; the caller starts a new one or falls
-back to the exec path.
+One attached process per sandbox stays open (`exec_attached` with stdin); requests are JSON
+lines with ids, so many calls share it (~1 ms each, against ~60 ms for a fresh exec). A
+reader thread parses the engine's frames and resolves each request's future. A heartbeat
+keeps the idle socket alive (the engine's connection dies silently after about a minute of
+silence). If the worker dies, pending calls fail with `WorkerGoneError`; the caller starts a
+new one or falls back to the exec path.
 """
 
 from __future__ import annotations
@@ -17,15 +17,12 @@ import threading
 from concurrent.futures import Future
 from typing import Any
 
-import docker
 import structlog
-from docker.models.containers import Container
-from docker.utils.socket import STDERR, STDOUT, frames_iter
 
 from sandbox import errors
+from sandbox.engine import STDERR, STDOUT, Attached, ContainerEngine
 from sandbox.files import FileEntry
-from sandbox.image.rootfs import APP_DIR, USER_UID, WORKSPACE
-from sandbox.streams import close_hijacked
+from sandbox.image.rootfs import APP_DIR, WORKSPACE
 
 log = structlog.get_logger(__name__)
 
@@ -55,9 +52,9 @@ def result_of(reply: dict[str, Any]) -> Any:
 
 
 class WorkerClient:
-    def __init__(self, client: docker.DockerClient, container: Container) -> None:
-        self._client = client
-        self._container = container
+    def __init__(self, engine: ContainerEngine, container_id: str) -> None:
+        self._engine = engine
+        self._container_id = container_id
         self._ids = itertools.count(1)
         self._pending: dict[int, Future[Any]] = {}
         self._lock = threading.Lock()
@@ -65,12 +62,11 @@ class WorkerClient:
         self._ready: Future[Any] = Future()
         self._pending[0] = self._ready
         self._stop = threading.Event()
-        self._sock: Any = None  # the exec stream (a SocketIO), until released
-        self._raw: Any = None  # its socket
+        self._attached: Attached | None = None  # the worker's streams, until released
 
     @classmethod
-    def start(cls, client: docker.DockerClient, container: Container) -> WorkerClient:
-        worker = cls(client, container)
+    def start(cls, engine: ContainerEngine, container_id: str) -> WorkerClient:
+        worker = cls(engine, container_id)
         worker._open()
         return worker
 
@@ -80,20 +76,14 @@ class WorkerClient:
 
     def _open(self) -> None:
         try:
-            exec_id = self._client.api.exec_create(
-                self._container.id,
+            self._attached = self._engine.exec_attached(
+                self._container_id,
                 ["node", f"{APP_DIR}/bin/worker.mjs"],
-                stdin=True,
-                user=f"{USER_UID}:{USER_UID}",
                 workdir=WORKSPACE,
-            )["Id"]
-            self._sock = self._client.api.exec_start(exec_id, socket=True)
-        except docker.errors.DockerException as exc:
+                stdin=True,
+            )
+        except errors.SandboxUnavailableError as exc:
             raise WorkerGoneError(f"the worker could not start: {exc}") from exc
-        self._raw = self._sock._sock  # SocketIO.close() forgets it without closing it
-        # The hijacked socket inherits the API client's read timeout; a stream may be quiet
-        # for longer than that (docker-py's reader selects first today, but not by contract).
-        self._raw.settimeout(None)
         self._alive = True
         threading.Thread(target=self._read, name="sandbox-worker-reader", daemon=True).start()
         try:
@@ -113,7 +103,9 @@ class WorkerClient:
         with self._lock:
             self._pending[request_id] = future
             try:
-                self._raw.sendall(line)
+                if self._attached is None:
+                    raise OSError("the stream was released")
+                self._attached.socket.sendall(line)
             except OSError as exc:
                 broke = exc
         if broke is not None:  # failed outside the lock: _fail_all takes it too
@@ -158,8 +150,11 @@ class WorkerClient:
 
     def _read(self) -> None:
         buffer = b""
+        attached = self._attached
         try:
-            for stream_id, data in frames_iter(self._sock, tty=False):
+            if attached is None:
+                return
+            for stream_id, data in attached.frames():
                 if stream_id == STDERR:
                     log.warning("sandbox worker stderr", text=data.decode(errors="replace"))
                     continue
@@ -214,7 +209,6 @@ class WorkerClient:
         """Close the stream's response, wrapper and socket (idempotent)."""
         self._stop.set()
         with self._lock:
-            sock, self._sock = self._sock, None
-        if sock is None:
-            return
-        close_hijacked(sock)
+            attached, self._attached = self._attached, None
+        if attached is not None:
+            attached.close()

@@ -12,11 +12,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sandbox.docker_provider import connect
+from sandbox.docker_engine import connect
 from sandbox.errors import SandboxError
 from sandbox.image.build import ImageBuilder
 from server.logs import configure_logging
-from server.runtime.sandboxes import build_manager, sandbox_owner
+from server.runtime.sandboxes import connect_manager, sandbox_owner
 from server.settings import Settings, SettingsError, load_settings
 from server.store import Database
 from server.store.threads import get_thread
@@ -88,9 +88,9 @@ def list_sandboxes(as_json: JsonOption = False) -> None:
     settings = _settings()
     owner = asyncio.run(_owner(settings))
     try:
-        manager = build_manager(settings, owner=owner)
+        manager = connect_manager(settings, owner=owner)
         sandboxes = manager.provider.list_sandboxes()
-        manager.provider.client.close()
+        manager.engine.close()
     except SandboxError as exc:
         raise _fail(exc) from None
     rows = [
@@ -129,10 +129,10 @@ def garbage_collect(as_json: JsonOption = False) -> None:
 
             owner = await sandbox_owner(settings, db)
             manager = await asyncio.to_thread(
-                build_manager, settings, owner=owner, thread_exists=thread_exists
+                connect_manager, settings, owner=owner, thread_exists=thread_exists
             )
             report = await manager.janitor()
-            manager.provider.client.close()
+            manager.engine.close()
         finally:
             await db.close()
         return {
@@ -176,7 +176,7 @@ def exec_command(
     async def run() -> int:
         # A one-off command has no use for a warm pool.
         manager = await asyncio.to_thread(
-            build_manager,
+            connect_manager,
             settings.model_copy(update={"sandbox_pool_size": 0}),
             owner=await _owner(settings),
             reap_leftovers=False,  # the service's own commands may be running there
@@ -187,7 +187,7 @@ def exec_command(
         if result.truncated:
             err.print(f"(output cut; the whole of it is in {result.full_output_path})")
         await manager.close()
-        manager.provider.client.close()
+        manager.engine.close()
         if result.timed_out:
             err.print(f"(timed out after {result.duration_ms} ms; the command's tree was killed)")
             return 124

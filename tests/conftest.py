@@ -18,9 +18,15 @@ from instance_ai.v1 import agent_pb2_grpc
 from server.app import Application
 from server.settings import Settings, load_settings
 from tests.postgres import postgres_cluster
-from tests.sandbox_fixtures import docker_client, owner, provider, sandbox_image
+from tests.sandbox_fixtures import docker_client, docker_engine, owner, provider, sandbox_image
 
-__all__ = ["docker_client", "owner", "provider", "sandbox_image"]  # fixtures, shared
+__all__ = [
+    "docker_client",
+    "docker_engine",
+    "owner",
+    "provider",
+    "sandbox_image",
+]  # fixtures, shared
 
 _database_numbers = itertools.count()
 

@@ -6,14 +6,17 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
 import pytest
 
 from sandbox import identity
-from sandbox.docker_provider import DockerProvider, connect, remove_owner
+from sandbox.docker_engine import DockerEngine, connect
+from sandbox.engine import ContainerEngine, ContainerInfo
 from sandbox.image.build import BuiltImage, ImageBuilder
+from sandbox.provider import SandboxProvider, remove_owner
 
 ROOT = Path(__file__).resolve().parents[1]
 # Shared with `make sandbox-image`, so the suite reuses what the set-up step built.
@@ -42,7 +45,7 @@ def owner(docker_client: docker.DockerClient) -> Iterator[str]:
 
 def remove_owned(docker_client: docker.DockerClient, name: str) -> None:
     """Remove every container and workspace volume of an owner, and check none is left."""
-    remove_owner(docker_client, name)
+    remove_owner(DockerEngine(docker_client), name)
     # Nothing of this test may be left behind, labelled or not.
     selector = {"label": f"{identity.LABEL_OWNER}={name}"}
     assert not docker_client.containers.list(all=True, filters=selector)
@@ -59,8 +62,27 @@ def docker_env(owner: str) -> dict[str, str]:
     }
 
 
+@pytest.fixture(scope="session")
+def docker_engine(docker_client: docker.DockerClient) -> DockerEngine:
+    """The engine seam over the session's client (closed with it)."""
+    return DockerEngine(docker_client)
+
+
 @pytest.fixture
-def provider(
-    docker_client: docker.DockerClient, sandbox_image: BuiltImage, owner: str
-) -> DockerProvider:
-    return DockerProvider(docker_client, image=sandbox_image.tag, owner=owner)
+def provider(docker_engine: DockerEngine, sandbox_image: BuiltImage, owner: str) -> SandboxProvider:
+    return SandboxProvider(docker_engine, image=sandbox_image.tag, owner=owner)
+
+
+def docker_attrs(container: ContainerInfo) -> dict[str, Any]:
+    """What the Docker engine itself says of a container (a test looking past the seam)."""
+    client = connect()
+    try:
+        attrs: dict[str, Any] = client.containers.get(container.id).attrs
+        return attrs
+    finally:
+        client.close()
+
+
+def output_of(engine: ContainerEngine, container: ContainerInfo, *argv: str) -> str:
+    """What a command prints in the container, run as the sandbox user."""
+    return engine.exec(container.id, list(argv), workdir="/").stdout.decode()

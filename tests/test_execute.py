@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from sandbox.docker_provider import DockerProvider
 from sandbox.manager import SandboxManager
+from sandbox.provider import SandboxProvider
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,7 +42,7 @@ def code(name: str, program: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def manager(provider: DockerProvider) -> Any:
+async def manager(provider: SandboxProvider) -> Any:
     manager = SandboxManager(provider)
     yield manager
     await manager.close()

@@ -177,7 +177,7 @@ async def test_a_sandbox_removed_from_outside_mid_call_is_made_again(
         manager = app.parts.sandboxes.manager
         assert isinstance(manager, SandboxManager)
         container = manager.provider.container("t1")
-        container.remove(force=True)  # the workspace volume stays
+        manager.engine.remove(container.id)  # the workspace volume stays
         with pytest.raises(grpc.aio.AioRpcError) as gone:
             await asyncio.wait_for(running, 60)
         assert gone.value.code() is grpc.StatusCode.UNAVAILABLE, gone.value.details()
@@ -305,7 +305,9 @@ async def test_a_worker_killed_mid_compile_is_replaced_and_the_build_answers(
         manager = app.parts.sandboxes.manager
         assert isinstance(manager, SandboxManager)
         container = manager.provider.container("t1")
-        killed = container.exec_run(["pkill", "-KILL", "-f", "worker.mjs"], user="1000:1000")
+        killed = manager.engine.exec(
+            container.id, ["pkill", "-KILL", "-f", "worker.mjs"], workdir="/"
+        )
         assert killed.exit_code == 0  # there was a worker to kill
         answer = await asyncio.wait_for(building, 60)
         # A build answer, not an error: the call went on on a fresh worker.

@@ -10,7 +10,7 @@ import sandbox
 
 def test_sandbox_and_browser_relay_import_nothing_from_server() -> None:
     probe = (
-        "import sys, sandbox, sandbox.manager, sandbox.local, sandbox.worker, "
+        "import sys, sandbox, sandbox.manager, sandbox.local_engine, sandbox.worker, "
         "sandbox.image.build, browser_relay, browser_relay.server; "
         "print(sorted(m for m in sys.modules if m == 'server' or m.startswith('server.')))"
     )
@@ -25,13 +25,17 @@ def test_the_sandbox_public_surface_is_pinned() -> None:
             "BuiltImage",
             "CommandResult",
             "CommandRunner",
-            "DockerProvider",
+            "ContainerEngine",
+            "ContainerGoneError",
+            "ContainerInfo",
+            "ContainerSpec",
+            "DockerEngine",
             "EditMismatchError",
             "FileEntry",
             "FileTooLargeError",
             "ImageBuildError",
             "ImageBuilder",
-            "LocalSandboxes",
+            "LocalEngine",
             "OwnerLease",
             "PathEscapeError",
             "ResultViewError",
@@ -42,13 +46,14 @@ def test_the_sandbox_public_surface_is_pinned() -> None:
             "SandboxManager",
             "SandboxNotFoundError",
             "SandboxOwnerInUseError",
+            "SandboxProvider",
             "SandboxUnavailableError",
             "Sandboxes",
             "WorkspaceDisks",
             "WorkspaceFileNotFoundError",
             "WorkspaceFullError",
-            "connect",
             "image_tags",
+            "remove_owner",
             "render",
             "require_image",
         ]

@@ -18,8 +18,9 @@ import pytest
 
 from sandbox import files, identity
 from sandbox.commands import CommandRunner
-from sandbox.docker_provider import DockerProvider
+from sandbox.docker_engine import DockerEngine, connect
 from sandbox.egress import EgressProxy
+from sandbox.engine import ContainerInfo
 from sandbox.errors import (
     EditMismatchError,
     FileTooLargeError,
@@ -30,18 +31,34 @@ from sandbox.errors import (
 from sandbox.image.build import BuiltImage
 from sandbox.image.rootfs import WORKSPACE
 from sandbox.manager import MARKER, SandboxManager
+from sandbox.provider import SandboxInfo, SandboxProvider
 from sandbox.workspace_disk import WorkspaceDisks
+from tests.sandbox_fixtures import docker_attrs
 
 
-def sh(container: docker.models.containers.Container, script: str, user: str = "1000:1000") -> str:
-    result = container.exec_run(["sh", "-c", script], user=user)
+def sh(container: ContainerInfo, script: str) -> str:
+    """A script's output in the container, as the sandbox user (through the engine itself,
+    not the seam under test)."""
+    client = connect()
+    try:
+        result = client.containers.get(container.id).exec_run(["sh", "-c", script], user="1000")
+    finally:
+        client.close()
     return str(result.output.decode())
 
 
-def test_the_sandbox_is_hardened(provider: DockerProvider) -> None:
-    info = provider.ensure("thread-hardening")
+def ensured(provider: SandboxProvider, thread_id: str) -> SandboxInfo:
+    provider.ensure(thread_id)
+    info = provider.get(thread_id)
+    assert info is not None
+    return info
+
+
+def test_the_sandbox_is_hardened(provider: SandboxProvider) -> None:
+    info = ensured(provider, "thread-hardening")
     container = provider.container("thread-hardening")
-    host = container.attrs["HostConfig"]
+    attrs = docker_attrs(container)
+    host = attrs["HostConfig"]
     assert host["NetworkMode"] == "none"
     assert host["ReadonlyRootfs"] is True
     assert host["CapDrop"] == ["ALL"]
@@ -50,8 +67,8 @@ def test_the_sandbox_is_hardened(provider: DockerProvider) -> None:
     assert host["PidsLimit"] == 512
     assert host["Memory"] == host["MemorySwap"] == 1024**3
     assert host["NanoCpus"] == 1_000_000_000
-    assert container.attrs["Config"]["User"] == "1000:1000"
-    mounts = {m["Destination"]: m for m in container.attrs["Mounts"]}
+    assert attrs["Config"]["User"] == "1000:1000"
+    mounts = {m["Destination"]: m for m in attrs["Mounts"]}
     assert mounts["/home/user/workspace"]["Type"] == "volume"
     assert mounts["/home/user/workspace"]["Name"] == info.volume_name
     # And from the inside.
@@ -63,8 +80,8 @@ def test_the_sandbox_is_hardened(provider: DockerProvider) -> None:
     assert "Read-only file system" in sh(container, "touch /etc/x")
 
 
-def test_identity_and_labels_are_deterministic(provider: DockerProvider, owner: str) -> None:
-    info = provider.ensure("thread-id")
+def test_identity_and_labels_are_deterministic(provider: SandboxProvider, owner: str) -> None:
+    info = ensured(provider, "thread-id")
     expected = str(uuid.uuid5(identity.NAMESPACE, "instance-ai-thread-thread-id"))
     assert info.sandbox_id == expected
     assert info.container_name == identity.container_name(owner, expected)
@@ -72,21 +89,21 @@ def test_identity_and_labels_are_deterministic(provider: DockerProvider, owner: 
     assert info.labels[identity.LABEL_THREAD] == "thread-id"
     assert info.labels[identity.LABEL_IMAGE] == provider.image
     assert info.created_at is not None
-    assert provider.ensure("thread-id").container_id == info.container_id
+    assert provider.ensure("thread-id").id == info.container_id
 
 
-def test_threads_cannot_see_each_other(provider: DockerProvider) -> None:
-    a, b = provider.ensure("thread-a"), provider.ensure("thread-b")
+def test_threads_cannot_see_each_other(provider: SandboxProvider) -> None:
+    a, b = ensured(provider, "thread-a"), ensured(provider, "thread-b")
     assert a.volume_name != b.volume_name
     container_a, container_b = provider.container("thread-a"), provider.container("thread-b")
-    files.write_file(container_a, "secret.txt", b"only for a")
+    files.write_file(files.Workspace(provider.engine, container_a.id), "secret.txt", b"only for a")
     sh(container_a, "sleep 300 >/dev/null 2>&1 &")
     assert "secret.txt" not in sh(container_b, "ls -a /home/user/workspace")
     assert sh(container_b, "ps -eo comm").split().count("sleep") == 1  # only its keep-alive
 
 
 async def test_a_restart_reattaches_and_keeps_the_workspace(
-    provider: DockerProvider,
+    provider: SandboxProvider,
     docker_client: docker.DockerClient,
     sandbox_image: BuiltImage,
     owner: str,
@@ -96,7 +113,9 @@ async def test_a_restart_reattaches_and_keeps_the_workspace(
     await first.write_file("t1", "package.json", b'{"edited": true}\n')
     container_id = (await first.acquire("t1")).id
     # A new process: new provider and manager, same owner.
-    second = SandboxManager(DockerProvider(docker_client, image=sandbox_image.tag, owner=owner))
+    second = SandboxManager(
+        SandboxProvider(DockerEngine(docker_client), image=sandbox_image.tag, owner=owner)
+    )
     assert (await second.acquire("t1")).id == container_id
     assert await second.read_file("t1", "src/main.workflow.ts") == b"export default 1;\n"
     # Initialised once: the seed did not overwrite the user's edit.
@@ -105,7 +124,7 @@ async def test_a_restart_reattaches_and_keeps_the_workspace(
     assert {MARKER, "src", "chunks", "knowledge-base", "tsconfig.json"} <= names
 
 
-async def test_concurrent_first_uses_create_one_sandbox(provider: DockerProvider) -> None:
+async def test_concurrent_first_uses_create_one_sandbox(provider: SandboxProvider) -> None:
     manager = SandboxManager(provider)
     containers = await asyncio.gather(*(manager.acquire("t1") for _ in range(5)))
     assert len({c.id for c in containers}) == 1
@@ -113,18 +132,18 @@ async def test_concurrent_first_uses_create_one_sandbox(provider: DockerProvider
 
 
 async def test_a_container_stopped_or_removed_from_outside_comes_back_with_its_files(
-    provider: DockerProvider,
+    provider: SandboxProvider,
 ) -> None:
     manager = SandboxManager(provider)
     await manager.write_file("t1", "keep.txt", b"still here")
-    (await manager.acquire("t1")).kill()
+    manager.engine.kill((await manager.acquire("t1")).id)
     assert await manager.read_file("t1", "keep.txt") == b"still here"
-    (await manager.acquire("t1")).remove(force=True)
+    manager.engine.remove((await manager.acquire("t1")).id)
     assert await manager.read_file("t1", "keep.txt") == b"still here"
 
 
 async def test_idle_eviction_keeps_the_container_and_spares_busy_threads(
-    provider: DockerProvider,
+    provider: SandboxProvider,
 ) -> None:
     busy = {"t-busy"}
 
@@ -139,7 +158,7 @@ async def test_idle_eviction_keeps_the_container_and_spares_busy_threads(
     assert provider.get("t-idle") is not None  # only the cache entry went
 
 
-async def test_ephemeral_mode_destroys_idle_sandboxes(provider: DockerProvider) -> None:
+async def test_ephemeral_mode_destroys_idle_sandboxes(provider: SandboxProvider) -> None:
     manager = SandboxManager(provider, idle_ttl=timedelta(0), ephemeral=True)
     await manager.acquire("t1")
     assert await manager.sweep_idle() == ["t1"]
@@ -147,7 +166,7 @@ async def test_ephemeral_mode_destroys_idle_sandboxes(provider: DockerProvider) 
 
 
 async def test_destroy_removes_container_and_volume(
-    provider: DockerProvider, docker_client: docker.DockerClient
+    provider: SandboxProvider, docker_client: docker.DockerClient
 ) -> None:
     manager = SandboxManager(provider)
     await manager.acquire("t1")
@@ -160,7 +179,7 @@ async def test_destroy_removes_container_and_volume(
 
 
 async def test_the_janitor_removes_orphans_and_keeps_live_threads(
-    provider: DockerProvider, docker_client: docker.DockerClient
+    provider: SandboxProvider, docker_client: docker.DockerClient
 ) -> None:
     async def thread_exists(thread_id: str) -> bool:
         return thread_id == "alive"
@@ -185,7 +204,7 @@ async def test_the_janitor_removes_orphans_and_keeps_live_threads(
 
 
 async def test_the_deadline_kills_the_whole_tree_including_setsid_escapees(
-    provider: DockerProvider,
+    provider: SandboxProvider,
 ) -> None:
     manager = SandboxManager(provider)
     started = time.monotonic()
@@ -203,7 +222,7 @@ async def test_the_deadline_kills_the_whole_tree_including_setsid_escapees(
     assert "sleep 300" not in processes and "sleep 301" not in processes
 
 
-async def test_cancelling_the_caller_kills_the_tree(provider: DockerProvider) -> None:
+async def test_cancelling_the_caller_kills_the_tree(provider: SandboxProvider) -> None:
     manager = SandboxManager(provider)
     task = asyncio.create_task(
         manager.run_command("t1", "setsid sleep 302 & sleep 303", timeout_s=120)
@@ -220,7 +239,7 @@ async def test_cancelling_the_caller_kills_the_tree(provider: DockerProvider) ->
     assert "sleep 302" not in processes and "sleep 303" not in processes
 
 
-async def test_results_report_exit_codes_and_output(provider: DockerProvider) -> None:
+async def test_results_report_exit_codes_and_output(provider: SandboxProvider) -> None:
     manager = SandboxManager(provider)
     result = await manager.run_command("t1", "echo out; echo err >&2; exit 3", timeout_s=30)
     assert (result.exit_code, result.stdout, result.stderr) == (3, "out\n", "err\n")
@@ -231,7 +250,7 @@ async def test_results_report_exit_codes_and_output(provider: DockerProvider) ->
     assert await manager.str_replace("t1", "job.txt", "a-job", "the-user") == 1
 
 
-async def test_zombies_do_not_accumulate(provider: DockerProvider) -> None:
+async def test_zombies_do_not_accumulate(provider: SandboxProvider) -> None:
     manager = SandboxManager(provider)
     for _ in range(5):
         await manager.run_command(
@@ -243,8 +262,8 @@ async def test_zombies_do_not_accumulate(provider: DockerProvider) -> None:
     assert not [s for s in states if s.startswith("Z")]
 
 
-async def test_cut_output_is_kept_whole_in_the_workspace(provider: DockerProvider) -> None:
-    runner = CommandRunner(provider.client, max_output_bytes=1000)
+async def test_cut_output_is_kept_whole_in_the_workspace(provider: SandboxProvider) -> None:
+    runner = CommandRunner(provider.engine, max_output_bytes=1000)
     manager = SandboxManager(provider, runner=runner)
     result = await manager.run_command("t1", "seq 1 50000", timeout_s=60)
     assert result.truncated and len(result.stdout) == 1000
@@ -255,7 +274,7 @@ async def test_cut_output_is_kept_whole_in_the_workspace(provider: DockerProvide
 
 @pytest.mark.parametrize("path", ["../x", "/etc/passwd", "src/../../x", "link-out/x", "link-file"])
 async def test_paths_leading_out_of_the_workspace_are_refused(
-    provider: DockerProvider, path: str
+    provider: SandboxProvider, path: str
 ) -> None:
     manager = SandboxManager(provider)
     container = await manager.acquire("t1")
@@ -268,7 +287,7 @@ async def test_paths_leading_out_of_the_workspace_are_refused(
 
 
 async def test_edits_need_a_unique_exact_match_and_writes_have_a_cap(
-    provider: DockerProvider,
+    provider: SandboxProvider,
 ) -> None:
     manager = SandboxManager(provider, max_file_bytes=1000)
     await manager.write_file("t1", "a.txt", b"one two two")
@@ -283,7 +302,7 @@ async def test_edits_need_a_unique_exact_match_and_writes_have_a_cap(
     assert "big.txt" not in {e.path for e in (await manager.list_files("t1"))[0]}
 
 
-async def test_a_fork_bomb_and_a_memory_hog_are_contained(provider: DockerProvider) -> None:
+async def test_a_fork_bomb_and_a_memory_hog_are_contained(provider: SandboxProvider) -> None:
     manager = SandboxManager(provider)
     await manager.run_command("bomb", "b() { b | b & }; b; sleep 2", timeout_s=5)
     bomb_box = await manager.acquire("bomb")
@@ -301,7 +320,7 @@ async def test_a_fork_bomb_and_a_memory_hog_are_contained(provider: DockerProvid
         assert ok.stdout == "alive\n", thread_id
 
 
-async def test_a_dead_worker_is_replaced_transparently(provider: DockerProvider) -> None:
+async def test_a_dead_worker_is_replaced_transparently(provider: SandboxProvider) -> None:
     manager = SandboxManager(provider)
     await manager.write_file("t1", "a.txt", b"first")
     container = await manager.acquire("t1")
@@ -315,7 +334,7 @@ async def test_a_dead_worker_is_replaced_transparently(provider: DockerProvider)
 
 @pytest.mark.parametrize("use_worker", [True, False], ids=["worker", "exec-fallback"])
 async def test_both_file_paths_follow_the_same_rules(
-    provider: DockerProvider, use_worker: bool
+    provider: SandboxProvider, use_worker: bool
 ) -> None:
     manager = SandboxManager(provider, use_worker=use_worker, max_file_bytes=100)
     assert await manager.write_file("t1", "d/e/f.txt", b"\x00\xffbinary-safe") == 13
@@ -339,7 +358,7 @@ async def test_both_file_paths_follow_the_same_rules(
 
 
 async def test_a_new_thread_gets_a_warm_sandbox_from_the_pool(
-    provider: DockerProvider, owner: str
+    provider: SandboxProvider, owner: str
 ) -> None:
     manager = SandboxManager(provider, pool_size=2)
     await manager.fill_pool()
@@ -353,14 +372,14 @@ async def test_a_new_thread_gets_a_warm_sandbox_from_the_pool(
     await manager._refill
     assert manager.pooled_count() == 2
     # The claimed sandbox is the thread's from now on: found by name after a restart.
-    restarted = SandboxManager(DockerProvider(provider.client, image=provider.image, owner=owner))
+    restarted = SandboxManager(SandboxProvider(provider.engine, image=provider.image, owner=owner))
     assert (await restarted.acquire("t1")).id == container.id
     # A thread that already has a sandbox keeps it rather than taking a warm one.
     assert (await manager.acquire("t1")).id == container.id and manager.pooled_count() == 2
 
 
 async def test_a_restart_adopts_the_pool_and_the_janitor_leaves_it_alone(
-    provider: DockerProvider, owner: str
+    provider: SandboxProvider, owner: str
 ) -> None:
     first = SandboxManager(provider, pool_size=2)
     await first.fill_pool()
@@ -374,7 +393,7 @@ async def test_a_restart_adopts_the_pool_and_the_janitor_leaves_it_alone(
 
 
 async def test_destroying_a_claimed_pool_sandbox_removes_its_workspace(
-    provider: DockerProvider, docker_client: docker.DockerClient
+    provider: SandboxProvider, docker_client: docker.DockerClient
 ) -> None:
     manager = SandboxManager(provider, pool_size=1)
     await manager.fill_pool()
@@ -388,7 +407,7 @@ async def test_destroying_a_claimed_pool_sandbox_removes_its_workspace(
 
 
 async def test_the_seeded_workspace_builds_its_template_with_the_one_shot_path(
-    provider: DockerProvider,
+    provider: SandboxProvider,
 ) -> None:
     """A command (a job uid) can write into the seeded folders, the node type index lists the
     catalog, and build.mjs compiles the knowledge-base template with the real SDK."""
@@ -417,7 +436,7 @@ async def test_the_seeded_workspace_builds_its_template_with_the_one_shot_path(
 
 
 async def test_pooled_sandboxes_of_an_older_image_are_discarded(
-    provider: DockerProvider, docker_client: docker.DockerClient, owner: str
+    provider: SandboxProvider, docker_client: docker.DockerClient, owner: str
 ) -> None:
     first = SandboxManager(provider, pool_size=1)
     await first.fill_pool()
@@ -425,8 +444,8 @@ async def test_pooled_sandboxes_of_an_older_image_are_discarded(
     old = {c.id for c in provider.pooled()}
     # The same sandboxes seen by a process whose image is another one.
     docker_client.images.get(provider.image).tag("instance-ai-sandbox", "newer-test-" + owner)
-    newer = DockerProvider(
-        docker_client, image=f"instance-ai-sandbox:newer-test-{owner}", owner=owner
+    newer = SandboxProvider(
+        provider.engine, image=f"instance-ai-sandbox:newer-test-{owner}", owner=owner
     )
     try:
         second = SandboxManager(newer, pool_size=1)
@@ -445,7 +464,7 @@ TEMPLATE = "knowledge-base/templates/order-router.workflow.ts"
 
 @pytest.mark.parametrize("use_worker", [True, False], ids=["worker", "one-shot-fallback"])
 async def test_compile_returns_workflow_json_with_fixtures_apart(
-    provider: DockerProvider, use_worker: bool
+    provider: SandboxProvider, use_worker: bool
 ) -> None:
     manager = SandboxManager(provider, use_worker=use_worker)
     built = await manager.compile("t1", TEMPLATE, timeout_s=20)
@@ -465,7 +484,7 @@ async def test_compile_returns_workflow_json_with_fixtures_apart(
     assert len(built["sourceHash"]) == 64 and built["typed"] is False
 
 
-async def test_compile_sees_every_edit(provider: DockerProvider) -> None:
+async def test_compile_sees_every_edit(provider: SandboxProvider) -> None:
     manager = SandboxManager(provider)
     source = (await manager.read_file("t1", TEMPLATE)).decode()
     for name in ("First Name", "Second Name", "Third Name"):
@@ -477,7 +496,7 @@ async def test_compile_sees_every_edit(provider: DockerProvider) -> None:
 
 
 async def test_compile_failures_are_reported_by_stage_and_an_endless_loop_is_cut_off(
-    provider: DockerProvider,
+    provider: SandboxProvider,
 ) -> None:
     manager = SandboxManager(provider)
     await manager.write_file("t1", "src/broken.workflow.ts", b"export default {\n  oops: ,\n};\n")
@@ -519,8 +538,9 @@ async def test_sandboxes_of_another_process_layout_get_an_egress_of_ours(
         tempfile.TemporaryDirectory(prefix="eg-") as first_root,
         tempfile.TemporaryDirectory(prefix="eg-") as second_root,
     ):
-        first = DockerProvider(
-            docker_client, image=sandbox_image.tag, owner=owner, egress_root=Path(first_root)
+        engine = DockerEngine(docker_client)
+        first = SandboxProvider(
+            engine, image=sandbox_image.tag, owner=owner, egress_root=Path(first_root)
         )
         before = SandboxManager(first, pool_size=1, egress=EgressProxy(_refuse))
         await before.fill_pool()
@@ -528,8 +548,8 @@ async def test_sandboxes_of_another_process_layout_get_an_egress_of_ours(
         await before.close()
         theirs = {c.id for c in first.pooled()}
 
-        second = DockerProvider(
-            docker_client, image=sandbox_image.tag, owner=owner, egress_root=Path(second_root)
+        second = SandboxProvider(
+            engine, image=sandbox_image.tag, owner=owner, egress_root=Path(second_root)
         )
         after = SandboxManager(second, pool_size=1, egress=EgressProxy(_refuse))
         try:
@@ -555,7 +575,7 @@ SWAP_LOOP = (
 
 
 async def test_a_folder_swapped_for_a_symlink_mid_write_never_redirects_it(
-    provider: DockerProvider,
+    provider: SandboxProvider,
 ) -> None:
     """A command keeps swapping `race/dir` between a folder and a symlink out of the
     workspace while the file tools write and read through it: nothing may land outside."""
@@ -584,13 +604,15 @@ async def test_a_workspace_cannot_grow_past_its_limit_and_says_so(
     docker_client: docker.DockerClient, sandbox_image: BuiltImage, owner: str
 ) -> None:
     # A workspace made before the limit keeps its files when it gets one.
-    before = SandboxManager(DockerProvider(docker_client, image=sandbox_image.tag, owner=owner))
+    before = SandboxManager(
+        SandboxProvider(DockerEngine(docker_client), image=sandbox_image.tag, owner=owner)
+    )
     await before.write_file("t1", "old.md", b"from before")
     await before.close()
-    before.provider.container("t1").remove(force=True)  # the volume stays
+    before.engine.remove(before.provider.container("t1").id)  # the volume stays
 
-    limited = DockerProvider(
-        docker_client,
+    limited = SandboxProvider(
+        DockerEngine(docker_client),
         image=sandbox_image.tag,
         owner=owner,
         disks=WorkspaceDisks(64 * 1024 * 1024),
@@ -599,7 +621,7 @@ async def test_a_workspace_cannot_grow_past_its_limit_and_says_so(
     assert await manager.read_file("t1", "old.md") == b"from before"
     volume = next(
         mount["Name"]
-        for mount in limited.container("t1").attrs["Mounts"]
+        for mount in docker_attrs(limited.container("t1"))["Mounts"]
         if mount["Destination"] == WORKSPACE
     )
     data_dir = Path(docker_client.volumes.get(volume).attrs["Mountpoint"])

@@ -18,14 +18,15 @@ from browser_relay.driver import Drivers
 from browser_relay.headless import HeadlessBrowsers
 from browser_relay.server import RelayServer
 from browser_relay.sessions import BrowserSessions, sandbox_key
-from sandbox.docker_provider import DockerProvider
 from sandbox.image.rootfs import WORKSPACE
 from sandbox.manager import SandboxManager
+from sandbox.provider import SandboxProvider
 from server.settings import Settings
 from tests.agent_fixtures import Chat, last_tool_results, model, with_model
 from tests.browser_fixtures import serve_pages
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, Turn, text, tool
+from tests.sandbox_fixtures import output_of
 from tests.tool_client import ToolClient, tabs_opened_by
 
 __all__ = ["model"]  # a fixture, shared
@@ -50,7 +51,7 @@ async def outside() -> AsyncIterator[str]:
 
 
 async def test_a_chromium_in_the_sandbox_is_driven_through_the_relay(
-    provider: DockerProvider, outside: str
+    provider: SandboxProvider, outside: str
 ) -> None:
     manager = SandboxManager(provider)  # no egress proxy: no way out at all
     relay = await RelayServer(BrowserSessions()).start()
@@ -69,7 +70,7 @@ async def test_a_chromium_in_the_sandbox_is_driven_through_the_relay(
         assert await page.text_content("#out") == "Hi Grace"
         # The browser runs in the container, as the sandbox user.
         container = await manager.acquire("t1")
-        ps = container.exec_run(["ps", "-o", "user=,args=", "-C", "chromium"]).output.decode()
+        ps = output_of(manager.engine, container, "ps", "-o", "user=,args=", "-C", "chromium")
         assert "/usr/lib/chromium/chromium" in ps and ps.split()[0] in ("user", "1000")
         # Nothing beyond the sandbox: the host's own loopback site is out of reach.
         with pytest.raises(Exception, match="ERR_"):
@@ -91,10 +92,12 @@ async def test_a_chromium_in_the_sandbox_is_driven_through_the_relay(
         await manager.close()
 
 
-async def _chromium_running(provider: DockerProvider, thread: str) -> bool:
+async def _chromium_running(provider: SandboxProvider, thread: str) -> bool:
     container = provider.container(thread)
     for _ in range(50):
-        if container.exec_run(["pgrep", "-f", "/usr/lib/chromium"]).exit_code != 0:
+        if provider.engine.exec(
+            container.id, ["pgrep", "-f", "/usr/lib/chromium"], workdir="/"
+        ).exit_code:
             return False
         await asyncio.sleep(0.1)
     return True
@@ -156,8 +159,10 @@ async def test_the_browser_tools_drive_the_sandboxed_browser(
         assert reached["title"] == "Outside"
 
         # A browser that dies is started afresh on the next call.
-        container = app.parts.sandboxes.manager.provider.container("sbx")  # type: ignore[attr-defined]
-        container.exec_run(["pkill", "-f", "/usr/lib/chromium"], user="1000:1000")
+        manager = app.parts.sandboxes.manager
+        assert isinstance(manager, SandboxManager)
+        container = manager.provider.container("sbx")
+        output_of(manager.engine, container, "pkill", "-f", "/usr/lib/chromium")
         for _ in range(100):
             if not app.parts.headless.running(sandbox_key("sbx")):
                 break
@@ -171,7 +176,7 @@ async def test_the_browser_tools_drive_the_sandboxed_browser(
         await app.parts.threads.delete("sbx")
         assert not app.parts.headless.running(sandbox_key("sbx"))
         assert app.parts.relay.sessions.get(session_id) is None
-        assert container.id not in [c.id for c in container.client.containers.list(all=True)]
+        assert manager.engine.inspect(container.id) is None
 
 
 async def test_the_agent_is_told_it_drives_the_sandboxed_browser(

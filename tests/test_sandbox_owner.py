@@ -14,6 +14,7 @@ import pytest
 
 from instance_ai.v1 import workspace_pb2, workspace_pb2_grpc
 from sandbox import identity
+from sandbox.docker_engine import DockerEngine
 from sandbox.errors import SandboxOwnerInUseError
 from sandbox.image.build import BuiltImage
 from sandbox.lease import OwnerLease
@@ -91,9 +92,9 @@ async def test_a_second_live_service_with_the_same_owner_is_refused(
 
 HOLD_LEASE = """
 import sys, time
-from sandbox.docker_provider import connect
+from sandbox.docker_engine import DockerEngine
 from sandbox.lease import OwnerLease
-OwnerLease.acquire(connect(), image=sys.argv[1], owner=sys.argv[2], holder="child")
+OwnerLease.acquire(DockerEngine.connect(), image=sys.argv[1], owner=sys.argv[2], holder="child")
 print("held", flush=True)
 time.sleep(600)
 """
@@ -111,13 +112,15 @@ def test_a_killed_holder_frees_its_owner(
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "held"
         with pytest.raises(SandboxOwnerInUseError, match=r"held by another running .*child"):
-            OwnerLease.acquire(docker_client, image=sandbox_image.tag, owner=owner, wait_s=0.5)
+            OwnerLease.acquire(
+                DockerEngine(docker_client), image=sandbox_image.tag, owner=owner, wait_s=0.5
+            )
     finally:
         child.kill()  # SIGKILL: no clean-up of its own
         child.wait()
         if child.stdout is not None:
             child.stdout.close()
-    lease = OwnerLease.acquire(docker_client, image=sandbox_image.tag, owner=owner)
+    lease = OwnerLease.acquire(DockerEngine(docker_client), image=sandbox_image.tag, owner=owner)
     try:
         assert lease.holder != "child"
     finally:

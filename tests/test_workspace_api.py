@@ -16,6 +16,7 @@ from sandbox.manager import SandboxManager
 from server.app import Application
 from server.settings import Settings
 from tests.conftest import serving
+from tests.sandbox_fixtures import docker_attrs, output_of
 
 
 @pytest.fixture
@@ -213,7 +214,7 @@ async def test_a_client_that_goes_away_kills_its_command(
     call.cancel()
     container = await docker_manager(app).acquire("t1")
     for _ in range(100):
-        processes = container.exec_run(["ps", "-eo", "args="]).output.decode()
+        processes = output_of(docker_manager(app).engine, container, "ps", "-eo", "args=")
         if "sleep 310" not in processes and "sleep 311" not in processes:
             break
         await asyncio.sleep(0.1)
@@ -262,7 +263,7 @@ async def test_the_hardening_settings_reach_the_container(
         stub = workspace_pb2_grpc.WorkspaceStub(channel)
         await stub.WriteFile(workspace_pb2.WriteFileRequest(thread_id="t1", path="x", content="x"))
         container = await docker_manager(app).acquire("t1")
-        host = container.attrs["HostConfig"]
+        host = docker_attrs(container)["HostConfig"]
         assert (host["Memory"], host["PidsLimit"], host["NanoCpus"]) == (
             512 * 2**20,
             128,

@@ -108,7 +108,7 @@ class WorkflowBuilder:
 
     async def toolchain(self, thread_id: str) -> WorkflowToolchain:
         manager = await self._sandboxes(thread_id)
-        if not isinstance(manager, WorkflowToolchain):
+        if not isinstance(manager, WorkflowToolchain) or not manager.runs_image:
             raise UnavailableError(
                 "building workflows needs Docker sandboxes (INSTANCE_AI_SANDBOX_PROVIDER=docker)"
             )

@@ -13,20 +13,21 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import structlog
 from sqlalchemy import select
 
 from sandbox.commands import CommandRunner
-from sandbox.docker_provider import DockerProvider, SandboxLimits, connect
+from sandbox.docker_engine import DockerEngine
 from sandbox.egress import EgressProxy
+from sandbox.engine import ContainerEngine, SandboxLimits
 from sandbox.errors import SandboxError, SandboxOwnerInUseError
-from sandbox.image.build import require_image
-from sandbox.image.catalog import extract_catalog
 from sandbox.lease import OwnerLease
-from sandbox.local import LocalSandboxes
+from sandbox.local_engine import LocalEngine
 from sandbox.manager import SandboxManager, ThreadPredicate
 from sandbox.protocol import Sandboxes
+from sandbox.provider import SandboxProvider
 from sandbox.workspace_disk import WorkspaceDisks
 from server.errors import FailedPreconditionError, NotFoundError, UnavailableError
 from server.runtime.egress import egress_root
@@ -74,7 +75,9 @@ class SandboxService:
         if provider == "none":
             return
         if provider == "local":
-            self._manager = build_local(self.settings)
+            self._manager = build_local(
+                self.settings, owner=await sandbox_owner(self.settings, self.db)
+            )
             self._unavailable = "local sandboxes carry no sandbox image; use the docker provider"
             return
         # Docker, and only Docker: an unreachable engine is an error, never a quiet switch
@@ -134,11 +137,11 @@ class SandboxService:
         self._engine_listeners.append(listener)
 
     async def _watch_engine(self, manager: SandboxManager) -> None:
-        client = manager.provider.client
         while True:
             await asyncio.sleep(self.settings.sandbox_engine_probe_seconds)
             try:
-                up = bool(await asyncio.to_thread(client.ping))
+                await asyncio.to_thread(manager.engine.ping)
+                up = True
             except Exception:  # any failure to answer is the engine being away
                 up = False
             if up != self._engine_up:
@@ -151,24 +154,25 @@ class SandboxService:
             await listener(up)
 
     def _connect(self, owner: str) -> SandboxManager:
-        manager = build_manager(
-            self.settings,
-            owner=owner,
-            is_busy=self._is_busy,
-            thread_exists=self._thread_exists,
-            egress=self._egress,
-        )
-        provider = manager.provider
+        engine = DockerEngine.connect()
         try:
-            self._lease = OwnerLease.acquire(provider.client, image=provider.image, owner=owner)
-            self._catalog_dir = extract_catalog(
-                provider.client, provider.image, self.settings.data_dir / "catalog"
+            image = engine.require_image()
+            manager = build_manager(
+                self.settings,
+                engine,
+                image=image,
+                owner=owner,
+                is_busy=self._is_busy,
+                thread_exists=self._thread_exists,
+                egress=self._egress,
             )
+            self._lease = OwnerLease.acquire(engine, image=image, owner=owner)
+            self._catalog_dir = engine.extract_catalog(image, self.settings.data_dir / "catalog")
         except SandboxError:
             if self._lease is not None:
                 self._lease.release()
                 self._lease = None
-            provider.client.close()
+            engine.close()
             raise
         return manager
 
@@ -208,7 +212,7 @@ class SandboxService:
             if self._lease is not None:
                 await asyncio.to_thread(self._lease.release)
             if isinstance(self._manager, SandboxManager):
-                self._manager.provider.client.close()
+                self._manager.engine.close()
 
     async def _housekeep(self, manager: SandboxManager) -> None:
         janitor_every = self.settings.sandbox_janitor_interval_seconds
@@ -242,13 +246,10 @@ class SandboxService:
             return open_run.first() is not None
 
 
-def build_local(settings: Settings) -> LocalSandboxes:
-    return LocalSandboxes(
-        settings.data_dir / "local-sandboxes",
-        max_file_bytes=settings.sandbox_max_file_bytes,
-        max_output_bytes=settings.sandbox_max_output_bytes,
-        default_timeout_s=settings.sandbox_command_timeout_seconds,
-    )
+def build_local(settings: Settings, *, owner: str) -> SandboxManager:
+    """The manager on local directories (no isolation, no sandbox image)."""
+    engine = LocalEngine(settings.data_dir / "local-sandboxes")
+    return _manager(settings, SandboxProvider(engine, image="local", owner=owner), use_worker=False)
 
 
 async def sandbox_owner(settings: Settings, db: Database) -> str:
@@ -257,27 +258,34 @@ async def sandbox_owner(settings: Settings, db: Database) -> str:
     return settings.sandbox_owner or f"deployment-{await deployment_id(db)}"
 
 
+def connect_manager(settings: Settings, *, owner: str, **options: Any) -> SandboxManager:
+    """Connect to the Docker engine and set up the manager (blocking), for one-off commands.
+    Raises SandboxError with what to do when the engine or the image is missing."""
+    engine = DockerEngine.connect()
+    try:
+        return build_manager(settings, engine, image=engine.require_image(), owner=owner, **options)
+    except SandboxError:
+        engine.close()
+        raise
+
+
 def build_manager(
     settings: Settings,
+    engine: ContainerEngine,
     *,
+    image: str,
     owner: str,
     is_busy: ThreadPredicate | None = None,
     thread_exists: ThreadPredicate | None = None,
     egress: EgressProxy | None = None,
     reap_leftovers: bool = True,
 ) -> SandboxManager:
-    """Connect to the engine and set up the manager (blocking). Raises SandboxError with
-    what to do when the engine or the image is missing."""
+    """The manager of this owner's sandboxes on `engine`, hardened as configured (blocking).
+    Raises SandboxError with what to do when the workspace limit cannot be kept."""
     s = settings
     disks = WorkspaceDisks(s.sandbox_workspace_max_mb * MIB) if s.sandbox_workspace_max_mb else None
     if disks is not None:
         disks.check()
-    client = connect()
-    try:
-        tag = require_image(client)
-    except SandboxError:
-        client.close()
-        raise
     limits = SandboxLimits(
         network_mode=s.sandbox_network_mode,
         read_only=s.sandbox_read_only,
@@ -289,26 +297,35 @@ def build_manager(
         cpus=s.sandbox_cpus,
         tmp_size=s.sandbox_tmp_size,
     )
-    provider = DockerProvider(
-        client,
-        image=tag,
+    provider = SandboxProvider(
+        engine,
+        image=image,
         owner=owner,
         limits=limits,
         egress_root=egress_root(s) if egress is not None else None,
         disks=disks,
     )
-    log.info("sandboxes ready", image=tag, owner=owner)
-    return SandboxManager(
+    log.info("sandboxes ready", image=image, owner=owner)
+    return _manager(
+        s,
         provider,
-        runner=CommandRunner(client, max_output_bytes=s.sandbox_max_output_bytes),
-        idle_ttl=timedelta(seconds=s.sandbox_idle_ttl_seconds),
-        ephemeral=s.sandbox_ephemeral,
-        max_age=timedelta(hours=s.sandbox_max_age_hours),
-        max_file_bytes=s.sandbox_max_file_bytes,
-        default_timeout_s=s.sandbox_command_timeout_seconds,
         pool_size=s.sandbox_pool_size,
         is_busy=is_busy,
         thread_exists=thread_exists,
         egress=egress,
         reap_leftovers=reap_leftovers,
+    )
+
+
+def _manager(settings: Settings, provider: SandboxProvider, **options: Any) -> SandboxManager:
+    s = settings
+    return SandboxManager(
+        provider,
+        runner=CommandRunner(provider.engine, max_output_bytes=s.sandbox_max_output_bytes),
+        idle_ttl=timedelta(seconds=s.sandbox_idle_ttl_seconds),
+        ephemeral=s.sandbox_ephemeral,
+        max_age=timedelta(hours=s.sandbox_max_age_hours),
+        max_file_bytes=s.sandbox_max_file_bytes,
+        default_timeout_s=s.sandbox_command_timeout_seconds,
+        **options,
     )

@@ -315,7 +315,7 @@ async def _driver(ctx: ToolContext[BrowserTools]) -> BrowserDriver:
 async def _sandbox_driver(ctx: ToolContext[BrowserTools]) -> BrowserDriver:
     """The headless browser in the thread's sandbox, started on first use."""
     sandboxes = await ctx.services.sandbox_for(ctx.thread_id)
-    if not isinstance(sandboxes, BrowserHost):
+    if not isinstance(sandboxes, BrowserHost) or not sandboxes.runs_image:
         raise FailedPreconditionError(
             "the sandboxed browser runs in a Docker sandbox: set "
             "INSTANCE_AI_SANDBOX_PROVIDER=docker (or INSTANCE_AI_BROWSER=user to drive the "

@@ -1,0 +1,438 @@
+"""The Docker engine behind the container-engine seam (`engine.py`), through the docker SDK.
+
+Every docker SDK type and error stays in this module: callers get the seam's values, and
+`SandboxUnavailableError` / `ContainerGoneError` with what to check. Jobs are uids: a job's
+process runs as `<job>:1000`, and `kill -9 -1` run as that uid reaches all of its processes,
+`setsid` escapees included, and nothing of other uids (see `_KILL_ALL`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import requests.exceptions
+from docker.models.containers import Container
+from docker.transport.unixconn import UnixHTTPConnection
+from docker.utils.socket import frames_iter
+
+from sandbox.engine import (
+    Attached,
+    ContainerGoneError,
+    ContainerInfo,
+    ContainerSpec,
+    ExecResult,
+    VolumeInfo,
+)
+from sandbox.errors import SandboxUnavailableError
+from sandbox.image.build import require_image
+from sandbox.image.catalog import extract_catalog
+from sandbox.image.rootfs import USER_UID, WORKSPACE
+
+__all__ = ["DockerEngine", "connect"]
+
+# The sandbox user, and the home directory every process starts with.
+USER = f"{USER_UID}:{USER_UID}"
+HOME = {"HOME": "/home/user"}
+
+# Run as the job uid. Counts the uid's processes outside this script's own session (`docker
+# exec` makes the script a session leader), and while any is left sends `kill -9 -1`, which
+# Linux delivers to every process of the caller's uid but the caller itself. (`kill -0 -1`
+# cannot tell: the kernel counts processes it may not signal.) The pause lets PID 1 reap.
+_KILL_ALL = (
+    "me=$(id -u); for round in $(seq 20); do "
+    'left=$(ps -o sess= -u "$me" | grep -cvE "^ *$$$"); [ "$left" -eq 0 ] && exit 0; '
+    "kill -9 -1 2>/dev/null; sleep 0.05; done; exit 1"
+)
+
+
+@contextmanager
+def engine_errors(action: str) -> Iterator[None]:
+    """Translate the docker SDK's errors, and those of the HTTP client under it (a refused or
+    cut connection while the engine restarts is not a DockerException), at this boundary."""
+    try:
+        yield
+    except docker.errors.NotFound as exc:
+        raise ContainerGoneError(
+            f"the sandbox went away during the call ({exc.explanation or exc}); it was removed "
+            "or stopped from outside. The next call makes it again, with the same workspace"
+        ) from exc
+    except docker.errors.APIError as exc:  # the engine answered, and said no
+        raise SandboxUnavailableError(
+            f"the Docker engine refused to {action}: {_short(exc)}"
+        ) from exc
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise SandboxUnavailableError(
+            f"the Docker engine failed to {action}: {_short(exc)}. Is dockerd running and is "
+            "DOCKER_HOST (or /var/run/docker.sock) reachable?"
+        ) from exc
+
+
+def _short(exc: Exception) -> str:
+    """The error's own words, without the HTTP client's chain of wrapped reprs."""
+    text = str(exc)
+    return text if len(text) <= 300 else text[:300] + "…"
+
+
+def _connect_or_close(self: UnixHTTPConnection) -> None:
+    """docker-py's own `connect`, but a socket whose connect fails is closed instead of
+    left to the garbage collector (every call while the engine restarts leaked one)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(self.timeout)
+    try:
+        sock.connect(self.unix_socket)
+    except BaseException:
+        sock.close()
+        raise
+    self.sock = sock
+
+
+UnixHTTPConnection.connect = _connect_or_close
+
+
+def _probe_unix_socket() -> None:
+    """Fail early, and without leaking a socket (docker-py does on a refused connect), when
+    the engine's unix socket cannot be reached."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if not host.startswith("unix://"):
+        return
+    path = host[len("unix://") :]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(5)
+        try:
+            probe.connect(path)
+        except OSError as exc:
+            raise SandboxUnavailableError(
+                f"cannot reach the Docker engine at {path} ({exc.strerror or exc}): start "
+                "dockerd (see README) or set DOCKER_HOST"
+            ) from None
+
+
+def connect() -> docker.DockerClient:
+    """A client for the local engine, or SandboxUnavailableError saying what to do."""
+    _probe_unix_socket()
+    client = None
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        if client is not None:
+            client.close()
+        raise SandboxUnavailableError(
+            f"cannot reach the Docker engine ({exc}): start dockerd (see README) or set DOCKER_HOST"
+        ) from exc
+    return client
+
+
+class _Hijacked:
+    """An attach or exec stream docker-py hijacked from its HTTP connection."""
+
+    def __init__(self, wrapper: Any, exit_code: Any = None) -> None:
+        self._wrapper = wrapper  # a SocketIO; `close()` forgets the socket without closing it
+        self._exit_code = exit_code
+        raw: socket.socket = wrapper._sock
+        # The hijacked socket inherits the API client's read timeout; a stream may be quiet
+        # for longer than that.
+        raw.settimeout(None)
+        self._socket = raw
+
+    @property
+    def socket(self) -> socket.socket:
+        return self._socket
+
+    def frames(self) -> Iterator[tuple[int, bytes]]:
+        try:
+            for stream_id, data in frames_iter(self._wrapper, tty=False):
+                if data:
+                    yield stream_id, data
+        except OSError:
+            return
+
+    def exit_code(self) -> int | None:
+        if self._exit_code is None:
+            return None
+        with contextlib.suppress(docker.errors.DockerException):
+            code = self._exit_code()
+            return code if isinstance(code, int) else None
+        return None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            self._wrapper._response.close()
+        with contextlib.suppress(OSError, AttributeError):
+            self._wrapper.close()
+        with contextlib.suppress(OSError):
+            self._socket.close()
+
+
+class DockerEngine:
+    """`ContainerEngine` over one Docker engine."""
+
+    runs_image = True
+
+    def __init__(self, client: docker.DockerClient) -> None:
+        self.client = client
+
+    @classmethod
+    def connect(cls) -> DockerEngine:
+        return cls(connect())
+
+    def ping(self) -> None:
+        with engine_errors("answer a ping"):
+            self.client.ping()
+
+    def close(self) -> None:
+        self.client.close()
+
+    # -- what this engine alone offers (the image lives in its store) ------------------------
+
+    def require_image(self) -> str:
+        """The tag of the current sandbox image, or an error saying how to build it."""
+        return require_image(self.client)
+
+    def extract_catalog(self, image: str, cache_dir: Path) -> Path:
+        """The node and credential catalog of `image`, copied to `cache_dir`."""
+        return extract_catalog(self.client, image, cache_dir)
+
+    # -- containers -------------------------------------------------------------------------
+
+    def create(self, spec: ContainerSpec) -> ContainerInfo:
+        limits = spec.limits
+        volumes: dict[str, dict[str, str]] = {
+            host: {"bind": path, "mode": "rw"} for host, path in spec.binds.items()
+        }
+        if spec.workspace_volume is not None:
+            volumes[spec.workspace_volume] = {"bind": WORKSPACE, "mode": "rw"}
+        options: dict[str, Any] = {
+            "name": spec.name,
+            "labels": dict(spec.labels),
+            "network_mode": limits.network_mode,
+            "read_only": limits.read_only,
+            "volumes": volumes,
+            "environment": dict(spec.environment),
+            "cap_drop": list(limits.cap_drop),
+            "security_opt": ["no-new-privileges"] if limits.no_new_privileges else [],
+            "init": limits.init,
+            "user": limits.user,
+            "pids_limit": limits.pids_limit,
+            "mem_limit": limits.memory_bytes,
+            "memswap_limit": limits.memory_bytes,
+            "nano_cpus": int(limits.cpus * 1e9),
+            "stdin_open": spec.stdin_open,
+            "auto_remove": spec.auto_remove,
+        }
+        if limits.tmp_size:
+            # /tmp inside the container, private to it:
+            options["tmpfs"] = {"/tmp": f"rw,nosuid,nodev,size={limits.tmp_size},mode=1777"}  # noqa: S108
+        if spec.working_dir:
+            options["working_dir"] = spec.working_dir
+        if spec.command is not None:
+            options["command"] = spec.command
+        with engine_errors("create the sandbox"):
+            try:
+                container: Container = self.client.containers.create(spec.image, **options)
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:  # 409: another caller created it first
+                    raise
+                container = self.client.containers.get(spec.name)
+        return _info(container)
+
+    def start(self, container_id: str) -> ContainerInfo:
+        with engine_errors("start the sandbox"):
+            container = self.client.containers.get(container_id)
+            container.start()
+            container.reload()
+        return _info(container)
+
+    def inspect(self, name_or_id: str) -> ContainerInfo | None:
+        try:
+            with engine_errors("look up the sandbox"):
+                return _info(self.client.containers.get(name_or_id))
+        except ContainerGoneError:
+            return None
+
+    def containers(self, labels: Mapping[str, str | None]) -> list[ContainerInfo]:
+        selector = [key if value is None else f"{key}={value}" for key, value in labels.items()]
+        with engine_errors("list sandboxes"):
+            containers = self.client.containers.list(
+                # A container removed while listing (a janitor elsewhere) is no error.
+                ignore_removed=True,
+                all=True,
+                filters={"label": selector},
+            )
+        return [_info(c) for c in containers]
+
+    def rename(self, container_id: str, name: str) -> bool:
+        try:
+            with engine_errors("rename a sandbox"):
+                self.client.containers.get(container_id).rename(name)
+        except ContainerGoneError:
+            return False
+        except SandboxUnavailableError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, docker.errors.APIError) and cause.status_code == 409:
+                return False
+            raise
+        return True
+
+    def remove(self, container_id: str) -> None:
+        with contextlib.suppress(ContainerGoneError), engine_errors("remove the sandbox"):
+            self.client.containers.get(container_id).remove(force=True)
+
+    def kill(self, container_id: str) -> None:
+        try:
+            with engine_errors("stop the sandbox"):
+                self.client.containers.get(container_id).kill()
+        except ContainerGoneError:
+            pass
+        except SandboxUnavailableError as exc:
+            cause = exc.__cause__
+            if not (isinstance(cause, docker.errors.APIError) and cause.status_code == 409):
+                raise  # 409: not running, nothing to stop
+
+    def attach(self, container_id: str) -> Attached:
+        with engine_errors("attach to a container"):
+            wrapper = self.client.api.attach_socket(container_id, params={"stdin": 1, "stream": 1})
+        return _Hijacked(wrapper)
+
+    # -- processes --------------------------------------------------------------------------
+
+    def exec(
+        self,
+        container_id: str,
+        argv: list[str],
+        *,
+        workdir: str,
+        env: Mapping[str, str] | None = None,
+        job: int | None = None,
+    ) -> ExecResult:
+        with engine_errors("run a process in the sandbox"):
+            result = self.client.containers.get(container_id).exec_run(
+                argv,
+                user=_user(job),
+                workdir=workdir,
+                environment={**HOME, **(env or {})},
+                demux=True,
+            )
+        stdout, stderr = result.output
+        return ExecResult(
+            exit_code=int(result.exit_code), stdout=stdout or b"", stderr=stderr or b""
+        )
+
+    def exec_attached(
+        self,
+        container_id: str,
+        argv: list[str],
+        *,
+        workdir: str,
+        env: Mapping[str, str] | None = None,
+        job: int | None = None,
+        stdin: bool = False,
+    ) -> Attached:
+        api = self.client.api
+        with engine_errors("start a process in the sandbox"):
+            exec_id = api.exec_create(
+                container_id,
+                argv,
+                stdin=stdin,
+                user=_user(job),
+                workdir=workdir,
+                environment={**HOME, **(env or {})},
+            )["Id"]
+            # The raw socket, so that it can be closed: the SDK's stream generator leaks it.
+            wrapper = api.exec_start(exec_id, socket=True)
+        return _Hijacked(wrapper, lambda: api.exec_inspect(exec_id).get("ExitCode"))
+
+    def kill_job(self, container_id: str, job: int) -> bool:
+        try:
+            result = self.exec(container_id, ["sh", "-c", _KILL_ALL], workdir="/", job=job)
+        except SandboxUnavailableError:
+            return False
+        return result.exit_code == 0
+
+    def running_jobs(self, container_id: str, jobs: range) -> list[int]:
+        listing = self.exec(container_id, ["ps", "-eo", "uid="], workdir="/")
+        uids = {int(word) for word in listing.stdout.split() if word.isdigit()}
+        return sorted(u for u in uids if u in jobs)
+
+    def copy_in(self, container_id: str, directory: str, archive: bytes) -> None:
+        with engine_errors("copy into the sandbox"):
+            if not self.client.containers.get(container_id).put_archive(directory, archive):
+                raise SandboxUnavailableError(f"copying into {directory} failed")
+
+    def copy_out(self, container_id: str, path: str) -> bytes:
+        with engine_errors("copy out of the sandbox"):
+            chunks, _stat = self.client.containers.get(container_id).get_archive(path)
+            return b"".join(chunks)
+
+    # -- volumes ----------------------------------------------------------------------------
+
+    def volume(self, name: str) -> VolumeInfo | None:
+        try:
+            with engine_errors("inspect a workspace volume"):
+                return _volume(self.client.volumes.get(name))
+        except ContainerGoneError:
+            return None
+
+    def create_volume(self, name: str, labels: Mapping[str, str]) -> VolumeInfo:
+        with engine_errors("create a workspace volume"):
+            return _volume(self.client.volumes.create(name, labels=dict(labels)))
+
+    def volumes(
+        self, *, labels: Mapping[str, str] | None = None, name_prefix: str | None = None
+    ) -> list[VolumeInfo]:
+        filters: dict[str, Any] = {}
+        if labels:
+            filters["label"] = [f"{k}={v}" for k, v in labels.items()]
+        if name_prefix:
+            filters["name"] = name_prefix
+        with engine_errors("list volumes"):
+            found = [_volume(v) for v in self.client.volumes.list(filters=filters)]
+        # The engine's name filter matches anywhere in the name.
+        return [v for v in found if not name_prefix or v.name.startswith(name_prefix)]
+
+    def remove_volume(self, name: str) -> None:
+        with contextlib.suppress(ContainerGoneError), engine_errors("remove a volume"):
+            self.client.volumes.get(name).remove(force=True)
+
+
+def _user(job: int | None) -> str:
+    return USER if job is None else f"{job}:{USER_UID}"
+
+
+def _info(container: Container) -> ContainerInfo:
+    volume = None
+    for mount in container.attrs.get("Mounts", []):
+        if mount.get("Destination") == WORKSPACE and mount.get("Type") == "volume":
+            volume = str(mount.get("Name"))
+    return ContainerInfo(
+        id=container.id or "",
+        name=container.name or "",
+        labels=dict(container.labels),
+        status=str(container.status),
+        workspace_volume=volume,
+    )
+
+
+def _volume(volume: Any) -> VolumeInfo:
+    attrs = volume.attrs
+    created = attrs.get("CreatedAt")
+    made = None
+    if created:
+        with contextlib.suppress(ValueError):
+            made = datetime.fromisoformat(str(created).replace("Z", "+00:00"))
+    mountpoint = attrs.get("Mountpoint")
+    return VolumeInfo(
+        name=str(volume.name),
+        labels=dict(attrs.get("Labels") or {}),
+        created_at=made,
+        mountpoint=Path(mountpoint) if mountpoint else None,
+    )

@@ -1,0 +1,221 @@
+"""The container-engine seam: the few things the sandbox manager asks of an engine, as a
+protocol over plain values. Docker (`docker_engine.py`) is one implementation; local
+directories and subprocesses (`local_engine.py`, no isolation) are another. No engine SDK
+type crosses it.
+
+Every call blocks (async callers run them in a worker thread). An engine that cannot answer
+raises `SandboxUnavailableError` with what to check; a container or process that vanished
+during a call raises `ContainerGoneError`. Lookups of something missing answer None.
+
+Processes see the container's own paths (`WORKSPACE`, `APP_DIR` of `image/rootfs.py`).
+A process may run as a *job* (a number from the caller's pool): `kill_job` ends every
+process of that job, children that left their session included, and nothing else.
+
+An attached process talks over one socket: what is written to it is the process's stdin;
+what comes back is its stdout and stderr as frames of an 8-byte header (stream 1 or 2,
+three zero bytes, the big-endian length) and the data (Docker's own attach format).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from sandbox.errors import SandboxUnavailableError
+
+__all__ = [
+    "Attached",
+    "ContainerEngine",
+    "ContainerGoneError",
+    "ContainerInfo",
+    "ContainerSpec",
+    "ExecResult",
+    "SandboxLimits",
+    "VolumeInfo",
+]
+
+GIB = 1024**3
+STDOUT, STDERR = 1, 2
+
+
+class ContainerGoneError(SandboxUnavailableError):
+    """The container (or the process in it) went away during the call."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandboxLimits:
+    """The hardening of a sandbox, each part configurable (docs/security.md says why each is
+    there). An engine that cannot isolate (local) ignores it, and says so."""
+
+    network_mode: str = "none"
+    read_only: bool = True
+    cap_drop: tuple[str, ...] = ("ALL",)
+    no_new_privileges: bool = True
+    init: bool = True
+    user: str = "1000:1000"
+    pids_limit: int = 512  # the sandboxed browser: ~110 tasks, and ~11 more per tab
+    memory_bytes: int = GIB
+    cpus: float = 1.0
+    # A private /tmp of this size ("" for none).
+    tmp_size: str = "256m"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContainerSpec:
+    name: str
+    image: str
+    labels: Mapping[str, str]
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    # Mounted read-write at the workspace path (created by `create_volume` first).
+    workspace_volume: str | None = None
+    # Host directory → path in the container, read-write.
+    binds: Mapping[str, str] = field(default_factory=dict)
+    environment: Mapping[str, str] = field(default_factory=dict)
+    working_dir: str | None = None
+    # The main process (None: the image's own); its stdin kept open for `attach`.
+    command: list[str] | None = None
+    stdin_open: bool = False
+    # Removed by the engine as soon as its main process ends.
+    auto_remove: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContainerInfo:
+    id: str
+    name: str
+    labels: Mapping[str, str]
+    status: str  # created | running | exited | ...
+    workspace_volume: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class VolumeInfo:
+    name: str
+    labels: Mapping[str, str]
+    created_at: datetime | None
+    # Where its data lives on this host (None where the engine keeps it elsewhere).
+    mountpoint: Path | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecResult:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+
+
+class Attached(Protocol):
+    """A process's streams on one socket (see the module's docstring)."""
+
+    @property
+    def socket(self) -> socket.socket: ...
+
+    def frames(self) -> Iterator[tuple[int, bytes]]:
+        """(STDOUT or STDERR, data) until the process's output ends; blocks."""
+        ...
+
+    def exit_code(self) -> int | None:
+        """The exit code once the process ended (None: unknown or still running)."""
+        ...
+
+    def close(self) -> None:
+        """Let go of the socket (idempotent)."""
+        ...
+
+
+@runtime_checkable
+class ContainerEngine(Protocol):
+    # Whether the sandbox image's programs (the workflow toolchain, the n8n engine, Chromium)
+    # run in its containers.
+    runs_image: bool
+
+    def ping(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    # -- containers -------------------------------------------------------------------------
+
+    def create(self, spec: ContainerSpec) -> ContainerInfo:
+        """A new container; the existing one when another caller made that name first."""
+        ...
+
+    def start(self, container_id: str) -> ContainerInfo: ...
+
+    def inspect(self, name_or_id: str) -> ContainerInfo | None: ...
+
+    def containers(self, labels: Mapping[str, str | None]) -> list[ContainerInfo]:
+        """Containers with every label given (a value of None: the label, any value)."""
+        ...
+
+    def rename(self, container_id: str, name: str) -> bool:
+        """False when the name is taken or the container is gone."""
+        ...
+
+    def remove(self, container_id: str) -> None:
+        """Stop and remove (gone already is fine)."""
+        ...
+
+    def kill(self, container_id: str) -> None:
+        """Stop it at once (stopped or gone already is fine)."""
+        ...
+
+    def attach(self, container_id: str) -> Attached:
+        """The main process's streams (its stdin, when the spec kept it open)."""
+        ...
+
+    # -- processes --------------------------------------------------------------------------
+
+    def exec(
+        self,
+        container_id: str,
+        argv: list[str],
+        *,
+        workdir: str,
+        env: Mapping[str, str] | None = None,
+        job: int | None = None,
+    ) -> ExecResult: ...
+
+    def exec_attached(
+        self,
+        container_id: str,
+        argv: list[str],
+        *,
+        workdir: str,
+        env: Mapping[str, str] | None = None,
+        job: int | None = None,
+        stdin: bool = False,
+    ) -> Attached: ...
+
+    def kill_job(self, container_id: str, job: int) -> bool:
+        """Kill every process of the job; False when some could not be killed."""
+        ...
+
+    def running_jobs(self, container_id: str, jobs: range) -> list[int]:
+        """The jobs of `jobs` that have a process in the container."""
+        ...
+
+    def copy_in(self, container_id: str, directory: str, archive: bytes) -> None:
+        """Unpack a tar archive into a directory of the container."""
+        ...
+
+    def copy_out(self, container_id: str, path: str) -> bytes:
+        """A file or directory of the container, as a tar archive."""
+        ...
+
+    # -- volumes ----------------------------------------------------------------------------
+
+    def volume(self, name: str) -> VolumeInfo | None: ...
+
+    def create_volume(self, name: str, labels: Mapping[str, str]) -> VolumeInfo: ...
+
+    def volumes(
+        self, *, labels: Mapping[str, str] | None = None, name_prefix: str | None = None
+    ) -> list[VolumeInfo]: ...
+
+    def remove_volume(self, name: str) -> None:
+        """Remove it (gone already is fine)."""
+        ...

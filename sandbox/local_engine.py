@@ -1,0 +1,503 @@
+"""The local engine, for machines without Docker: a "container" is a record and a directory,
+a process is a subprocess of this service. It fits the container-engine seam (`engine.py`),
+so the one sandbox manager runs on it.
+
+IT DOES NOT ISOLATE: processes run as this service's user, see its files and reach its
+network, and `SandboxLimits` is ignored. It keeps the seam's other promises: paths confined
+to the workspace (checked by the manager's scripts, symlinks followed), jobs whose whole tree
+dies, capped output. The sandbox image's programs are not here (`runs_image` is False): no
+workflow toolchain, no n8n engine, no browser.
+
+Processes see the container's paths: `/home/user/workspace`, `/home/user` and `/opt/app`
+in their arguments, working directory and environment are rewritten to the workspace
+volume's directory and this checkout's `sandbox/image` (its `seed/` and `bin/`).
+
+A job's processes carry a marker in their environment (`INSTANCE_AI_JOB=<container>:<job>`),
+which children inherit even when they call `setsid`; killing the job kills every process
+that carries it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tarfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO
+
+import structlog
+
+from sandbox.egress import MOUNT_POINT
+from sandbox.engine import (
+    STDERR,
+    STDOUT,
+    Attached,
+    ContainerGoneError,
+    ContainerInfo,
+    ContainerSpec,
+    ExecResult,
+    VolumeInfo,
+)
+from sandbox.errors import SandboxUnavailableError
+from sandbox.image.build import IMAGE_DIR
+from sandbox.image.rootfs import APP_DIR, WORKSPACE
+
+__all__ = ["JOB_MARKER", "LocalEngine"]
+
+log = structlog.get_logger(__name__)
+
+JOB_MARKER = "INSTANCE_AI_JOB"
+HOME = "/home/user"
+# After the main process exits, how long its output may still drain (a child that keeps the
+# pipe open does not hold the stream: it is killed with its job).
+DRAIN_S = 0.2
+_HEADER_LENGTH = 8
+
+
+@dataclass(kw_only=True)
+class _Record:
+    id: str
+    name: str
+    labels: dict[str, str]
+    status: str
+    workspace_volume: str | None
+    binds: dict[str, str] = field(default_factory=dict)
+    environment: dict[str, str] = field(default_factory=dict)
+
+    def info(self) -> ContainerInfo:
+        return ContainerInfo(
+            id=self.id,
+            name=self.name,
+            labels=dict(self.labels),
+            status=self.status,
+            workspace_volume=self.workspace_volume,
+        )
+
+
+class LocalEngine:
+    """`ContainerEngine` over directories under `root` and subprocesses."""
+
+    runs_image = False
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._containers = root / "containers"
+        self._volumes = root / "volumes"
+        for directory in (self._containers, self._volumes):
+            directory.mkdir(parents=True, exist_ok=True)
+        self._job_groups: dict[str, int] = {}  # marker → process group of the job's shell
+        log.warning(
+            "LOCAL SANDBOXES DO NOT ISOLATE: commands run as this service's user, with its "
+            "files and network. Use the docker provider for anything untrusted.",
+            root=str(root),
+        )
+
+    def ping(self) -> None:
+        if not os.access(self.root, os.W_OK):
+            raise SandboxUnavailableError(
+                f"the local sandbox directory {self.root} is not writable"
+            )
+
+    def close(self) -> None:
+        return None
+
+    # -- containers -------------------------------------------------------------------------
+
+    def create(self, spec: ContainerSpec) -> ContainerInfo:
+        with self._locked():
+            existing = self._by_name(spec.name)
+            if existing is not None:
+                return existing.info()
+            record = _Record(
+                id=uuid.uuid4().hex,
+                name=spec.name,
+                labels=dict(spec.labels),
+                status="created",
+                workspace_volume=spec.workspace_volume,
+                binds={path: host for host, path in spec.binds.items()},
+                environment=dict(spec.environment),
+            )
+            self._save(record)
+        return record.info()
+
+    def start(self, container_id: str) -> ContainerInfo:
+        with self._locked():
+            record = self._require(container_id)
+            record.status = "running"
+            self._save(record)
+        return record.info()
+
+    def inspect(self, name_or_id: str) -> ContainerInfo | None:
+        record = self._load(name_or_id) or self._by_name(name_or_id)
+        return record.info() if record is not None else None
+
+    def containers(self, labels: Mapping[str, str | None]) -> list[ContainerInfo]:
+        return [
+            r.info()
+            for r in self._records()
+            if all(k in r.labels and (v is None or r.labels[k] == v) for k, v in labels.items())
+        ]
+
+    def rename(self, container_id: str, name: str) -> bool:
+        with self._locked():
+            record = self._load(container_id)
+            if record is None or self._by_name(name) is not None:
+                return False
+            record.name = name
+            self._save(record)
+        return True
+
+    def remove(self, container_id: str) -> None:
+        self._kill_marked(f"{JOB_MARKER}={container_id}:")
+        with self._locked():
+            (self._containers / f"{container_id}.json").unlink(missing_ok=True)
+
+    def kill(self, container_id: str) -> None:
+        self._kill_marked(f"{JOB_MARKER}={container_id}:")
+
+    def attach(self, container_id: str) -> Attached:
+        raise SandboxUnavailableError("a local container has no main process to attach to")
+
+    # -- processes --------------------------------------------------------------------------
+
+    def exec(
+        self,
+        container_id: str,
+        argv: list[str],
+        *,
+        workdir: str,
+        env: Mapping[str, str] | None = None,
+        job: int | None = None,
+    ) -> ExecResult:
+        command, directory, environment = self._process(container_id, argv, workdir, env, job)
+        done = subprocess.run(
+            command,
+            cwd=directory,
+            env=environment,
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            check=False,
+        )
+        return ExecResult(
+            exit_code=_exit_code(done.returncode), stdout=done.stdout, stderr=done.stderr
+        )
+
+    def exec_attached(
+        self,
+        container_id: str,
+        argv: list[str],
+        *,
+        workdir: str,
+        env: Mapping[str, str] | None = None,
+        job: int | None = None,
+        stdin: bool = False,
+    ) -> Attached:
+        command, directory, environment = self._process(container_id, argv, workdir, env, job)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            process = subprocess.Popen(
+                command,
+                cwd=directory,
+                env=environment,
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            ours.close()
+            theirs.close()
+            raise SandboxUnavailableError(f"could not start {argv[0]}: {exc}") from exc
+        if job is not None:
+            self._job_groups[_marker(container_id, job)] = process.pid
+        return _Process(process, ours, theirs)
+
+    def kill_job(self, container_id: str, job: int) -> bool:
+        marker = _marker(container_id, job)
+        group = self._job_groups.pop(marker, None)
+        if group is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal.SIGKILL)
+        return self._kill_marked(marker)
+
+    def running_jobs(self, container_id: str, jobs: range) -> list[int]:
+        prefix = f"{JOB_MARKER}={container_id}:".encode()
+        found = set()
+        for _pid, environment in _processes():
+            for entry in environment:
+                if entry.startswith(prefix) and entry[len(prefix) :].isdigit():
+                    found.add(int(entry[len(prefix) :]))
+        return sorted(j for j in found if j in jobs)
+
+    def copy_in(self, container_id: str, directory: str, archive: bytes) -> None:
+        target = Path(self._host(self._require(container_id), directory))
+        target.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            # The data filter refuses members that would land outside the target.
+            tar.extractall(target, filter="data")
+
+    def copy_out(self, container_id: str, path: str) -> bytes:
+        source = Path(self._host(self._require(container_id), path))
+        if not source.exists():
+            raise SandboxUnavailableError(f"{path} does not exist in the sandbox")
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            tar.add(source, arcname=source.name)
+        return archive.getvalue()
+
+    # -- volumes ----------------------------------------------------------------------------
+
+    def volume(self, name: str) -> VolumeInfo | None:
+        meta = self._volumes / f"{name}.json"
+        try:
+            data = json.loads(meta.read_text())
+        except (OSError, ValueError):
+            return None
+        return VolumeInfo(
+            name=name,
+            labels=dict(data.get("labels") or {}),
+            created_at=datetime.fromisoformat(data["created"]),
+            mountpoint=self._volumes / name,
+        )
+
+    def create_volume(self, name: str, labels: Mapping[str, str]) -> VolumeInfo:
+        (self._volumes / name).mkdir(parents=True, exist_ok=True)
+        meta = {"labels": dict(labels), "created": datetime.now(UTC).isoformat()}
+        (self._volumes / f"{name}.json").write_text(json.dumps(meta))
+        found = self.volume(name)
+        assert found is not None
+        return found
+
+    def volumes(
+        self, *, labels: Mapping[str, str] | None = None, name_prefix: str | None = None
+    ) -> list[VolumeInfo]:
+        found = [self.volume(meta.stem) for meta in self._volumes.glob("*.json")]
+        return [
+            v
+            for v in found
+            if v is not None
+            and (not name_prefix or v.name.startswith(name_prefix))
+            and all(v.labels.get(k) == value for k, value in (labels or {}).items())
+        ]
+
+    def remove_volume(self, name: str) -> None:
+        shutil.rmtree(self._volumes / name, ignore_errors=True)
+        (self._volumes / f"{name}.json").unlink(missing_ok=True)
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _process(
+        self,
+        container_id: str,
+        argv: list[str],
+        workdir: str,
+        env: Mapping[str, str] | None,
+        job: int | None,
+    ) -> tuple[list[str], str, dict[str, str]]:
+        record = self._require(container_id)
+        directory = self._host(record, workdir)
+        if not Path(directory).is_dir():
+            raise SandboxUnavailableError(f"{workdir} does not exist in the sandbox")
+        # A minimal environment: the service's own (keys, tokens) never reaches a process.
+        environment = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "LANG": "C.UTF-8",
+            **record.environment,
+            **(env or {}),
+        }
+        environment = {k: self._host(record, v) for k, v in environment.items()}
+        environment["HOME"] = self._host(record, HOME)
+        # Every process of the container carries its id (so removing it ends them all).
+        environment[JOB_MARKER] = _marker(container_id, job).split("=", 1)[1]
+        return [self._host(record, arg) for arg in argv], directory, environment
+
+    def _host(self, record: _Record, text: str) -> str:
+        """`text` with the container's paths as this host's (one pass: nothing rewritten is
+        rewritten again)."""
+        workspace = (
+            str(self._volumes / record.workspace_volume)
+            if record.workspace_volume
+            else str(self._containers / record.id / "workspace")
+        )
+        roots = {
+            WORKSPACE: workspace,
+            HOME: workspace,
+            APP_DIR: str(IMAGE_DIR),
+            MOUNT_POINT: str(self._containers / record.id / "run"),
+            **record.binds,
+        }
+        pattern = "|".join(re.escape(p) for p in sorted(roots, key=len, reverse=True))
+        return re.sub(rf"(?<![\w./-])({pattern})(?=/|$|[^\w.-])", lambda m: roots[m.group(1)], text)
+
+    def _kill_marked(self, needle_text: str) -> bool:
+        """SIGKILL every process whose environment has an entry starting with `needle_text`,
+        until two rounds in a row find none. False when some would not die."""
+        needle = needle_text.encode()
+        exact = not needle_text.endswith(":")
+        quiet_rounds = 0
+        for _round in range(40):
+            found = False
+            for pid, environment in _processes():
+                if any(e == needle if exact else e.startswith(needle) for e in environment):
+                    found = True
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
+            quiet_rounds = 0 if found else quiet_rounds + 1
+            if quiet_rounds == 2:
+                return True
+            time.sleep(0.02)
+        return False
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Creating and renaming are claims: one at a time, across processes."""
+        with (self.root / ".lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _records(self) -> list[_Record]:
+        records = []
+        for path in self._containers.glob("*.json"):
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                records.append(_Record(**json.loads(path.read_text())))
+        return records
+
+    def _load(self, container_id: str) -> _Record | None:
+        if not re.fullmatch(r"[0-9a-f]{32}", container_id):
+            return None
+        try:
+            return _Record(**json.loads((self._containers / f"{container_id}.json").read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def _by_name(self, name: str) -> _Record | None:
+        return next((r for r in self._records() if r.name == name), None)
+
+    def _require(self, container_id: str) -> _Record:
+        record = self._load(container_id)
+        if record is None:
+            raise ContainerGoneError(f"local sandbox {container_id} is gone")
+        return record
+
+    def _save(self, record: _Record) -> None:
+        path = self._containers / f"{record.id}.json"
+        partial = path.with_suffix(".partial")
+        partial.write_text(json.dumps(asdict(record)))
+        partial.replace(path)
+
+
+class _Process:
+    """A subprocess's streams on a socket, framed as the seam says (see engine.py)."""
+
+    def __init__(
+        self, process: subprocess.Popen[bytes], ours: socket.socket, theirs: socket.socket
+    ):
+        self._process = process
+        self._ours = ours
+        self._theirs = theirs
+        self._send = threading.Lock()
+        self._closed = False
+        if process.stdin is not None:
+            threading.Thread(target=self._feed_stdin, daemon=True).start()
+        for stream_id, pipe in ((STDOUT, process.stdout), (STDERR, process.stderr)):
+            threading.Thread(target=self._forward, args=(stream_id, pipe), daemon=True).start()
+        threading.Thread(target=self._end_with_process, daemon=True).start()
+
+    @property
+    def socket(self) -> socket.socket:
+        return self._ours
+
+    def frames(self) -> Iterator[tuple[int, bytes]]:
+        reader = self._ours.makefile("rb")
+        try:
+            while header := reader.read(_HEADER_LENGTH):
+                if len(header) < _HEADER_LENGTH:
+                    return
+                length = int.from_bytes(header[4:], "big")
+                data = reader.read(length)
+                if data:
+                    yield header[0], data
+        except OSError:
+            return
+        finally:
+            reader.close()
+
+    def exit_code(self) -> int | None:
+        code = self._process.poll()
+        return None if code is None else _exit_code(code)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for sock in (self._ours, self._theirs):
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _feed_stdin(self) -> None:
+        stdin = self._process.stdin
+        assert stdin is not None
+        try:
+            while data := self._theirs.recv(65536):
+                stdin.write(data)
+                stdin.flush()
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                stdin.close()
+
+    def _forward(self, stream_id: int, pipe: IO[bytes] | None) -> None:
+        if pipe is None:
+            return
+        with pipe, contextlib.suppress(OSError, ValueError):
+            while data := pipe.read1(65536):  # type: ignore[attr-defined]
+                header = bytes([stream_id, 0, 0, 0]) + len(data).to_bytes(4, "big")
+                with self._send:
+                    self._theirs.sendall(header + data)
+
+    def _end_with_process(self) -> None:
+        """The stream ends when the main process does (after a moment to drain)."""
+        self._process.wait()
+        time.sleep(DRAIN_S)
+        with contextlib.suppress(OSError), self._send:
+            self._theirs.shutdown(socket.SHUT_WR)
+
+
+def _marker(container_id: str, job: int | None) -> str:
+    return f"{JOB_MARKER}={container_id}:{'' if job is None else job}"
+
+
+def _exit_code(code: int) -> int:
+    """A process killed by a signal as a shell reports it (128 + the signal)."""
+    return 128 - code if code < 0 else code
+
+
+def _processes() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, environment entries) of every process this user may read."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environment = (entry / "environ").read_bytes()
+        except OSError:  # gone, or not ours to read
+            continue
+        yield int(entry.name), environment.split(b"\0")

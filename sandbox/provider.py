@@ -1,0 +1,328 @@
+"""Per-thread sandboxes on a container engine: one hardened container and one workspace
+volume per thread, their names and labels, the warm pool's names, and what is left behind.
+
+Engine-neutral: it speaks the seam of `engine.py`. Blocking; async callers run it in a
+worker thread.
+
+Hardening (each configurable through `SandboxLimits`): no network, read-only root filesystem,
+the workspace on a named volume (never a tmpfs: archive uploads into a tmpfs are silently
+lost), /tmp a small tmpfs, every capability dropped, no-new-privileges, an init process as
+PID 1 (without it orphans become zombies that exhaust the pids limit), uid 1000, pids 512,
+1 GiB memory with swap equal, 1 CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from sandbox import identity
+from sandbox.egress import BRIDGE_PORT, MOUNT_POINT
+from sandbox.engine import (
+    ContainerEngine,
+    ContainerGoneError,
+    ContainerInfo,
+    ContainerSpec,
+    SandboxLimits,
+)
+from sandbox.errors import SandboxNotFoundError, SandboxUnavailableError
+from sandbox.image.rootfs import WORKSPACE
+from sandbox.workspace_disk import WorkspaceDisks
+
+__all__ = ["ORPHAN_GRACE", "SandboxInfo", "SandboxProvider", "remove_owner"]
+
+# A volume is made (and its filesystem formatted) before the container that mounts it: one
+# younger than this is being set up, not left behind.
+ORPHAN_GRACE = timedelta(minutes=2)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandboxInfo:
+    sandbox_id: str
+    thread_id: str
+    container_id: str
+    container_name: str
+    volume_name: str
+    image: str
+    status: str
+    created_at: datetime | None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+class SandboxProvider:
+    """Creates, finds and destroys per-thread sandboxes, all labelled with `owner` so that
+    several services (or test runs) sharing one engine never touch each other's."""
+
+    def __init__(
+        self,
+        engine: ContainerEngine,
+        *,
+        image: str,
+        owner: str = "instance-ai",
+        limits: SandboxLimits | None = None,
+        egress_root: Path | None = None,
+        disks: WorkspaceDisks | None = None,
+        orphan_grace: timedelta | None = None,
+    ) -> None:
+        self.engine = engine
+        # A volume younger than this is being set up, never an orphan (see ORPHAN_GRACE).
+        self.orphan_grace = ORPHAN_GRACE if orphan_grace is None else orphan_grace
+        # Each workspace's own size-limited filesystem (None: the volume as it is).
+        self.disks = disks
+        self.image = image
+        self.owner = owner
+        self.limits = limits or SandboxLimits()
+        # Each container's own egress directory is created below this (None: no way out).
+        self.egress_root = egress_root
+
+    def egress_dir(self, container: ContainerInfo) -> Path | None:
+        """The host directory mounted at the container's /run/instance-ai, if any."""
+        name = container.labels.get(identity.LABEL_EGRESS)
+        if self.egress_root is None or not name:
+            return None
+        return self.egress_root / str(name)
+
+    def egress_matches(self, container: ContainerInfo) -> bool:
+        """Whether the container's way out is this process's: made by a service with another
+        data directory, its egress directory is not one this process listens in."""
+        name = container.labels.get(identity.LABEL_EGRESS)
+        if self.egress_root is None:
+            return not name
+        return bool(name) and (self.egress_root / str(name)).is_dir()
+
+    def ensure(self, thread_id: str) -> ContainerInfo:
+        """The thread's running sandbox: found, restarted, or created (volume kept). One made
+        with another egress layout is made again around the same workspace."""
+        sid = identity.sandbox_id(thread_id)
+        container = self._find(sid)
+        volume = identity.volume_name(self.owner, sid)
+        if container is not None and not self.egress_matches(container):
+            volume = container.workspace_volume or volume  # a claimed pool sandbox's
+            self.engine.remove(container.id)
+            container = None
+        if container is None:
+            container = self._create_container(
+                identity.container_name(self.owner, sid), volume, self._labels(thread_id, sid)
+            )
+        if container.status != "running":
+            container = self.start(container)
+        return container
+
+    def start(self, container: ContainerInfo) -> ContainerInfo:
+        """Start a created or stopped sandbox, its workspace filesystem mounted first (after
+        a host restart it is not)."""
+        if container.workspace_volume is not None:
+            self._attach_disk(container.workspace_volume)
+        return self.engine.start(container.id)
+
+    def still_running(self, container: ContainerInfo) -> bool:
+        found = self.engine.inspect(container.id)
+        return found is not None and found.status == "running"
+
+    def workspace_free_bytes(self, container: ContainerInfo) -> int | None:
+        """Room left in the sandbox's workspace, when it has a size limit."""
+        volume = container.workspace_volume
+        if self.disks is None or volume is None:
+            return None
+        data_dir = self._data_dir(volume)
+        return None if data_dir is None else self.disks.free_bytes(data_dir)
+
+    def _data_dir(self, volume: str) -> Path | None:
+        found = self.engine.volume(volume)
+        return found.mountpoint if found is not None else None
+
+    def _attach_disk(self, volume: str) -> None:
+        if self.disks is None:
+            return
+        data_dir = self._data_dir(volume)
+        if data_dir is None:
+            raise SandboxUnavailableError(
+                f"workspace volume {volume} has no directory on this host to limit"
+            )
+        self.disks.attach(data_dir)
+
+    def _detach_disk(self, volume: str) -> None:
+        data_dir = self._data_dir(volume) if self.disks is not None else None
+        if self.disks is not None and data_dir is not None:
+            self.disks.detach(data_dir)
+
+    def get(self, thread_id: str) -> SandboxInfo | None:
+        container = self._find(identity.sandbox_id(thread_id))
+        return self._info(container) if container is not None else None
+
+    def container(self, thread_id: str) -> ContainerInfo:
+        found = self._find(identity.sandbox_id(thread_id))
+        if found is None:
+            raise SandboxNotFoundError(f"thread {thread_id!r} has no sandbox")
+        return found
+
+    def destroy(self, thread_id: str) -> bool:
+        """Remove the container and its workspace volume. False if there was nothing."""
+        sid = identity.sandbox_id(thread_id)
+        container = self._find(sid)
+        volume = identity.volume_name(self.owner, sid)
+        if container is not None:
+            volume = container.workspace_volume or volume
+        return self._remove(container.id if container else None, volume)
+
+    def _remove(self, container_id: str | None, volume: str) -> bool:
+        removed = False
+        if container_id is not None:
+            self.engine.remove(container_id)
+            removed = True
+        if volume and self.engine.volume(volume) is not None:
+            self._detach_disk(volume)
+            self.engine.remove_volume(volume)
+            removed = True
+        return removed
+
+    # -- the warm pool ------------------------------------------------------------------
+
+    def create_pooled(self) -> ContainerInfo:
+        """A started sandbox under a pool name, for any thread to claim."""
+        pool_id = uuid.uuid4().hex
+        labels = self._labels("", pool_id) | {identity.LABEL_POOL: "1"}
+        name = identity.pool_name(self.owner, pool_id)
+        container = self._create_container(name, identity.volume_name(self.owner, pool_id), labels)
+        return self.start(container)
+
+    def pooled(self) -> list[ContainerInfo]:
+        """Unclaimed pool sandboxes (claimed ones were renamed away from the pool name)."""
+        pool_prefix = identity.pool_name(self.owner, "")
+        found = self.engine.containers(
+            {identity.LABEL_OWNER: self.owner, identity.LABEL_POOL: None}
+        )
+        return [c for c in found if c.name.startswith(pool_prefix)]
+
+    def claim(self, thread_id: str, container: ContainerInfo) -> ContainerInfo | None:
+        """Give a pooled sandbox to a thread by renaming it to the thread's name. None if
+        another claimer (or the thread's own sandbox) got there first."""
+        name = identity.container_name(self.owner, identity.sandbox_id(thread_id))
+        if not self.engine.rename(container.id, name):
+            return None
+        return self.engine.inspect(container.id)
+
+    def discard(self, container: ContainerInfo) -> None:
+        self._remove(container.id, container.workspace_volume or "")
+
+    def list_sandboxes(self) -> list[SandboxInfo]:
+        """This owner's sandboxes that belong to a thread (not the unclaimed pool)."""
+        pool_prefix = identity.pool_name(self.owner, "")
+        found = self.engine.containers({identity.LABEL_OWNER: self.owner})
+        return [self._info(c) for c in found if not c.name.startswith(pool_prefix)]
+
+    def remove(self, info: SandboxInfo) -> None:
+        """Remove a listed sandbox and its workspace (whether or not it has a thread label)."""
+        self._remove(info.container_id, info.volume_name)
+
+    def orphan_volumes(self) -> list[str]:
+        """Workspace volumes of this owner with no container. Found by label and by name:
+        the engine silently creates a missing named volume, unlabelled, when a container that
+        mounts it is created."""
+        volumes = self.engine.volumes(labels={identity.LABEL_OWNER: self.owner})
+        prefix = identity.volume_name(self.owner, "")
+        volumes += [v for v in self.engine.volumes(name_prefix=prefix) if not v.labels]
+        mounted = {
+            c.workspace_volume for c in self.engine.containers({identity.LABEL_OWNER: self.owner})
+        }
+        now = datetime.now(UTC)
+        return [
+            v.name
+            for v in volumes
+            if v.name not in mounted
+            and not (v.created_at is not None and now - v.created_at < self.orphan_grace)
+        ]
+
+    def remove_volume(self, name: str) -> None:
+        self._detach_disk(name)
+        self.engine.remove_volume(name)
+
+    def _find(self, sid: str) -> ContainerInfo | None:
+        container = self.engine.inspect(identity.container_name(self.owner, sid))
+        if container is None:
+            return None
+        if container.labels.get(identity.LABEL_OWNER) != self.owner:
+            raise SandboxUnavailableError(
+                f"container {container.name} belongs to owner "
+                f"{container.labels.get(identity.LABEL_OWNER)!r}, not {self.owner!r}"
+            )
+        return container
+
+    def _labels(self, thread_id: str, sid: str) -> dict[str, str]:
+        return {
+            identity.LABEL_OWNER: self.owner,
+            identity.LABEL_THREAD: thread_id,
+            identity.LABEL_SANDBOX: sid,
+            identity.LABEL_CREATED: datetime.now(UTC).isoformat(),
+            identity.LABEL_IMAGE: self.image,
+        }
+
+    def _egress_mount(self, labels: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+        """A fresh directory of the container's own (bind-mounted) and the proxy variables;
+        nothing when egress is off."""
+        if self.egress_root is None:
+            return {}, {}
+        name = uuid.uuid4().hex[:16]
+        directory = self.egress_root / name
+        directory.mkdir(parents=True, exist_ok=True)
+        directory.chmod(0o755)
+        labels[identity.LABEL_EGRESS] = name
+        proxy = f"http://127.0.0.1:{BRIDGE_PORT}"
+        variables = {"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy}
+        variables |= {"https_proxy": proxy, "NO_PROXY": "localhost,127.0.0.1"}
+        return {str(directory): MOUNT_POINT}, variables
+
+    def _create_container(self, name: str, volume: str, labels: dict[str, str]) -> ContainerInfo:
+        binds, environment = self._egress_mount(labels)
+        if self.engine.volume(volume) is None:  # else kept from an earlier container: reattach
+            self.engine.create_volume(volume, labels)
+        self._attach_disk(volume)
+        return self.engine.create(
+            ContainerSpec(
+                name=name,
+                image=self.image,
+                labels=labels,
+                limits=self.limits,
+                workspace_volume=volume,
+                binds=binds,
+                environment=environment,
+                working_dir=WORKSPACE,
+            )
+        )
+
+    def _info(self, container: ContainerInfo) -> SandboxInfo:
+        labels = container.labels
+        created = labels.get(identity.LABEL_CREATED)
+        # A claimed pool sandbox keeps its pool labels: its name says whose it is now.
+        sid = identity.sandbox_id_from_name(self.owner, container.name) or labels.get(
+            identity.LABEL_SANDBOX, ""
+        )
+        return SandboxInfo(
+            sandbox_id=sid,
+            thread_id=labels.get(identity.LABEL_THREAD, ""),
+            container_id=container.id,
+            container_name=container.name,
+            volume_name=container.workspace_volume or identity.volume_name(self.owner, sid),
+            image=labels.get(identity.LABEL_IMAGE, ""),
+            status=container.status,
+            created_at=datetime.fromisoformat(created) if created else None,
+            labels=dict(labels),
+        )
+
+
+def remove_owner(engine: ContainerEngine, owner: str) -> None:
+    """Remove every container and workspace volume of an owner, labelled or only named
+    (a deployment's uninstall; tests and benchmarks clean up with it)."""
+    for container in engine.containers({identity.LABEL_OWNER: owner}):
+        engine.remove(container.id)
+    prefix = identity.volume_name(owner, "")
+    volumes = engine.volumes(labels={identity.LABEL_OWNER: owner})
+    volumes += engine.volumes(name_prefix=prefix)
+    for volume in volumes:
+        with contextlib.suppress(ContainerGoneError):
+            if volume.mountpoint is not None:
+                WorkspaceDisks.detach(volume.mountpoint)
+            engine.remove_volume(volume.name)
