@@ -4,11 +4,16 @@ FROM python:3.11-slim
 
 WORKDIR /app
 COPY pyproject.toml README.md ./
+# Every package of the wheel (pyproject.toml; tests/test_packaging.py checks the two agree).
 COPY proto ./proto
 COPY server ./server
 COPY sandbox ./sandbox
 COPY browser_relay ./browser_relay
-RUN pip install --no-cache-dir . && useradd --uid 1000 --create-home instance-ai \
+COPY evals ./evals
+COPY instance_ai_cli ./instance_ai_cli
+# With the browser tools (Playwright drives the user's browser through the relay over CDP:
+# no browser is installed here).
+RUN pip install --no-cache-dir '.[browser]' && useradd --uid 1000 --create-home instance-ai \
     && mkdir /data && chown instance-ai /data
 
 USER instance-ai

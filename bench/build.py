@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from bench.server import bench_server, time_in_sandbox
+from instance_ai.structs import to_struct
 from instance_ai.v1 import pipeline_pb2, pipeline_pb2_grpc, tools_pb2, tools_pb2_grpc
-from server.api.convert import to_struct
 from server.app import Application
 
 SOURCE = (

@@ -30,8 +30,8 @@ from bench.sandbox import cleanup
 from evals.cases import load_cases
 from evals.rows import Row
 from evals.runner import Runner, RunOptions
+from instance_ai_cli.client import ClientConfig
 from sandbox.docker_engine import DockerEngine
-from server.client import ClientConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ROOT / "evals" / "cases"

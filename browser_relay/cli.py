@@ -18,6 +18,8 @@ import typer
 from browser_relay.server import RelayServer
 from browser_relay.sessions import BrowserSessions
 
+__all__ = ["browser_relay"]
+
 
 def browser_relay(
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",

@@ -35,19 +35,14 @@ from playwright.async_api import (
 )
 from playwright.async_api import Error as PlaywrightError
 
+from browser_relay.errors import DriverError
+from browser_relay.target import Target
+
+__all__ = ["LOG_LIMIT", "BrowserDriver", "Drivers", "PageState", "WaitUntil"]
+
 T = TypeVar("T")
 LOG_LIMIT = 500
 WaitUntil = Literal["load", "domcontentloaded", "networkidle", "commit"]
-
-
-class DriverError(Exception):
-    """An operation that cannot be done as asked; the message says what to change."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Target:
-    ref: str | None = None
-    selector: str | None = None
 
 
 @dataclass(eq=False)

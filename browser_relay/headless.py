@@ -28,9 +28,20 @@ import structlog
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from browser_relay.errors import BrowserGone
 from browser_relay.server import RelayServer
 from browser_relay.sessions import BrowserSession
 from browser_relay.wire import MAX_MESSAGE_BYTES
+
+__all__ = [
+    "IDLE_SECONDS",
+    "REAP_INTERVAL_SECONDS",
+    "START_TIMEOUT_SECONDS",
+    "CdpPipe",
+    "HeadlessBrowsers",
+    "Launch",
+    "PipeExtension",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -49,10 +60,6 @@ class CdpPipe(Protocol):
     def stderr_tail(self) -> str: ...
 
     async def close(self) -> None: ...
-
-
-class BrowserGone(Exception):
-    """The browser process exited or its pipe broke."""
 
 
 class PipeExtension:

@@ -28,6 +28,7 @@ import structlog
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
+from browser_relay.errors import RelayError, WireError
 from browser_relay.wire import (
     Attached,
     AttachedTab,
@@ -35,10 +36,19 @@ from browser_relay.wire import (
     Detached,
     ForwardedEvent,
     Reply,
-    WireError,
     call,
     parse_from_extension,
 )
+
+__all__ = [
+    "CALL_TIMEOUT_SECONDS",
+    "DEFAULT_CONTEXT",
+    "GRACE_SECONDS",
+    "RESTRICTED_SCHEMES",
+    "ForwardTo",
+    "RelaySession",
+    "Tab",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -46,10 +56,6 @@ DEFAULT_CONTEXT = "instance-ai-default-context"
 RESTRICTED_SCHEMES = ("chrome:", "chrome-extension:", "devtools:", "edge:")
 GRACE_SECONDS = 15.0
 CALL_TIMEOUT_SECONDS = 30.0
-
-
-class RelayError(Exception):
-    """A command that cannot be carried out; the message is what the CDP client sees."""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,14 @@ from websockets.http11 import Request, Response
 from browser_relay.sessions import BrowserSession, BrowserSessions, Expiring
 from browser_relay.wire import MAX_MESSAGE_BYTES, PROTOCOL_VERSION
 
+__all__ = [
+    "CDP_TOKEN_HEADER",
+    "PING_INTERVAL_SECONDS",
+    "PING_TIMEOUT_SECONDS",
+    "Endpoints",
+    "RelayServer",
+]
+
 log = structlog.get_logger(__name__)
 
 CDP_TOKEN_HEADER = "x-instance-ai-cdp-token"  # noqa: S105 (a header name, not a secret)

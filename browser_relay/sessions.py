@@ -25,6 +25,17 @@ from dataclasses import dataclass
 
 from browser_relay.relay import RelaySession
 
+__all__ = [
+    "RELAY_TOKEN_SECONDS",
+    "SETUP_TOKEN_SECONDS",
+    "BrowserSession",
+    "BrowserSessions",
+    "Expiring",
+    "sandbox_key",
+    "session_id_for",
+    "user_key",
+]
+
 SETUP_TOKEN_SECONDS = 15 * 60
 RELAY_TOKEN_SECONDS = 5 * 60
 

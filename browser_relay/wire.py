@@ -20,6 +20,25 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from browser_relay.errors import WireError
+
+__all__ = [
+    "EVENTS",
+    "MAX_MESSAGE_BYTES",
+    "PROTOCOL_VERSION",
+    "Attached",
+    "AttachedTab",
+    "CdpEvent",
+    "Detached",
+    "ForwardedEvent",
+    "FromExtension",
+    "Message",
+    "Reply",
+    "TabGone",
+    "call",
+    "parse_from_extension",
+]
+
 PROTOCOL_VERSION = 1
 # CDP screenshots and PDFs exceed the WebSocket libraries' usual 1 MiB frame limit.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -72,10 +91,6 @@ Message = Reply | ForwardedEvent | Detached | Attached
 FromExtension = Annotated[Message, Field(union_mode="left_to_right")]
 _from_extension: TypeAdapter[Message] = TypeAdapter(FromExtension)
 EVENTS = ("forwardCDPEvent", "detachedFromTab", "attachedTab")
-
-
-class WireError(ValueError):
-    """A frame that is not a message of the protocol; the connection stays up."""
 
 
 def parse_from_extension(raw: str | bytes) -> Message:

@@ -1,3 +1,5 @@
 """Batch evaluation jobs: many build → verify cases, each in its own thread (and sandbox),
 spread over one or more servers, scored and reported. A client of the public gRPC contract
 only: it imports the generated stubs and the client helpers, never the service's internals."""
+
+__all__: list[str] = []

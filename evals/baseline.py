@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from math import comb
 from typing import Any
 
+__all__ = ["AGGREGATE_RULES", "UNIT_RULES", "Rule", "compare", "fisher_lower", "flag_for"]
+
 
 @dataclass(frozen=True, kw_only=True)
 class Rule:

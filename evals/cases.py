@@ -20,6 +20,28 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+__all__ = [
+    "ASSERTIONS",
+    "CASE_SUFFIXES",
+    "CLAIM_LEVELS",
+    "BuildExpectation",
+    "Case",
+    "CaseProblem",
+    "Claim",
+    "Diagnostic",
+    "Expectations",
+    "Loaded",
+    "OutputAssertion",
+    "PromptCase",
+    "Scenario",
+    "SourceCase",
+    "Turn",
+    "case_files",
+    "is_stage_direction",
+    "load_case",
+    "load_cases",
+]
+
 CASE_SUFFIXES = (".yaml", ".yml", ".json")
 CLAIM_LEVELS = ("failed", "unproven", "partial", "verified")
 Claim = Literal["failed", "unproven", "partial", "verified"]

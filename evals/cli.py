@@ -19,18 +19,20 @@ from typing import Annotated
 import typer
 
 from evals.cases import load_cases
+from evals.errors import RunError
 from evals.progress import JsonLines, LiveBar, Reporter
 from evals.report import HTML_FILE, MARKDOWN_FILE, RESULTS_FILE, headline
 from evals.runner import (
     DEFAULT_CASE_TIMEOUT_SECONDS,
     Outcome,
-    RunError,
     Runner,
     RunOptions,
     load_baseline,
 )
-from server.cli_common import EXIT_FAILURE, EXIT_USAGE, ApiKeyOption, TlsCaOption, err, out
-from server.client import DEFAULT_SERVER, ClientConfig
+from instance_ai_cli.client import DEFAULT_SERVER, ClientConfig
+from instance_ai_cli.common import EXIT_FAILURE, EXIT_USAGE, ApiKeyOption, TlsCaOption, err, out
+
+__all__ = ["EXIT_ABORTED", "EXIT_GATE", "EXIT_INTERRUPTED", "eval_command", "exit_code"]
 
 EXIT_GATE = 3
 EXIT_ABORTED = 4

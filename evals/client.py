@@ -15,6 +15,7 @@ import grpc
 from google.protobuf import json_format, struct_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from evals.errors import NoModelError, TransportError
 from instance_ai.v1 import (
     agent_pb2,
     agent_pb2_grpc,
@@ -23,20 +24,14 @@ from instance_ai.v1 import (
     tools_pb2,
     tools_pb2_grpc,
 )
-from server.client import ClientConfig
+from instance_ai_cli.client import ClientConfig
+
+__all__ = ["DEFAULT_ANSWER", "Conversation", "EvalClient", "cooperative_answer", "plain", "struct"]
 
 T = TypeVar("T")
 
 # The default answer to an agent's question when the case's script has nothing left to say.
 DEFAULT_ANSWER = "Use your best judgement and carry on."
-
-
-class TransportError(Exception):
-    """The server could not be reached or went away mid-call."""
-
-
-class NoModelError(Exception):
-    """The server has no model configured: prompt cases cannot run there."""
 
 
 @dataclass(kw_only=True)

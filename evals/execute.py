@@ -13,7 +13,8 @@ from typing import Any
 import grpc
 
 from evals.cases import Case, PromptCase, Scenario
-from evals.client import EvalClient, NoModelError
+from evals.client import EvalClient
+from evals.errors import NoModelError
 from evals.expectations import (
     diagnostic_problems,
     mismatches,
@@ -21,6 +22,8 @@ from evals.expectations import (
     run_problem,
 )
 from evals.rows import BuildSummary, Category, Row, UnitResult
+
+__all__ = ["failed_units", "run_case"]
 
 
 async def run_case(

@@ -12,6 +12,16 @@ from typing import Any
 
 from evals.cases import CLAIM_LEVELS, Diagnostic, Expectations, OutputAssertion
 
+__all__ = [
+    "NodeOutputs",
+    "diagnostic_problems",
+    "mismatches",
+    "nodes_read",
+    "output_problem",
+    "resolve_pointer",
+    "run_problem",
+]
+
 # A node's items per output (index = output), as `get-node-output` returns them.
 NodeOutputs = dict[str, list[list[Any]]]
 

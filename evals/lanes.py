@@ -11,15 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from evals.client import EvalClient
-from server.client import ClientConfig
+from evals.errors import LanesExhaustedError
+from instance_ai_cli.client import ClientConfig
+
+__all__ = ["ABORT_AFTER_SECONDS", "PROBE_INTERVAL_SECONDS", "QUARANTINE_AFTER", "Lane", "Lanes"]
 
 QUARANTINE_AFTER = 3
 PROBE_INTERVAL_SECONDS = 30.0
 ABORT_AFTER_SECONDS = 300.0
-
-
-class LanesExhaustedError(Exception):
-    """Every server has been unreachable for the whole abort window."""
 
 
 @dataclass(eq=False, kw_only=True)

@@ -19,6 +19,8 @@ from rich.progress import (
 
 from evals.rows import Row
 
+__all__ = ["JsonLines", "LiveBar", "Reporter"]
+
 
 class Reporter(Protocol):
     def started(self, total: int, done: int) -> None: ...

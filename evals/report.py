@@ -13,6 +13,22 @@ from jinja2 import Environment, PackageLoader
 
 from evals.rows import CATEGORIES
 
+__all__ = [
+    "HISTOGRAM_BINS",
+    "HTML_FILE",
+    "MARKDOWN_FILE",
+    "RESULTS_FILE",
+    "failures",
+    "headline",
+    "histogram",
+    "html",
+    "markdown",
+    "not_run",
+    "percent",
+    "seconds",
+    "write_reports",
+]
+
 RESULTS_FILE = "eval-results.json"
 MARKDOWN_FILE = "report.md"
 HTML_FILE = "report.html"

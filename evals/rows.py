@@ -12,6 +12,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from evals.errors import RowsFileError
+
+__all__ = [
+    "CATEGORIES",
+    "ROWS_FILE",
+    "BuildSummary",
+    "Category",
+    "Header",
+    "Row",
+    "RowsFile",
+    "UnitResult",
+]
+
 ROWS_FILE = "eval-rows.jsonl"
 
 Category = Literal[
@@ -75,10 +88,6 @@ class Header(_Model):
     fingerprint: str
     iterations: int
     cases: list[str]
-
-
-class RowsFileError(Exception):
-    pass
 
 
 class RowsFile:

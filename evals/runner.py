@@ -20,27 +20,32 @@ import grpc
 
 from evals.baseline import compare
 from evals.cases import Case, CaseProblem
-from evals.client import TransportError
+from evals.errors import LanesExhaustedError, RowsFileError, RunError, TransportError
 from evals.execute import failed_units, run_case
 from evals.lanes import (
     ABORT_AFTER_SECONDS,
     PROBE_INTERVAL_SECONDS,
     Lane,
     Lanes,
-    LanesExhaustedError,
 )
 from evals.progress import Reporter
 from evals.report import write_reports
-from evals.rows import ROWS_FILE, Header, Row, RowsFile, RowsFileError
+from evals.rows import ROWS_FILE, Header, Row, RowsFile
 from evals.scoring import RunInfo, results_document
-from server.client import ClientConfig
+from instance_ai_cli.client import ClientConfig
+
+__all__ = [
+    "DEFAULT_CASE_TIMEOUT_SECONDS",
+    "MAX_ATTEMPTS",
+    "Outcome",
+    "RunOptions",
+    "Runner",
+    "fingerprint",
+    "load_baseline",
+]
 
 DEFAULT_CASE_TIMEOUT_SECONDS = 900.0
 MAX_ATTEMPTS = 3
-
-
-class RunError(Exception):
-    """The run cannot start as asked (a usage problem, with what to change)."""
 
 
 @dataclass(kw_only=True)

@@ -17,6 +17,8 @@ from typing import Any
 from evals.cases import Case, CaseProblem
 from evals.rows import CATEGORIES, Row
 
+__all__ = ["SCHEMA_VERSION", "RunInfo", "latency", "results_document"]
+
 SCHEMA_VERSION = 1
 
 

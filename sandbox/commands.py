@@ -25,6 +25,19 @@ from sandbox.engine import STDERR, STDOUT, Attached, ContainerEngine
 from sandbox.errors import SandboxUnavailableError
 from sandbox.image.rootfs import USER_UID, WORKSPACE
 
+__all__ = [
+    "JOB_UID_COUNT",
+    "JOB_UID_FIRST",
+    "RESULTS_DIR",
+    "SIGKILLED",
+    "CommandResult",
+    "CommandRunner",
+    "JobUidPool",
+    "OutputCallback",
+    "OutputCapture",
+    "record_output",
+]
+
 # Job uids: disjoint from the sandbox user (1000) and from each other while in use.
 JOB_UID_FIRST = 20_000
 JOB_UID_COUNT = 10_000

@@ -24,6 +24,19 @@ from urllib.parse import urlsplit
 
 import structlog
 
+from sandbox.errors import SandboxError
+
+__all__ = [
+    "BRIDGE_PORT",
+    "CONNECT_TIMEOUT_S",
+    "MAX_HEAD_BYTES",
+    "MOUNT_POINT",
+    "SOCKET_NAME",
+    "EgressDenied",
+    "EgressProxy",
+    "Policy",
+]
+
 log = structlog.get_logger(__name__)
 
 SOCKET_NAME = "proxy.sock"
@@ -33,7 +46,7 @@ MAX_HEAD_BYTES = 64 * 1024
 CONNECT_TIMEOUT_S = 15.0
 
 
-class EgressDenied(Exception):
+class EgressDenied(SandboxError):
     """A request the policy refuses; the message is sent back to the sandbox."""
 
 

@@ -24,6 +24,19 @@ from sandbox.errors import (
 )
 from sandbox.image.rootfs import USER_UID, WORKSPACE
 
+__all__ = [
+    "DEFAULT_MAX_ENTRIES",
+    "DEFAULT_MAX_FILE_BYTES",
+    "FileEntry",
+    "Workspace",
+    "confine",
+    "list_files",
+    "read_file",
+    "replace_text",
+    "str_replace",
+    "write_file",
+]
+
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
 DEFAULT_MAX_ENTRIES = 1000
 

@@ -6,6 +6,25 @@ from __future__ import annotations
 import hashlib
 import uuid
 
+__all__ = [
+    "LABEL_CREATED",
+    "LABEL_EGRESS",
+    "LABEL_IMAGE",
+    "LABEL_LEASE",
+    "LABEL_OWNER",
+    "LABEL_POOL",
+    "LABEL_PREFIX",
+    "LABEL_SANDBOX",
+    "LABEL_THREAD",
+    "NAMESPACE",
+    "container_name",
+    "lease_name",
+    "pool_name",
+    "sandbox_id",
+    "sandbox_id_from_name",
+    "volume_name",
+]
+
 # Fixed forever: changing it orphans every existing sandbox.
 NAMESPACE = uuid.UUID("5c2b6f4e-8a51-4d1c-9c1e-3f0d7a3b9e21")
 LABEL_PREFIX = "ai.instance-ai."

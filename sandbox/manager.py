@@ -46,6 +46,16 @@ from sandbox.provider import SandboxInfo, SandboxProvider
 from sandbox.streams import ProcessStream
 from sandbox.worker import WorkerClient, WorkerGoneError, result_of
 
+__all__ = [
+    "BRIDGE_PID",
+    "FULL_BELOW_BYTES",
+    "HOST_GUARD_S",
+    "MARKER",
+    "JanitorReport",
+    "SandboxManager",
+    "ThreadPredicate",
+]
+
 log = structlog.get_logger(__name__)
 
 MARKER = ".sandbox-initialized"

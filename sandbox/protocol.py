@@ -8,6 +8,8 @@ from sandbox.commands import CommandResult, OutputCallback
 from sandbox.files import FileEntry
 from sandbox.streams import ProcessStream
 
+__all__ = ["BrowserHost", "Sandboxes", "WorkflowToolchain"]
+
 
 class Sandboxes(Protocol):
     async def read_file(self, thread_id: str, path: str) -> bytes: ...

@@ -15,6 +15,16 @@ from typing import Any, Literal
 
 from sandbox.errors import SandboxError
 
+__all__ = [
+    "MAX_CHARS",
+    "MAX_ITEMS",
+    "ResultViewError",
+    "ResultWindow",
+    "View",
+    "render",
+    "resolve_pointer",
+]
+
 MAX_CHARS = 20_000
 MAX_ITEMS = 100
 View = Literal["text", "describe", "json"]

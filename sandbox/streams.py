@@ -23,6 +23,8 @@ import structlog
 from sandbox.engine import STDERR, STDOUT, Attached, ContainerEngine
 from sandbox.errors import SandboxUnavailableError
 
+__all__ = ["STDERR_LINES", "ProcessStream"]
+
 log = structlog.get_logger(__name__)
 
 _HEADER = struct.Struct(">BxxxL")

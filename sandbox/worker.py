@@ -24,6 +24,8 @@ from sandbox.engine import STDERR, STDOUT, Attached, ContainerEngine
 from sandbox.files import FileEntry
 from sandbox.image.rootfs import APP_DIR, WORKSPACE
 
+__all__ = ["CALL_TIMEOUT_S", "HEARTBEAT_S", "WorkerClient", "WorkerGoneError", "result_of"]
+
 log = structlog.get_logger(__name__)
 
 HEARTBEAT_S = 20.0

@@ -28,6 +28,8 @@ import structlog
 from sandbox.errors import SandboxUnavailableError
 from sandbox.image.rootfs import USER_UID
 
+__all__ = ["IMAGE_NAME", "LOCK_NAME", "MOUNT_OPTIONS", "WorkspaceDisks"]
+
 log = structlog.get_logger(__name__)
 
 IMAGE_NAME = "workspace.ext4"

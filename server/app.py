@@ -13,6 +13,8 @@ from server.errors import UnavailableError
 from server.settings import Settings
 from server.wiring import Parts, tool_registry
 
+__all__ = ["Application"]
+
 log = structlog.get_logger(__name__)
 
 

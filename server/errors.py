@@ -13,12 +13,17 @@ to a status code in a single table (`server/api/errors.py`); domain code never s
     ├── UnavailableError        the service is shutting down or a dependency is down
     └── NotImplementedCapabilityError  the capability has not landed yet
 
-Messages are written for the caller: they say what to change.
+Messages are written for the caller: they say what to change. So are those of the
+sandbox and browser relay packages' own roots: `CALLER_ERRORS` names the three.
 """
 
 from __future__ import annotations
 
+from browser_relay.errors import BrowserRelayError
+from sandbox.errors import SandboxError
+
 __all__ = [
+    "CALLER_ERRORS",
     "FailedPreconditionError",
     "InstanceAIError",
     "InvalidArgumentError",
@@ -73,3 +78,7 @@ class NotImplementedCapabilityError(InstanceAIError):
     def __init__(self, capability: str) -> None:
         super().__init__(f"not implemented yet: this needs {capability}")
         self.capability = capability
+
+
+# The errors whose message is written for the caller (anything else is INTERNAL).
+CALLER_ERRORS: tuple[type[Exception], ...] = (InstanceAIError, SandboxError, BrowserRelayError)

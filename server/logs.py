@@ -12,6 +12,8 @@ from typing import Literal
 
 import structlog
 
+__all__ = ["LogFormat", "configure_logging"]
+
 LogFormat = Literal["console", "json"]
 
 

@@ -21,6 +21,20 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+__all__ = [
+    "CONFIG_FILE_ENV",
+    "DATABASE_FILE_NAME",
+    "ENV_PREFIX",
+    "GATED_ACTIONS",
+    "LICENSED_FEATURES",
+    "PermissionMode",
+    "Settings",
+    "SettingsError",
+    "config_file_path",
+    "default_data_dir",
+    "load_settings",
+]
+
 ENV_PREFIX = "INSTANCE_AI_"
 CONFIG_FILE_ENV = ENV_PREFIX + "CONFIG_FILE"
 DATABASE_FILE_NAME = "instance-ai.db"

@@ -7,11 +7,12 @@ services class (see `tool_services`), the servicers `ApiParts`. `Parts` itself s
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 
-from browser_relay.driver import Drivers
 from browser_relay.headless import HeadlessBrowsers
 from browser_relay.server import RelayServer
 from browser_relay.sessions import BrowserSessions, sandbox_key, session_id_for
@@ -66,6 +67,9 @@ from server.tools import (
 )
 from server.tools.registry import ALL_TOOLS, ToolRegistry
 
+if TYPE_CHECKING:
+    from browser_relay.driver import Drivers
+
 __all__ = ["Parts", "credential_store", "embedded_instance", "tool_registry"]
 
 log = structlog.get_logger(__name__)
@@ -95,7 +99,7 @@ class Parts:
     credential_tester: CredentialTester
     relay: RelayServer
     headless: HeadlessBrowsers
-    drivers: Drivers
+    drivers: Drivers | None
 
     @classmethod
     async def open(cls, settings: Settings) -> Parts:
@@ -151,12 +155,13 @@ class Parts:
         ).start()
         log.info("browser relay listening", url=relay.http_url)
         headless = HeadlessBrowsers(relay, idle_seconds=settings.browser_sandbox_idle_seconds)
-        drivers = Drivers()
+        drivers = _drivers()
 
         async def thread_deleted(thread_id: str) -> None:
             # Its sandboxed browser first (the sandbox's removal would end it less tidily).
             session_id = session_id_for(sandbox_key(thread_id))
-            await drivers.drop(session_id)
+            if drivers is not None:
+                await drivers.drop(session_id)
             await headless.stop(sandbox_key(thread_id))
             relay.sessions.forget(session_id)
             await sandboxes.destroy(thread_id)
@@ -190,7 +195,8 @@ class Parts:
 
     async def close(self) -> None:
         await self.background.cancel_all()
-        await self.drivers.close()
+        if self.drivers is not None:
+            await self.drivers.close()
         await self.headless.close()
         await self.relay.close()
         await self.sandboxes.close()
@@ -318,6 +324,16 @@ def _sealer(settings: Settings) -> Sealer:
         for k in settings.credentials_previous_keys
     ]
     return Sealer(key, previous)
+
+
+def _drivers() -> Drivers | None:
+    """Playwright drivers for the browser tools, when the `browser` extra is installed."""
+    if importlib.util.find_spec("playwright") is None:
+        log.info("browser tools off: Playwright is not installed (the `browser` extra)")
+        return None
+    from browser_relay.driver import Drivers
+
+    return Drivers()
 
 
 def _web_search(settings: Settings) -> WebSearch | None:

@@ -10,8 +10,8 @@ from typing import Any
 import grpc
 import pytest
 
+from instance_ai.structs import from_struct, to_struct
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc, tools_pb2_grpc
-from server.api.convert import from_struct, to_struct
 from server.settings import Settings
 from tests.fake_model import FakeMessagesAPI
 

@@ -9,8 +9,8 @@ import grpc
 import pytest
 from sqlalchemy import text
 
+from instance_ai.metadata import RESUME_AFTER_KEY
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc
-from server.api.errors import RESUME_AFTER_KEY
 from server.app import Application
 from server.settings import Settings
 from tests.conftest import serving

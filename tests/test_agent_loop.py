@@ -12,8 +12,8 @@ import grpc
 import jsonschema
 import pytest
 
+from instance_ai.structs import from_struct, to_struct
 from instance_ai.v1 import agent_pb2, tools_pb2, tools_pb2_grpc
-from server.api.convert import from_struct, to_struct
 from server.settings import Settings
 from tests.agent_fixtures import Chat, last_tool_results, model, model_settings, of_type
 from tests.conftest import serving

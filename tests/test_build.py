@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
+from instance_ai.structs import from_struct, to_struct
 from instance_ai.v1 import (
     agent_pb2,
     agent_pb2_grpc,
@@ -20,7 +21,6 @@ from instance_ai.v1 import (
     tools_pb2,
     tools_pb2_grpc,
 )
-from server.api.convert import from_struct, to_struct
 from server.app import Application
 from server.settings import Settings
 from tests.conftest import serving

@@ -41,11 +41,13 @@ class ServerProcess:
     stderr_lines: list[str]
 
 
-def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None) -> ServerProcess:
+def start_server(
+    data_dir: Path, *args: str, env: dict[str, str] | None = None, cli: str = CLI
+) -> ServerProcess:
     # These tests need no sandboxes (and must leave none behind in the default owner).
     env = {"INSTANCE_AI_SANDBOX_PROVIDER": "none", **(env or {})}
     process = subprocess.Popen(
-        [CLI, "serve", "--port", "0", "--data-dir", str(data_dir), "--log-format", "json", *args],
+        [cli, "serve", "--port", "0", "--data-dir", str(data_dir), "--log-format", "json", *args],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,

@@ -10,8 +10,8 @@ import grpc
 import pytest
 from aiohttp import web
 
+from instance_ai.structs import from_struct, to_struct
 from instance_ai.v1 import credentials_pb2, credentials_pb2_grpc, tools_pb2, tools_pb2_grpc
-from server.api.convert import from_struct, to_struct
 from server.settings import Settings
 from tests.conftest import serving
 

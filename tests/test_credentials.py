@@ -16,8 +16,8 @@ from typing import Any
 import grpc
 import pytest
 
+from instance_ai.structs import from_struct, to_struct
 from instance_ai.v1 import credentials_pb2, credentials_pb2_grpc, tools_pb2, tools_pb2_grpc
-from server.api.convert import from_struct, to_struct
 from server.app import Application
 from server.domain.credentials import CredentialStore
 from server.errors import UnavailableError

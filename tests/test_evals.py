@@ -22,14 +22,15 @@ from PIL import Image
 from playwright.async_api import async_playwright
 
 from evals.cases import load_cases
-from evals.lanes import Lanes, LanesExhaustedError
+from evals.errors import LanesExhaustedError
+from evals.lanes import Lanes
 from evals.report import write_reports
 from evals.rows import ROWS_FILE, Row, UnitResult
 from evals.runner import Runner, RunOptions
 from evals.scoring import RunInfo, results_document
+from instance_ai_cli.client import ClientConfig
 from sandbox import identity
 from server.app import Application
-from server.client import ClientConfig
 from server.settings import Settings
 from tests.agent_fixtures import model, with_model
 from tests.browser_fixtures import CHROMIUM_ARGS

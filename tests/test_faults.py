@@ -20,6 +20,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from instance_ai.structs import from_struct
 from instance_ai.v1 import (
     agent_pb2,
     agent_pb2_grpc,
@@ -31,7 +32,6 @@ from instance_ai.v1 import (
 from sandbox import identity
 from sandbox.image.build import BuiltImage
 from sandbox.manager import SandboxManager
-from server.api.convert import from_struct
 from server.settings import Settings
 from tests.agent_fixtures import Chat, model, model_env, of_type, with_model
 from tests.conftest import serving

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import subprocess
 import sys
+from pathlib import Path
 
 import sandbox
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_sandbox_and_browser_relay_import_nothing_from_server() -> None:
@@ -65,8 +70,145 @@ def test_the_sandbox_public_surface_is_pinned() -> None:
 def test_evals_use_only_the_public_contract_and_the_client_helpers() -> None:
     probe = (
         "import sys, evals.cli, evals.runner, evals.report; "
-        "print(sorted(m for m in sys.modules if m == 'server' or m.startswith('server.')))"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('server', 'instance_ai_cli')))"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "['server', 'server.cli_common', 'server.client']"
+    assert (
+        result.stdout.strip()
+        == "['instance_ai_cli', 'instance_ai_cli.client', 'instance_ai_cli.common']"
+    )
+
+
+# The house, bottom to top (docs/architecture.md): a part of `server/` may import the parts
+# below it, and of its own level only the arrows listed.
+LEVELS = {
+    "errors": 0,
+    "core": 0,
+    "settings": 0,
+    "logs": 0,
+    "store": 0,
+    "instance": 1,
+    "domain": 1,
+    "runtime": 1,
+    "catalog": 1,
+    "pipeline": 2,
+    "tools": 3,
+    "agent": 4,
+    "api": 5,
+    "wiring": 6,
+    "app": 7,
+}
+SAME_LEVEL = {
+    ("core", "errors"),
+    ("store", "errors"),
+    ("domain", "instance"),  # the embedded store implements the instance seam
+    ("domain", "catalog"),
+    ("runtime", "domain"),
+}
+
+
+def imports_of(path: Path) -> list[str]:
+    """Every module `path` imports, at any depth (function-level imports too)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+    return found
+
+
+def server_modules() -> list[tuple[str, Path]]:
+    return [
+        (".".join(p.relative_to(ROOT).with_suffix("").parts), p)
+        for p in sorted((ROOT / "server").rglob("*.py"))
+    ]
+
+
+def test_the_server_imports_run_one_way() -> None:
+    assert {part for part in LEVELS} == {
+        p.stem if p.is_file() else p.name
+        for p in (ROOT / "server").iterdir()
+        if p.name != "__init__.py" and (p.suffix == ".py" or (p / "__init__.py").exists())
+    }, "a new part of server/ needs its level here and in docs/architecture.md"
+    upward = []
+    for module, path in server_modules():
+        part = module.split(".")[1] if module.count(".") else ""
+        for target in imports_of(path):
+            top = target.split(".")[0]
+            if top in ("instance_ai_cli", "evals"):
+                upward.append(f"{module} -> {target}")
+            if top == "instance_ai" and target.startswith("instance_ai.v1") and part != "api":
+                upward.append(f"{module} -> {target} (protobuf types stay in server/api)")
+            if top != "server" or not part or target.count(".") < 1:
+                continue
+            other = target.split(".")[1]
+            if other == part:
+                continue
+            if LEVELS[other] > LEVELS[part] or (
+                LEVELS[other] == LEVELS[part] and (part, other) not in SAME_LEVEL
+            ):
+                upward.append(f"{module} -> {target}")
+    assert upward == []
+
+
+def test_no_package_init_does_wiring() -> None:
+    """A package's `__init__` may re-export its own modules, nothing of another part."""
+    wiring = []
+    for module, path in server_modules():
+        if path.name != "__init__.py" or module == "server.__init__":
+            continue
+        own = module.removesuffix(".__init__")
+        for target in imports_of(path):
+            if (
+                target.startswith("server.")
+                and not target.startswith(own)
+                and not target.startswith(("server.errors", "server.settings", "server.core"))
+            ):
+                wiring.append(f"{module} -> {target}")
+    assert wiring == []
+
+
+def test_tools_reach_only_their_own_services() -> None:
+    """No tool handler gets the whole service: the context carries its group's services."""
+    from server.tools.registry import ALL_TOOLS
+
+    groups = {spec.services for spec in ALL_TOOLS}
+    assert len(groups) >= 12
+    for services in groups:
+        fields = {f.name for f in dataclasses.fields(services)}
+        assert not fields & {"parts", "runtime", "settings", "db"}, services
+
+
+EMBEDDED_STORE = (
+    "server.domain.workflows",
+    "server.domain.executions",
+    "server.domain.credentials",
+    "server.domain.data_tables",
+    "server.domain.folders",
+    "server.domain.projects",
+)
+
+
+def test_the_instance_is_reached_through_its_seam() -> None:
+    """Tools, pipeline, agent and servicers use `server.instance`, never the embedded SQL
+    store behind it: an n8n instance can take its place."""
+    reaching = [
+        f"{module} -> {target}"
+        for module, path in server_modules()
+        if module.split(".")[1] in ("tools", "pipeline", "agent", "api")
+        for target in imports_of(path)
+        if target.startswith(EMBEDDED_STORE)
+    ]
+    assert reaching == []
+
+
+def test_the_sandbox_manager_sees_no_engine_sdk() -> None:
+    """The manager and everything it uses speak the engine seam; docker stays in its engine."""
+    docker_users = sorted(
+        p.name
+        for p in (ROOT / "sandbox").rglob("*.py")
+        if "docker" in imports_of(p) or any(t.startswith("docker.") for t in imports_of(p))
+    )
+    assert docker_users == ["build.py", "catalog.py", "docker_engine.py"]

@@ -9,8 +9,8 @@ from typing import Any
 import grpc
 import pytest
 
+from instance_ai.structs import to_struct
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc, credentials_pb2, credentials_pb2_grpc
-from server.api.convert import to_struct
 from server.app import Application
 from server.domain.credentials import CredentialStore
 from server.settings import Settings

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from instance_ai.structs import to_struct
 from instance_ai.v1 import credentials_pb2, credentials_pb2_grpc
-from server.api.convert import to_struct
 from server.instance.types import WorkflowContent
 from server.settings import Settings
 from tests.agent_fixtures import Chat, last_tool_results, model, with_model

@@ -11,8 +11,8 @@ from typing import Any
 import grpc
 import pytest
 
+from instance_ai.structs import from_struct, to_struct
 from instance_ai.v1 import pipeline_pb2
-from server.api.convert import from_struct, to_struct
 from server.settings import Settings
 from tests.conftest import serving
 from tests.test_build import WORKFLOWS, Client

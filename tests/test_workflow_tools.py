@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 import pytest
 
+from instance_ai.structs import to_struct
 from instance_ai.v1 import tools_pb2, tools_pb2_grpc
-from server.api.convert import to_struct
 from server.app import Application
 from server.settings import Settings
 from tests.conftest import serving

@@ -25,6 +25,21 @@ from pathlib import Path
 from sandbox.errors import ImageBuildError
 from sandbox.image import rootfs
 
+__all__ = [
+    "BROWSER_ENVIRONMENT",
+    "CHROMIUM",
+    "CHROMIUM_DIR",
+    "DLOPENED",
+    "FLAGS",
+    "PACKAGES",
+    "PROFILE_DIR",
+    "TREES",
+    "browser_command",
+    "collect_files",
+    "inputs_digest",
+    "write_layer_tar",
+]
+
 CHROMIUM_DIR = Path("/usr/lib/chromium")
 CHROMIUM = CHROMIUM_DIR / "chromium"
 # Whole trees, symlinks kept: fontconfig's conf.d links into conf.avail.

@@ -35,6 +35,22 @@ from sandbox.errors import ImageBuildError, SandboxUnavailableError
 from sandbox.image import browser, rootfs
 from sandbox.image.catalog import CATALOG_PACKAGES, catalog_file
 
+__all__ = [
+    "BIN_DIR",
+    "CATALOG_ONLY",
+    "DEPS_DIR",
+    "IMAGE_DIR",
+    "REPOSITORY",
+    "RUN_CONFIG",
+    "SEED_DIR",
+    "BuiltImage",
+    "ImageBuilder",
+    "Log",
+    "image_tags",
+    "node_type_index",
+    "require_image",
+]
+
 IMAGE_DIR = Path(__file__).resolve().parent
 DEPS_DIR = IMAGE_DIR / "deps"
 BIN_DIR = IMAGE_DIR / "bin"

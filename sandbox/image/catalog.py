@@ -20,6 +20,8 @@ import docker.errors
 from sandbox.errors import SandboxUnavailableError
 from sandbox.image.rootfs import APP_DIR
 
+__all__ = ["CATALOG_FILES", "CATALOG_PACKAGES", "catalog_file", "extract_catalog"]
+
 # Package name → the prefix of its node type names.
 CATALOG_PACKAGES = {
     "n8n-nodes-base": "n8n-nodes-base",

@@ -19,6 +19,18 @@ from pathlib import Path
 
 from sandbox.errors import ImageBuildError
 
+__all__ = [
+    "APP_DIR",
+    "BINARIES",
+    "USER_UID",
+    "WORKSPACE",
+    "collect_files",
+    "in_merged_usr",
+    "inputs_digest",
+    "libraries",
+    "write_rootfs_tar",
+]
+
 # What a sandbox command can count on finding. Paths are resolved on the host.
 BINARIES = (
     "node",

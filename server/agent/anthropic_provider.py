@@ -11,6 +11,8 @@ from anthropic.types import RawMessageStreamEvent
 
 from server.agent.provider import ModelError, ModelRequest, ModelTurn, StreamCallbacks
 
+__all__ = ["AnthropicProvider"]
+
 
 class AnthropicProvider:
     name = "anthropic"

@@ -39,6 +39,21 @@ from server.settings import Settings
 from server.tools.registry import CallSite, ToolInputError, ToolRegistry, describe, dump
 from server.tools.spec import Orchestration, SandboxFor, Suspend, ToolSpec, blocked_message
 
+__all__ = [
+    "INTERRUPTED",
+    "NO_MODEL",
+    "OFFLOAD_DIR",
+    "ORCHESTRATION_GROUP",
+    "ORCHESTRATOR",
+    "Agent",
+    "AgentServices",
+    "FollowUp",
+    "Outcome",
+    "RunScope",
+    "RunState",
+    "Suspension",
+]
+
 log = structlog.get_logger(__name__)
 
 ORCHESTRATOR = "orchestrator"

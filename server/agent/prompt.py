@@ -4,6 +4,17 @@ get a shorter one for their task."""
 
 from __future__ import annotations
 
+__all__ = [
+    "BROWSER_SANDBOX",
+    "BROWSER_USER",
+    "BUILD_LOOP",
+    "PLANNING",
+    "ROLE",
+    "TOOL_USE",
+    "background_prompt",
+    "orchestrator_prompt",
+]
+
 ROLE = """\
 You are the n8n workflow assistant. You build, verify and fix n8n workflows for the user
 inside a sandboxed workspace. Be direct and concise; say what you did and what you found."""

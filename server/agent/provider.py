@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+__all__ = ["ModelError", "ModelProvider", "ModelRequest", "ModelTurn", "StreamCallbacks"]
+
 
 @dataclass(frozen=True, kw_only=True)
 class ModelRequest:

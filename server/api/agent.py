@@ -7,12 +7,15 @@ from contextlib import aclosing
 
 import grpc
 
+from instance_ai.structs import from_struct
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc
 from server.agent import Agent
 from server.api.caller import caller_of
-from server.api.convert import event_to_proto, from_struct, thread_status_to_proto
+from server.api.convert import event_to_proto, thread_status_to_proto
 from server.core.validation import check_chat_message, check_thread_id, parse_cursor
 from server.errors import InvalidArgumentError
+
+__all__ = ["AgentServicer"]
 
 
 class AgentServicer(agent_pb2_grpc.AgentServicer):

@@ -17,6 +17,8 @@ from instance_ai.v1 import browser_pb2, browser_pb2_grpc
 from server.api.caller import caller_of
 from server.errors import NotFoundError
 
+__all__ = ["BrowserServicer"]
+
 
 class BrowserServicer(browser_pb2_grpc.BrowserServicer):
     def __init__(self, relay: RelayServer) -> None:

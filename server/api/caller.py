@@ -14,6 +14,8 @@ import grpc
 from server.core.caller import DEFAULT_PROJECT, LOCAL_USER, Caller
 from server.errors import InvalidArgumentError
 
+__all__ = ["PROJECTS_KEY", "PROJECT_KEY", "USER_KEY", "caller_of"]
+
 USER_KEY = "x-instance-ai-user"
 PROJECT_KEY = "x-instance-ai-project"
 PROJECTS_KEY = "x-instance-ai-projects"

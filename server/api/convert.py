@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from google.protobuf import timestamp_pb2
 
-from google.protobuf import json_format, struct_pb2, timestamp_pb2
-
+from instance_ai.structs import to_struct
 from instance_ai.v1 import agent_pb2, events_pb2
 from server.runtime.events import Event
 from server.runtime.threads import ThreadStatus
 
-
-def to_struct(value: dict[str, Any]) -> struct_pb2.Struct:
-    struct = struct_pb2.Struct()
-    struct.update(value)
-    return struct
-
-
-def from_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
-    return json_format.MessageToDict(struct)
+__all__ = ["event_to_proto", "thread_status_to_proto"]
 
 
 def event_to_proto(event: Event) -> events_pb2.Event:

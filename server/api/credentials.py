@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import grpc
 
+from instance_ai.structs import from_struct
 from instance_ai.v1 import credentials_pb2, credentials_pb2_grpc
 from server.api.caller import caller_of
-from server.api.convert import from_struct
 from server.catalog import CatalogService
 from server.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from server.instance import Credentials
 from server.instance.types import CredentialInfo
+
+__all__ = ["CredentialsServicer"]
 
 
 class CredentialsServicer(credentials_pb2_grpc.CredentialsServicer):

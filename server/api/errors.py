@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import grpc
 
+from browser_relay import errors as relay_errors
+from instance_ai.metadata import RESUME_AFTER_KEY
 from sandbox import errors as sandbox_errors
 from sandbox.results import ResultViewError
 from server import errors
+
+__all__ = ["EXPECTED_ERRORS", "STATUS_BY_ERROR", "status_for", "trailing_metadata_for"]
 
 # Most specific first is not needed: lookup walks each error's class hierarchy.
 STATUS_BY_ERROR: dict[type[Exception], grpc.StatusCode] = {
@@ -28,13 +32,14 @@ STATUS_BY_ERROR: dict[type[Exception], grpc.StatusCode] = {
     sandbox_errors.SandboxUnavailableError: grpc.StatusCode.UNAVAILABLE,
     sandbox_errors.ImageBuildError: grpc.StatusCode.FAILED_PRECONDITION,
     ResultViewError: grpc.StatusCode.INVALID_ARGUMENT,
+    relay_errors.DriverError: grpc.StatusCode.FAILED_PRECONDITION,
+    relay_errors.BrowserGone: grpc.StatusCode.UNAVAILABLE,
+    relay_errors.RelayError: grpc.StatusCode.FAILED_PRECONDITION,
+    relay_errors.WireError: grpc.StatusCode.INVALID_ARGUMENT,
 }
 
 # The errors whose message is written for the caller (anything else is INTERNAL).
-EXPECTED_ERRORS = (errors.InstanceAIError, sandbox_errors.SandboxError)
-
-# Trailing metadata key carrying the event id to resume after, on ABORTED (lagged) streams.
-RESUME_AFTER_KEY = "x-resume-after"
+EXPECTED_ERRORS = errors.CALLER_ERRORS
 
 
 def status_for(error: Exception) -> grpc.StatusCode:

@@ -15,6 +15,8 @@ from server.api.errors import EXPECTED_ERRORS, status_for, trailing_metadata_for
 from server.core.ids import new_id
 from server.store.database import storage_failure
 
+__all__ = ["UNAUTHENTICATED_METHODS", "AuthInterceptor", "Behavior", "ErrorInterceptor"]
+
 log = structlog.get_logger(__name__)
 
 # Load balancers probe health without credentials.

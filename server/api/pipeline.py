@@ -7,13 +7,15 @@ from typing import Any
 
 import grpc
 
+from instance_ai.structs import from_struct, to_struct
 from instance_ai.v1 import pipeline_pb2, pipeline_pb2_grpc
 from server.api.caller import caller_of
-from server.api.convert import from_struct, to_struct
 from server.core.validation import check_thread_id
 from server.tools.build import BuildIssueModel, BuildWorkflowOutput
 from server.tools.registry import ToolRegistry, dump
 from server.tools.verify import VerdictOutput
+
+__all__ = ["PipelineServicer"]
 
 
 class PipelineServicer(pipeline_pb2_grpc.PipelineServicer):

@@ -39,6 +39,16 @@ from server.runtime.sandboxes import SandboxService
 from server.settings import Settings
 from server.tools.registry import ToolRegistry
 
+__all__ = [
+    "ENGINE_SERVICES",
+    "ApiParts",
+    "GrpcServer",
+    "follow_engine",
+    "is_loopback",
+    "listen_host",
+    "start_grpc_server",
+]
+
 log = structlog.get_logger(__name__)
 
 

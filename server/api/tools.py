@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import grpc
 
+from instance_ai.structs import from_struct, to_struct
 from instance_ai.v1 import tools_pb2, tools_pb2_grpc
 from server.api.caller import caller_of
-from server.api.convert import from_struct, to_struct
 from server.core.validation import check_thread_id
 from server.tools.registry import ToolRegistry, dump
+
+__all__ = ["ToolsServicer"]
 
 
 class ToolsServicer(tools_pb2_grpc.ToolsServicer):

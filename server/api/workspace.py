@@ -15,6 +15,8 @@ from server.core.validation import check_thread_id
 from server.errors import InvalidArgumentError
 from server.tools.spec import SandboxFor
 
+__all__ = ["DEFAULT_MAX_LINES", "MAX_EXEC_TIMEOUT_MS", "VIEWS", "WorkspaceServicer"]
+
 DEFAULT_MAX_LINES = 2000
 MAX_EXEC_TIMEOUT_MS = 3_600_000
 VIEWS: dict[str, View] = {"text": "text", "describe": "describe", "json": "json"}

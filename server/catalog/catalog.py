@@ -18,6 +18,8 @@ from typing import Any
 
 from sandbox.image.catalog import CATALOG_PACKAGES
 
+__all__ = ["Catalog", "CredentialType", "Description", "Finding", "NodeType"]
+
 Description = dict[str, Any]
 
 # Property types that are layout, not parameters: they never appear in saved parameters.

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+__all__ = ["DEFAULT_PROJECT", "LOCAL", "LOCAL_USER", "Caller"]
+
 DEFAULT_PROJECT = "personal"
 LOCAL_USER = "local"
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import secrets
 import string
 
+__all__ = ["new_id"]
+
 _ALPHABET = string.ascii_letters + string.digits
 
 

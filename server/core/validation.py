@@ -6,6 +6,8 @@ import re
 
 from server.errors import InvalidArgumentError, ResourceExhaustedError
 
+__all__ = ["THREAD_ID_PATTERN", "check_chat_message", "check_thread_id", "parse_cursor"]
+
 THREAD_ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _CURSOR_PATTERN = re.compile(r"[0-9]{1,18}")
 

@@ -18,6 +18,8 @@ from server.catalog.catalog import CredentialType
 from server.domain.egress import check, pinned_request
 from server.domain.web import Authorize, HostNotApproved
 
+__all__ = ["CredentialTester", "TestOutcome", "Untestable"]
+
 log = structlog.get_logger(__name__)
 
 _REFERENCE = re.compile(r"\{\{\s*\$credentials\??\.([A-Za-z0-9_]+)\s*\}\}")

@@ -32,24 +32,22 @@ from server.instance.types import CredentialInfo
 from server.store import Database
 from server.store.models import CredentialRow
 
+__all__ = [
+    "CREDENTIALS",
+    "FORMAT",
+    "KEY_FILE_NAME",
+    "TYPE_NAME",
+    "CredentialStore",
+    "Sealer",
+    "decode_key",
+    "fingerprint",
+    "key_from_file",
+]
+
 CREDENTIALS = CredentialRow.metadata.tables["credentials"]
 KEY_FILE_NAME = "credentials.key"
 FORMAT = "v1"
 TYPE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
-# HTTP auth types that fit any service: never chosen for the user without asking.
-GENERIC_TYPES = frozenset(
-    {
-        "httpHeaderAuth",
-        "httpBearerAuth",
-        "httpQueryAuth",
-        "httpBasicAuth",
-        "httpDigestAuth",
-        "httpCustomAuth",
-        "httpTemplatedCustomAuth",
-        "oAuth1Api",
-        "oAuth2Api",
-    }
-)
 
 
 def decode_key(text: str, origin: str) -> bytes:

@@ -28,6 +28,8 @@ from server.instance.types import (
 from server.store import Database
 from server.store.models import DataTableColumnRow, DataTableRow, UTCDateTime
 
+__all__ = ["COLUMNS", "META", "NAME", "SQL_TYPES", "DataTableStore", "check_column_name", "coerce"]
+
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,62}")
 SQL_TYPES: dict[str, Any] = {
     "string": sa.Text(),

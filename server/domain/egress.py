@@ -26,6 +26,16 @@ import httpx
 
 from server.errors import InvalidArgumentError
 
+__all__ = [
+    "EgressRefused",
+    "IPAddress",
+    "Target",
+    "check",
+    "is_public",
+    "pinned_request",
+    "split_url",
+]
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 _BLOCKED_V4 = [
     ipaddress.ip_network(n)

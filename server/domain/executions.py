@@ -13,6 +13,8 @@ from server.instance.types import Execution
 from server.store import Database
 from server.store.models import ExecutionRow
 
+__all__ = ["FINISHED", "ExecutionStore"]
+
 FINISHED = ("success", "error", "canceled", "waiting")
 
 

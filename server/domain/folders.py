@@ -13,6 +13,8 @@ from server.instance.types import Folder, Tag
 from server.store import Database
 from server.store.models import FolderRow, TagRow, WorkflowRow, WorkflowTagRow
 
+__all__ = ["FOLDERS", "TAGS", "WORKFLOWS", "WORKFLOW_TAGS", "FolderStore", "TagStore"]
+
 FOLDERS = FolderRow.metadata.tables["folders"]
 TAGS = TagRow.metadata.tables["tags"]
 WORKFLOW_TAGS = WorkflowTagRow.metadata.tables["workflow_tags"]

@@ -26,6 +26,26 @@ from readability import Document
 from server.domain.egress import check, pinned_request
 from server.errors import InvalidArgumentError, UnavailableError
 
+__all__ = [
+    "CACHE_SECONDS",
+    "CACHE_SIZE",
+    "MAX_BODY_BYTES",
+    "MAX_REDIRECTS",
+    "USER_AGENT",
+    "Authorize",
+    "BraveSearch",
+    "HostNotApproved",
+    "Page",
+    "SearchHit",
+    "SearchProvider",
+    "SearxngSearch",
+    "WebFetcher",
+    "WebSearch",
+    "html_markdown",
+    "readable_markdown",
+    "tidy_text",
+]
+
 MAX_REDIRECTS = 10
 MAX_BODY_BYTES = 5 * 1024 * 1024
 CACHE_SIZE = 100

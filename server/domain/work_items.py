@@ -15,6 +15,8 @@ from server.errors import NotFoundError
 from server.store import Database
 from server.store.models import WorkItemRow
 
+__all__ = ["WORK_ITEMS", "WorkItem", "WorkItemStore"]
+
 
 @dataclass(kw_only=True)
 class WorkItem:

@@ -31,6 +31,8 @@ from server.instance.types import (
 from server.store import Database
 from server.store.models import SourceBindingRow, WorkflowRow, WorkflowVersionRow
 
+__all__ = ["BINDINGS", "VERSIONS", "WORKFLOWS", "WorkflowStore", "new_workflow_id", "set_path"]
+
 _ALPHANUMERIC = string.ascii_letters + string.digits
 WORKFLOWS = WorkflowRow.metadata.tables["workflows"]
 VERSIONS = WorkflowRow.metadata.tables["workflow_versions"]

@@ -1,1 +1,3 @@
 """Build, validate, simulate and verify workflows; the workflow loop."""
+
+__all__: list[str] = []

@@ -35,6 +35,15 @@ from server.instance.types import Binding, WorkflowContent, WorkflowGoneError
 from server.pipeline.loop import Remediation
 from server.pipeline.simulation import BASE, PlanEntry, plan_simulation
 
+__all__ = [
+    "SOURCE_SUFFIXES",
+    "BuildIssue",
+    "BuildOutcome",
+    "BuildRequest",
+    "SandboxLookup",
+    "WorkflowBuilder",
+]
+
 log = structlog.get_logger(__name__)
 
 SOURCE_SUFFIXES = (".ts", ".tsx", ".mts", ".json")

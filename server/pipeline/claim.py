@@ -8,6 +8,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+__all__ = [
+    "Category",
+    "Claim",
+    "ClaimLevel",
+    "FailureClass",
+    "claim_from_evidence",
+    "classify_failure",
+]
+
 ClaimLevel = Literal["verified", "partial", "unproven", "failed"]
 Category = Literal["code_fixable", "needs_setup", "blocked"]
 

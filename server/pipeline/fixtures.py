@@ -17,6 +17,16 @@ from typing import Any
 
 from server.pipeline.simulation import BASE
 
+__all__ = [
+    "DATE_ANCHOR",
+    "FORM",
+    "MAX_DEPTH",
+    "MAX_PASS_THROUGH_HOPS",
+    "PASS_THROUGH",
+    "example",
+    "simulation_fixtures",
+]
+
 DATE_ANCHOR = "2026-01-15T09:30:00.000Z"
 MAX_DEPTH = 6
 MAX_PASS_THROUGH_HOPS = 5

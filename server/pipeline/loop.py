@@ -18,6 +18,28 @@ from typing import Any, Literal
 
 from server.errors import FailedPreconditionError
 
+__all__ = [
+    "DEFAULT_REMEDIATION",
+    "MAX_POST_SUBMIT_REMEDIATION_SUBMITS",
+    "MAX_PRE_SAVE_SUBMIT_FAILURES",
+    "MAX_VERIFY_ATTEMPTS",
+    "Action",
+    "ActionKind",
+    "Attempt",
+    "BuildReport",
+    "LoopState",
+    "Phase",
+    "Remediation",
+    "Status",
+    "Verdict",
+    "VerdictReport",
+    "new_work_item_id",
+    "normalise_verdict",
+    "on_build",
+    "on_verdict",
+    "start_verification",
+]
+
 MAX_PRE_SAVE_SUBMIT_FAILURES = 3
 MAX_POST_SUBMIT_REMEDIATION_SUBMITS = 2
 MAX_VERIFY_ATTEMPTS = 5

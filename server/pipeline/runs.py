@@ -21,6 +21,8 @@ from server.instance.types import Execution, Workflow
 from server.pipeline.build import WorkflowBuilder
 from server.pipeline.trigger_input import shape_trigger_input
 
+__all__ = ["DEFAULT_TIMEOUT_S", "RunRequest", "WorkflowRunner", "masked", "named_trigger"]
+
 log = structlog.get_logger(__name__)
 
 DEFAULT_TIMEOUT_S = 300.0

@@ -11,6 +11,8 @@ from typing import Any
 
 from server.catalog.catalog import Catalog
 
+__all__ = ["PLACEHOLDER", "NodeSetup", "needed"]
+
 PLACEHOLDER = re.compile(r"<__PLACEHOLDER_VALUE__([\s\S]*?)__>")
 
 

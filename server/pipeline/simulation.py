@@ -14,6 +14,30 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+__all__ = [
+    "ALWAYS_SIMULATE",
+    "BASE",
+    "CODE_SIDE_EFFECTS",
+    "CODE_TYPES",
+    "LANGCHAIN",
+    "MAX_EXECUTED_WAIT_S",
+    "READ_OPERATIONS",
+    "SAFE_HTTP_METHODS",
+    "SAFE_TYPES",
+    "SUPPORTED_TRIGGERS",
+    "WAIT_UNIT_SECONDS",
+    "WRITE_OPERATIONS",
+    "Ambiguous",
+    "Confidence",
+    "Decision",
+    "PlanEntry",
+    "Source",
+    "Verdict",
+    "classify",
+    "main_flow_nodes",
+    "plan_simulation",
+]
+
 Verdict = Literal["simulate", "execute"]
 Confidence = Literal["high", "medium", "low"]
 Source = Literal["rule", "declared", "trigger", "ai_root", "sandbox", "model", "fallback"]

@@ -10,6 +10,17 @@ from typing import Any, Literal
 
 from server.errors import InvalidArgumentError
 
+__all__ = [
+    "CHAT",
+    "FORM",
+    "SCHEDULE",
+    "WEBHOOK",
+    "WEBHOOK_ENVELOPE",
+    "Mode",
+    "TriggerInput",
+    "shape_trigger_input",
+]
+
 Mode = Literal["chat", "trigger", "webhook", "manual"]
 
 CHAT = "@n8n/n8n-nodes-langchain.chatTrigger"

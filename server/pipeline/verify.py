@@ -31,6 +31,8 @@ from server.pipeline.runs import RunRequest, WorkflowRunner, named_trigger
 from server.pipeline.simulation import main_flow_nodes
 from server.pipeline.work import WorkLoop
 
+__all__ = ["MAX_PREVIEW_CHARS", "Verifier", "VerifyRequest"]
+
 MAX_PREVIEW_CHARS = 600
 
 

@@ -19,6 +19,8 @@ from server.pipeline.loop import (
     start_verification,
 )
 
+__all__ = ["WorkLoop", "failure_signature"]
+
 
 def _state(item: WorkItem) -> LoopState:
     return LoopState.from_json(item.state)

@@ -19,6 +19,8 @@ from server.core.ids import new_id
 from server.runtime.events import EventLog
 from server.runtime.threads import BackgroundTaskInfo
 
+__all__ = ["BackgroundTasks", "CorrectionResult", "Settled", "Spawned", "TaskBody", "TaskHandle"]
+
 log = structlog.get_logger(__name__)
 
 CorrectionResult = Literal["queued", "task-completed", "task-not-found"]

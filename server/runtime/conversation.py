@@ -14,6 +14,8 @@ from server.store import Database
 from server.store.models import MessageRow
 from server.store.threads import ensure_threads
 
+__all__ = ["CHARS_PER_TOKEN", "Conversation", "Message", "estimate_tokens", "repair", "trim"]
+
 Message = dict[str, Any]
 # A rough, provider-independent estimate; trimming only needs to be on the safe side.
 CHARS_PER_TOKEN = 4

@@ -13,6 +13,8 @@ from server.domain.egress import EgressRefused, check
 from server.runtime.hitl import Hitl
 from server.settings import Settings
 
+__all__ = ["MAX_ROOT_CHARS", "egress_policy", "egress_root"]
+
 # Unix socket paths must stay under ~108 bytes: deep data directories move the root to /tmp.
 MAX_ROOT_CHARS = 60
 

@@ -20,6 +20,28 @@ from server.store import Database
 from server.store.models import ConfirmationRow, PermissionRow
 from server.store.threads import ensure_threads
 
+__all__ = [
+    "ANY_HOST",
+    "DENIED_BY_TIMEOUT",
+    "Approval",
+    "Confirmation",
+    "CredentialAutoSetup",
+    "CredentialSelection",
+    "DomainAccessApprove",
+    "DomainAccessDeny",
+    "Hitl",
+    "McpConnect",
+    "PlanDeny",
+    "QuestionAnswer",
+    "Questions",
+    "ResourceDecision",
+    "Resume",
+    "SetupWorkflowApply",
+    "SetupWorkflowTestTrigger",
+    "domain_action",
+    "parse_resume",
+]
+
 
 class _Answer(BaseModel):
     model_config = ConfigDict(extra="forbid")

@@ -17,6 +17,18 @@ from server.store import Database
 from server.store.models import PlanRow
 from server.store.threads import ensure_threads
 
+__all__ = [
+    "CHECKLIST_STATUS",
+    "Plan",
+    "PlanValidationError",
+    "Plans",
+    "TaskKind",
+    "TaskStatus",
+    "Tick",
+    "checklist_of",
+    "validate_plan",
+]
+
 TaskKind = Literal["delegate", "build-workflow", "checkpoint"]
 TaskStatus = Literal["planned", "running", "succeeded", "failed", "cancelled"]
 # How a task's status shows in the checklist.

@@ -38,6 +38,17 @@ from server.store.deployment import deployment_id
 from server.store.models import RunRow
 from server.store.threads import get_thread
 
+__all__ = [
+    "MIB",
+    "SWEEP_INTERVAL_S",
+    "EngineListener",
+    "SandboxService",
+    "build_local",
+    "build_manager",
+    "connect_manager",
+    "sandbox_owner",
+]
+
 log = structlog.get_logger(__name__)
 
 EngineListener = Callable[[bool], Awaitable[None]]

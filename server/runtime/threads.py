@@ -30,6 +30,15 @@ from server.store.models import (
 )
 from server.store.threads import ensure_threads, get_thread
 
+__all__ = [
+    "FINAL_RUN_STATES",
+    "OPEN_RUN_STATES",
+    "BackgroundTaskInfo",
+    "RunInfo",
+    "ThreadStatus",
+    "Threads",
+]
+
 # A run in one of these holds the thread (a partial unique index enforces one per thread).
 OPEN_RUN_STATES = ("active", "suspended")
 FINAL_RUN_STATES = ("completed", "cancelled", "error", "interrupted")

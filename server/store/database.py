@@ -19,6 +19,8 @@ from sqlalchemy.ext.asyncio import (
 
 from server.errors import UnavailableError
 
+__all__ = ["MIGRATIONS_DIR", "Database", "storage_failure"]
+
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 log = structlog.get_logger(__name__)
 

@@ -20,6 +20,30 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+__all__ = [
+    "Base",
+    "ConfirmationRow",
+    "CredentialRow",
+    "DataTableColumnRow",
+    "DataTableRow",
+    "DeploymentRow",
+    "EventRow",
+    "ExecutionRow",
+    "FolderRow",
+    "MessageRow",
+    "PermissionRow",
+    "PlanRow",
+    "RunRow",
+    "SourceBindingRow",
+    "TagRow",
+    "ThreadRow",
+    "UTCDateTime",
+    "WorkItemRow",
+    "WorkflowRow",
+    "WorkflowTagRow",
+    "WorkflowVersionRow",
+]
+
 
 class UTCDateTime(TypeDecorator[datetime]):
     """Timestamps come back timezone-aware, in UTC, on every backend (SQLite drops the zone)."""

@@ -12,6 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from server.store.models import ThreadRow
 
+__all__ = ["THREADS", "bump_event_counters", "ensure_threads", "get_thread"]
+
 THREADS = ThreadRow.metadata.tables["threads"]
 
 

@@ -15,22 +15,108 @@ from __future__ import annotations
 import mimetypes
 import posixpath
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from playwright.async_api import Error as PlaywrightError
-from playwright.async_api import FilePayload
 from pydantic import Field, model_validator
 
-from browser_relay.driver import BrowserDriver, DriverError, Drivers, Target
-from browser_relay.headless import BrowserGone, HeadlessBrowsers
+from browser_relay.errors import BrowserGone, DriverError
+from browser_relay.headless import HeadlessBrowsers
 from browser_relay.server import RelayServer
 from browser_relay.sessions import sandbox_key, user_key
+from browser_relay.target import Target
 from sandbox.protocol import BrowserHost
 from server.domain.web import html_markdown, readable_markdown
 from server.errors import FailedPreconditionError, UnavailableError
 from server.tools.spec import SandboxFor, Suspend, ToolContext, ToolModel, ToolSpec
 
+if TYPE_CHECKING:  # Playwright is the optional `browser` extra: imported where used.
+    from playwright.async_api import FilePayload
+
+    from browser_relay.driver import BrowserDriver, Drivers
+
+__all__ = [
+    "BROWSER_EXTRA",
+    "CONNECT_CARD",
+    "GROUP",
+    "TOOLS",
+    "BrowserTools",
+    "ClickInput",
+    "ConsoleInput",
+    "ContentInput",
+    "ContentOutput",
+    "Cookie",
+    "CookiesClear",
+    "CookiesGet",
+    "CookiesInput",
+    "CookiesSet",
+    "DataOutput",
+    "DialogInput",
+    "DragInput",
+    "Element",
+    "EvaluateInput",
+    "HoverInput",
+    "ListOutput",
+    "NavigateInput",
+    "NetworkInput",
+    "NoInput",
+    "OnPage",
+    "PageOutput",
+    "PdfInput",
+    "PressInput",
+    "ReloadInput",
+    "ScreenshotInput",
+    "ScrollByDirection",
+    "ScrollInput",
+    "ScrollToElement",
+    "SelectInput",
+    "SnapshotInput",
+    "SnapshotOutput",
+    "StorageClear",
+    "StorageGet",
+    "StorageInput",
+    "StorageSet",
+    "Tab",
+    "TabIdInput",
+    "TabOpenInput",
+    "TabOutput",
+    "TabsOutput",
+    "TypeInput",
+    "UploadInput",
+    "WaitInput",
+    "WaitUntil",
+    "back",
+    "click",
+    "connect_card",
+    "console",
+    "content",
+    "cookies",
+    "dialog",
+    "drag",
+    "evaluate",
+    "forward",
+    "hover",
+    "navigate",
+    "network",
+    "pdf",
+    "press",
+    "reload",
+    "screenshot",
+    "scroll",
+    "select",
+    "snapshot",
+    "storage",
+    "tab_close",
+    "tab_focus",
+    "tab_list",
+    "tab_open",
+    "type_text",
+    "upload",
+    "wait",
+]
+
 GROUP = "browser"
+# What the browser tools need beyond the base install.
+BROWSER_EXTRA = "Playwright: pip install 'instance-ai[browser]'"
 CONNECT_CARD = "browser_use_connect"
 
 
@@ -42,7 +128,8 @@ class BrowserTools:
     """What the browser tools may touch: the relay, its drivers, the sandboxed browsers."""
 
     relay: RelayServer
-    drivers: Drivers
+    # None without Playwright (the `browser` extra): the tools are then not registered.
+    drivers: Drivers | None
     headless: HeadlessBrowsers
     sandbox_for: SandboxFor
     # INSTANCE_AI_BROWSER=sandbox: a headless browser in the thread's sandbox.
@@ -301,7 +388,7 @@ async def _driver(ctx: ToolContext[BrowserTools]) -> BrowserDriver:
     if session.relay.state == "connected":
         # Only the CDP side: a connected browser needs no setup link minted.
         cdp_url, cdp_headers = relay.cdp_endpoint(session)
-        return await ctx.services.drivers.driver(session.id, cdp_url, cdp_headers)
+        return await _drivers(ctx).driver(session.id, cdp_url, cdp_headers)
     if ctx.resume is not None:
         raise FailedPreconditionError(
             "The browser is still not connected. Tell the user the connection did not come "
@@ -326,13 +413,13 @@ async def _sandbox_driver(ctx: ToolContext[BrowserTools]) -> BrowserDriver:
     session = relay.sessions.session(key)
     if not headless.running(key):
         # A driver of a browser that is gone would wait on its tabs: start afresh.
-        await ctx.services.drivers.drop(session.id)
+        await _drivers(ctx).drop(session.id)
     try:
         session = await headless.ensure(key, lambda: sandboxes.open_browser(ctx.thread_id))
     except BrowserGone as exc:
         raise UnavailableError(str(exc)) from None
     cdp_url, cdp_headers = relay.cdp_endpoint(session)
-    return await ctx.services.drivers.driver(session.id, cdp_url, cdp_headers)
+    return await _drivers(ctx).driver(session.id, cdp_url, cdp_headers)
 
 
 def connect_card(setup_url: str) -> dict[str, Any]:
@@ -373,7 +460,7 @@ async def _after(driver: BrowserDriver, page_id: str | None, result: Any = None)
     warnings = sum(1 for m in state.console if m["level"] == "warn")
     try:
         title = await state.page.title()
-    except PlaywrightError:
+    except _playwright_error():
         title = ""
     return PageOutput(
         page_id=state.id,
@@ -396,11 +483,28 @@ def _handler(run: Any, *, with_context: bool = False) -> Any:
             result: ToolModel = await (
                 run(driver, args, ctx) if with_context else run(driver, args)
             )
-        except (PlaywrightError, DriverError) as exc:
+        except (_playwright_error(), DriverError) as exc:
             raise FailedPreconditionError(str(exc).split("\nCall log:")[0]) from None
         return result
 
     return handle
+
+
+def _playwright_error() -> type[Exception]:
+    from playwright.async_api import Error
+
+    return Error
+
+
+def _drivers(ctx: ToolContext[BrowserTools]) -> Drivers:
+    drivers = ctx.services.drivers
+    if drivers is None:  # the tools are not registered then; a stale caller gets told why
+        raise UnavailableError(f"the browser tools need {BROWSER_EXTRA}")
+    return drivers
+
+
+def _driver_installed(services: BrowserTools) -> bool:
+    return services.drivers is not None
 
 
 # -- the operations --------------------------------------------------------------------------
@@ -501,12 +605,12 @@ async def scroll(d: BrowserDriver, a: ScrollToElement | ScrollByDirection) -> Pa
 async def upload(d: BrowserDriver, a: UploadInput, ctx: ToolContext[BrowserTools]) -> PageOutput:
     # From the thread's workspace, whichever browser: never from the service's own disk.
     sandboxes = await ctx.services.sandbox_for(ctx.thread_id)
-    files = [
-        FilePayload(
-            name=posixpath.basename(path),
-            mimeType=mimetypes.guess_type(path)[0] or "application/octet-stream",
-            buffer=await sandboxes.read_file(ctx.thread_id, path),
-        )
+    files: list[FilePayload] = [
+        {
+            "name": posixpath.basename(path),
+            "mimeType": mimetypes.guess_type(path)[0] or "application/octet-stream",
+            "buffer": await sandboxes.read_file(ctx.thread_id, path),
+        }
         for path in a.files
     ]
     await d.upload(a.page_id, a.element.target() if a.element else None, files)
@@ -618,6 +722,8 @@ def _spec(
         handler=_handler(run, with_context=with_context),
         # Asks only when no browser is connected (the connect card).
         may_ask=True,
+        condition=_driver_installed,
+        requires=BROWSER_EXTRA,
     )
 
 

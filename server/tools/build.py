@@ -13,6 +13,16 @@ from server.pipeline.work import WorkLoop
 from server.tools.scope import check_project
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
+__all__ = [
+    "TOOLS",
+    "BuildIssueModel",
+    "BuildTools",
+    "BuildWorkflowInput",
+    "BuildWorkflowOutput",
+    "RemediationModel",
+    "build_workflow",
+]
+
 
 @dataclass(frozen=True, kw_only=True)
 class BuildTools:

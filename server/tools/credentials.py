@@ -11,7 +11,6 @@ from pydantic import Field
 
 from server.catalog import CatalogService
 from server.domain.credential_test import CredentialTester
-from server.domain.credentials import GENERIC_TYPES
 from server.domain.web import HostNotApproved
 from server.errors import NotFoundError
 from server.instance import Credentials, CredentialSecrets, Workflows
@@ -21,7 +20,44 @@ from server.tools.scope import revealed, visible_credential
 from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec
 from server.tools.web import host_approvals, host_card
 
+__all__ = [
+    "GROUP",
+    "TEST_SPEC",
+    "TOOLS",
+    "CredentialIdInput",
+    "CredentialModel",
+    "CredentialTools",
+    "GetOutput",
+    "ListInput",
+    "ListOutput",
+    "NodeAccess",
+    "SetupInput",
+    "SetupOutput",
+    "SuccessOutput",
+    "TestOutput",
+    "delete_credential",
+    "get_credential",
+    "list_credentials",
+    "setup_credentials",
+    "test_credential",
+]
+
 GROUP = "credentials"
+
+# HTTP auth types that fit any service: never chosen for the user without asking.
+GENERIC_TYPES = frozenset(
+    {
+        "httpHeaderAuth",
+        "httpBearerAuth",
+        "httpQueryAuth",
+        "httpBasicAuth",
+        "httpDigestAuth",
+        "httpCustomAuth",
+        "httpTemplatedCustomAuth",
+        "oAuth1Api",
+        "oAuth2Api",
+    }
+)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,12 +18,11 @@ from typing import Any, Literal, TypeVar
 import structlog
 from pydantic import TypeAdapter, ValidationError
 
-from sandbox.errors import SandboxError
 from server.core.caller import LOCAL, Caller
 from server.core.ids import new_id
 from server.errors import (
+    CALLER_ERRORS,
     FailedPreconditionError,
-    InstanceAIError,
     InvalidArgumentError,
     NotFoundError,
     UnavailableError,
@@ -54,6 +53,19 @@ from server.tools.spec import (
     ToolSpec,
     blocked_message,
 )
+
+__all__ = [
+    "ALL_TOOLS",
+    "MAX_EVENT_BYTES",
+    "MAX_EVENT_STRING",
+    "CallSite",
+    "Decision",
+    "ToolInputError",
+    "ToolRegistry",
+    "describe",
+    "dump",
+    "for_event",
+]
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -337,7 +349,7 @@ class ToolRegistry:
 def describe(exc: BaseException) -> str:
     """What a caller may read of a failure: only errors raised on purpose carry a message
     meant for it."""
-    if isinstance(exc, InstanceAIError | SandboxError):
+    if isinstance(exc, CALLER_ERRORS):
         return str(exc)
     return "internal error (see the server log)"
 

@@ -27,6 +27,18 @@ import json
 import re
 from typing import Any
 
+__all__ = [
+    "ANNOTATIONS",
+    "DESCRIBED",
+    "FORMATS",
+    "KEEP",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "Inexpressible",
+    "provider_rule_violations",
+    "sanitize",
+]
+
 KEEP = {"type", "properties", "required", "enum", "items", "anyOf", "additionalProperties"}
 ANNOTATIONS = {"description", "default", "format"}
 FORMATS = {"date-time", "time", "date", "duration", "email", "hostname", "uri", "ipv4", "ipv6"}

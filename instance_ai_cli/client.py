@@ -7,6 +7,8 @@ from pathlib import Path
 
 import grpc
 
+__all__ = ["DEFAULT_SERVER", "ClientConfig"]
+
 DEFAULT_SERVER = "127.0.0.1:50051"
 
 

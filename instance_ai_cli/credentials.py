@@ -8,10 +8,12 @@ import asyncio
 
 import typer
 
-from server.cli_common import EXIT_USAGE, err, out
+from instance_ai_cli.common import EXIT_USAGE, err, out
 from server.settings import Settings, SettingsError, load_settings
 from server.store import Database
 from server.wiring import credential_store
+
+__all__ = ["app", "rekey"]
 
 app = typer.Typer(help="Stored credentials (sealed at rest).", no_args_is_help=True)
 

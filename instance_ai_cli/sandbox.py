@@ -21,6 +21,18 @@ from server.settings import Settings, SettingsError, load_settings
 from server.store import Database
 from server.store.threads import get_thread
 
+__all__ = [
+    "JsonOption",
+    "app",
+    "build_image",
+    "command_line",
+    "err",
+    "exec_command",
+    "garbage_collect",
+    "list_sandboxes",
+    "out",
+]
+
 app = typer.Typer(help="Per-thread sandboxes: build the image, list, clean up, run commands.")
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)

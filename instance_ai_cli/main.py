@@ -17,11 +17,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from browser_relay.cli import browser_relay
 from evals.cli import eval_command
+from instance_ai.metadata import RESUME_AFTER_KEY
+from instance_ai.structs import from_struct
 from instance_ai.v1 import SERVICES, agent_pb2, agent_pb2_grpc
-from server.api.convert import from_struct
-from server.api.errors import RESUME_AFTER_KEY
-from server.app import Application
-from server.build_cli import (
+from instance_ai_cli.build import (
     DEFAULT_THREAD,
     build,
     nodes_app,
@@ -31,8 +30,9 @@ from server.build_cli import (
     verify,
     verify_workflow,
 )
-from server.chat_cli import chat, tools_app
-from server.cli_common import (
+from instance_ai_cli.chat import chat, tools_app
+from instance_ai_cli.client import DEFAULT_SERVER, ClientConfig
+from instance_ai_cli.common import (
     EXIT_FAILURE,
     EXIT_USAGE,
     ApiKeyOption,
@@ -43,12 +43,14 @@ from server.cli_common import (
     out,
     run_client,
 )
-from server.client import DEFAULT_SERVER, ClientConfig
-from server.credentials_cli import app as credentials_app
+from instance_ai_cli.credentials import app as credentials_app
+from instance_ai_cli.sandbox import app as sandbox_app
+from server.app import Application
 from server.errors import InstanceAIError
 from server.logs import configure_logging
-from server.sandbox_cli import app as sandbox_app
 from server.settings import SettingsError, load_settings
+
+__all__ = ["app", "events", "health", "serve"]
 
 app = typer.Typer(
     name="instance-ai",

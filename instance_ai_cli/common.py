@@ -11,7 +11,19 @@ import grpc
 import typer
 from rich.console import Console
 
-from server.client import ClientConfig
+from instance_ai_cli.client import ClientConfig
+
+__all__ = [
+    "EXIT_FAILURE",
+    "EXIT_USAGE",
+    "ApiKeyOption",
+    "JsonOption",
+    "ServerOption",
+    "TlsCaOption",
+    "err",
+    "out",
+    "run_client",
+]
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)

@@ -11,9 +11,10 @@ from typing import Annotated, Any
 import grpc
 import typer
 
+from instance_ai.structs import from_struct, to_struct
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc, tools_pb2, tools_pb2_grpc
-from server.api.convert import from_struct, to_struct
-from server.cli_common import (
+from instance_ai_cli.client import DEFAULT_SERVER, ClientConfig
+from instance_ai_cli.common import (
     EXIT_FAILURE,
     EXIT_USAGE,
     ApiKeyOption,
@@ -24,7 +25,8 @@ from server.cli_common import (
     out,
     run_client,
 )
-from server.client import DEFAULT_SERVER, ClientConfig
+
+__all__ = ["DEFAULT_CHAT_THREAD", "ThreadOption", "call_tool", "chat", "list_tools", "tools_app"]
 
 DEFAULT_CHAT_THREAD = "cli-chat"
 ThreadOption = Annotated[str, typer.Option("--thread", help="conversation thread id")]

@@ -11,14 +11,15 @@ from typing import Annotated, Any
 import typer
 from google.protobuf import json_format
 
+from instance_ai.structs import from_struct, to_struct
 from instance_ai.v1 import (
     pipeline_pb2,
     pipeline_pb2_grpc,
     tools_pb2,
     tools_pb2_grpc,
 )
-from server.api.convert import from_struct, to_struct
-from server.cli_common import (
+from instance_ai_cli.client import DEFAULT_SERVER, ClientConfig
+from instance_ai_cli.common import (
     EXIT_FAILURE,
     EXIT_USAGE,
     ApiKeyOption,
@@ -29,7 +30,19 @@ from server.cli_common import (
     out,
     run_client,
 )
-from server.client import DEFAULT_SERVER, ClientConfig
+
+__all__ = [
+    "DEFAULT_THREAD",
+    "ThreadOption",
+    "build",
+    "nodes_app",
+    "print_build",
+    "print_verification",
+    "search",
+    "upload_and_build",
+    "verify",
+    "verify_workflow",
+]
 
 # Builds from the command line share one thread, so building a file again updates its workflow.
 DEFAULT_THREAD = "cli"
