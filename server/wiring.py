@@ -20,7 +20,7 @@ from sandbox.egress import EgressProxy
 from server.agent.loop import AgentServices
 from server.api.server import ApiParts
 from server.catalog import CatalogService
-from server.domain.credential_test import CredentialTester
+from server.domain.credential_tester import CredentialTester
 from server.domain.credentials import (
     KEY_FILE_NAME,
     CredentialStore,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -26,6 +26,7 @@ from server.agent.provider import (
     ModelTurn,
     StreamCallbacks,
 )
+from server.agent.run_state import FollowUp, Outcome, RunScope, RunState, Suspension
 from server.core.caller import LOCAL, Caller
 from server.core.ids import new_id
 from server.errors import FailedPreconditionError, NotFoundError
@@ -47,11 +48,6 @@ __all__ = [
     "ORCHESTRATOR",
     "Agent",
     "AgentServices",
-    "FollowUp",
-    "Outcome",
-    "RunScope",
-    "RunState",
-    "Suspension",
 ]
 
 log = structlog.get_logger(__name__)
@@ -64,66 +60,6 @@ NO_MODEL = (
 )
 OFFLOAD_DIR = ".tool-results"
 INTERRUPTED = "the server stopped during this call"
-
-
-@dataclass(kw_only=True)
-class RunState:
-    """The tool calls of the step in progress; persisted on the run row."""
-
-    steps: int = 0
-    pending: list[dict[str, Any]] = field(default_factory=list)
-    results: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # The call waiting for a person: {toolCallId, requestId, gate: approval|tool}.
-    suspended: dict[str, Any] | None = None
-
-    @classmethod
-    def load(cls, value: dict[str, Any] | None) -> RunState:
-        return cls(**value) if value else cls()
-
-    def dump(self) -> dict[str, Any]:
-        return {
-            "steps": self.steps,
-            "pending": self.pending,
-            "results": self.results,
-            "suspended": self.suspended,
-        }
-
-    def open_calls(self) -> list[dict[str, Any]]:
-        return [c for c in self.pending if c["id"] not in self.results]
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunScope:
-    """Who is running: the thread's orchestrator run, or a background agent."""
-
-    thread_id: str
-    run_id: str | None
-    agent_id: str
-    kind: str
-    message_group_id: str | None = None
-    caller: Caller = LOCAL
-
-    @property
-    def background(self) -> bool:
-        return self.kind == "background"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Suspension:
-    question: dict[str, Any]
-    gate: str  # approval (the loop asks) | tool (the tool asks)
-
-
-Outcome = dict[str, Any] | Suspension  # a tool_result block's {content, is_error}, or a wait
-
-
-@dataclass(frozen=True, kw_only=True)
-class FollowUp:
-    """A run the service starts itself (replan, synthesize), for the plan's caller."""
-
-    text: str
-    kind: str
-    caller: Caller
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,6 +15,15 @@ the protocols promise only what both can keep:
 
 Callers' visibility (projects) is applied by the implementation where a method takes a
 `Caller`, and by `server/tools/scope.py` elsewhere.
+
+Some of what the pipeline needs is the service's own state, not the instance's: which
+thread's source file builds which workflow (`Workflows.binding`, and the binding written by
+`save_from_source`), the fixtures and simulation plan of each built version
+(`verification_inputs`), and the runs this service makes in its sandboxes
+(`Executions.start`/`finish`). The embedded store keeps them in the same tables; an n8n
+implementation keeps them in the service's database beside its REST calls, and answers the
+rest (workflows, versions through `history`, archive, publish, credentials, data tables,
+tags, folders, projects) from n8n.
 """
 
 from __future__ import annotations

@@ -12,15 +12,7 @@ from pydantic import Field
 from server.errors import FailedPreconditionError
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
-__all__ = [
-    "REQUIRES",
-    "TOOLS",
-    "AgentsInput",
-    "AgentsModuleTools",
-    "BuildAgentInput",
-    "Untouched",
-    "WorkflowRef",
-]
+__all__ = ["TOOLS", "AgentsModuleTools"]
 
 REQUIRES = "n8n's agents backend module (runs inside n8n; not available to this service)"
 

@@ -13,15 +13,7 @@ from server.pipeline.work import WorkLoop
 from server.tools.scope import check_project
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
-__all__ = [
-    "TOOLS",
-    "BuildIssueModel",
-    "BuildTools",
-    "BuildWorkflowInput",
-    "BuildWorkflowOutput",
-    "RemediationModel",
-    "build_workflow",
-]
+__all__ = ["TOOLS", "BuildIssueModel", "BuildTools", "BuildWorkflowOutput"]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import Field
 
 from server.catalog import CatalogService
-from server.domain.credential_test import CredentialTester
+from server.domain.credential_tester import CredentialTester
 from server.domain.web import HostNotApproved
 from server.errors import NotFoundError
 from server.instance import Credentials, CredentialSecrets, Workflows
@@ -20,27 +20,7 @@ from server.tools.scope import revealed, visible_credential
 from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec
 from server.tools.web import host_approvals, host_card
 
-__all__ = [
-    "GROUP",
-    "TEST_SPEC",
-    "TOOLS",
-    "CredentialIdInput",
-    "CredentialModel",
-    "CredentialTools",
-    "GetOutput",
-    "ListInput",
-    "ListOutput",
-    "NodeAccess",
-    "SetupInput",
-    "SetupOutput",
-    "SuccessOutput",
-    "TestOutput",
-    "delete_credential",
-    "get_credential",
-    "list_credentials",
-    "setup_credentials",
-    "test_credential",
-]
+__all__ = ["GROUP", "TOOLS", "CredentialTools"]
 
 GROUP = "credentials"
 

@@ -14,47 +14,7 @@ from server.instance.types import DataTable, Filter, RowFilter
 from server.tools.scope import check_project
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
-__all__ = [
-    "GROUP",
-    "TABLE_ID",
-    "TOOLS",
-    "AddColumnInput",
-    "ColumnInput",
-    "ColumnModel",
-    "ColumnOutput",
-    "ColumnType",
-    "Condition",
-    "CreateInput",
-    "DataTableTools",
-    "DeleteRowsInput",
-    "DeleteRowsOutput",
-    "FilterModel",
-    "InsertInput",
-    "InsertOutput",
-    "NewColumn",
-    "NoInput",
-    "QueryInput",
-    "QueryOutput",
-    "RenameColumnInput",
-    "SuccessOutput",
-    "TableInput",
-    "TableModel",
-    "TableOutput",
-    "TablesOutput",
-    "UpdateInput",
-    "UpdateOutput",
-    "add_column",
-    "create_table",
-    "delete_column",
-    "delete_rows",
-    "delete_table",
-    "get_schema",
-    "insert_rows",
-    "list_tables",
-    "query_rows",
-    "rename_column",
-    "update_rows",
-]
+__all__ = ["GROUP", "TOOLS", "DataTableTools"]
 
 GROUP = "data-tables"
 ColumnType = Literal["string", "number", "boolean", "date"]

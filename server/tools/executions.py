@@ -15,30 +15,7 @@ from server.pipeline.runs import RunRequest, WorkflowRunner
 from server.tools.scope import visible_execution
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
-__all__ = [
-    "GROUP",
-    "PREVIEW_ITEMS",
-    "TOOLS",
-    "DebugExecutionOutput",
-    "ExecutionIdInput",
-    "ExecutionOutput",
-    "ExecutionSummary",
-    "ExecutionTools",
-    "FailedNode",
-    "ListExecutionsInput",
-    "ListExecutionsOutput",
-    "NodeOutputInput",
-    "NodeOutputOutput",
-    "RunWorkflowInput",
-    "StopExecutionOutput",
-    "TraceEntry",
-    "debug_execution",
-    "get_execution",
-    "get_node_output",
-    "list_executions",
-    "run_workflow",
-    "stop_execution",
-]
+__all__ = ["GROUP", "TOOLS", "ExecutionTools"]
 
 GROUP = "executions"
 PREVIEW_ITEMS = 10

@@ -14,41 +14,7 @@ from server.pipeline.build import WorkflowBuilder
 from server.tools.scope import revealed, visible_credential
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
-__all__ = [
-    "GROUP",
-    "SUGGESTED",
-    "TOOLS",
-    "CredentialTypeSummary",
-    "Discriminators",
-    "ExploreInput",
-    "ExploreOutput",
-    "ListNodesInput",
-    "ListNodesOutput",
-    "NodeDescriptionOutput",
-    "NodeSummary",
-    "NodeTools",
-    "NodeTypeDefinitionInput",
-    "NodeTypeDefinitionOutput",
-    "NodeTypeInput",
-    "ResourceOperations",
-    "SearchCredentialTypesInput",
-    "SearchCredentialTypesOutput",
-    "SearchNodesInput",
-    "SearchNodesOutput",
-    "SearchableNode",
-    "SubnodeRequirement",
-    "SuggestedCategory",
-    "SuggestedNodesInput",
-    "SuggestedNodesOutput",
-    "discriminators",
-    "explore_node_resources",
-    "get_node_description",
-    "get_node_type_definition",
-    "get_suggested_nodes",
-    "list_nodes",
-    "search_credential_types",
-    "search_nodes",
-]
+__all__ = ["GROUP", "TOOLS", "NodeTools"]
 
 GROUP = "nodes"
 

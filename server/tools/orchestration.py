@@ -13,31 +13,7 @@ from server.runtime.background import BackgroundTasks
 from server.runtime.plans import Plans, PlanValidationError
 from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec
 
-__all__ = [
-    "GROUP",
-    "TOOLS",
-    "AskUserInput",
-    "AskUserOutput",
-    "ChecklistItem",
-    "CorrectInput",
-    "CreateTasksInput",
-    "CreateTasksOutput",
-    "DelegateInput",
-    "DelegateOutput",
-    "OrchestrationTools",
-    "PlannedTask",
-    "PlanningContext",
-    "Question",
-    "ResultOutput",
-    "TaskIdInput",
-    "UpdateTasksInput",
-    "ask_user",
-    "cancel_background_task",
-    "correct_background_task",
-    "create_tasks",
-    "delegate",
-    "update_tasks",
-]
+__all__ = ["GROUP", "TOOLS", "OrchestrationTools"]
 
 GROUP = "orchestration"
 

@@ -15,36 +15,7 @@ from server.instance.types import Folder
 from server.tools.scope import check_project, visible_workflow
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
-__all__ = [
-    "GROUP",
-    "TOOLS",
-    "CleanupInput",
-    "CleanupOutput",
-    "CreateFolderInput",
-    "DeleteFolderInput",
-    "DeleteFolderOutput",
-    "FolderModel",
-    "FoldersOutput",
-    "MoveInput",
-    "NoInput",
-    "Project",
-    "ProjectInput",
-    "ProjectTools",
-    "ProjectsOutput",
-    "SuccessOutput",
-    "TagModel",
-    "TagWorkflowInput",
-    "TagWorkflowOutput",
-    "TagsOutput",
-    "cleanup_test_executions",
-    "create_folder",
-    "delete_folder",
-    "list_folders",
-    "list_projects",
-    "list_tags",
-    "move_workflow",
-    "tag_workflow",
-]
+__all__ = ["GROUP", "TOOLS", "ProjectTools"]
 
 GROUP = "projects"
 

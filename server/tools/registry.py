@@ -54,18 +54,7 @@ from server.tools.spec import (
     blocked_message,
 )
 
-__all__ = [
-    "ALL_TOOLS",
-    "MAX_EVENT_BYTES",
-    "MAX_EVENT_STRING",
-    "CallSite",
-    "Decision",
-    "ToolInputError",
-    "ToolRegistry",
-    "describe",
-    "dump",
-    "for_event",
-]
+__all__ = ["ALL_TOOLS", "CallSite", "ToolInputError", "ToolRegistry", "describe", "dump"]
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")

@@ -27,17 +27,7 @@ import json
 import re
 from typing import Any
 
-__all__ = [
-    "ANNOTATIONS",
-    "DESCRIBED",
-    "FORMATS",
-    "KEEP",
-    "MAX_DEPTH",
-    "MAX_NODES",
-    "Inexpressible",
-    "provider_rule_violations",
-    "sanitize",
-]
+__all__ = ["Inexpressible", "provider_rule_violations", "sanitize"]
 
 KEEP = {"type", "properties", "required", "enum", "items", "anyOf", "additionalProperties"}
 ANNOTATIONS = {"description", "default", "format"}

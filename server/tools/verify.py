@@ -23,27 +23,7 @@ from server.pipeline.work import WorkLoop
 from server.tools.scope import visible_workflow
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
-__all__ = [
-    "GROUP",
-    "TOOLS",
-    "ApplyCredentialsInput",
-    "ApplyCredentialsOutput",
-    "CredentialRef",
-    "RemediationInput",
-    "VerdictInput",
-    "VerdictOutput",
-    "VerifyInput",
-    "VerifyOutput",
-    "VerifyTools",
-    "WorkItemInput",
-    "WorkItemOutput",
-    "apply_workflow_credentials",
-    "get_work_item",
-    "guidance",
-    "obligation",
-    "report_verification_verdict",
-    "verify_built_workflow",
-]
+__all__ = ["GROUP", "TOOLS", "VerdictOutput", "VerifyTools"]
 
 GROUP = "verification"
 

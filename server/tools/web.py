@@ -14,21 +14,7 @@ from server.errors import FailedPreconditionError
 from server.runtime.hitl import ANY_HOST, Hitl
 from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec, blocked_message
 
-__all__ = [
-    "GROUP",
-    "SPEC_FETCH",
-    "TOOLS",
-    "FetchInput",
-    "FetchOutput",
-    "SearchInput",
-    "SearchOutput",
-    "SearchResult",
-    "WebTools",
-    "fetch_url",
-    "host_approvals",
-    "host_card",
-    "web_search",
-]
+__all__ = ["GROUP", "TOOLS", "WebTools", "host_approvals", "host_card"]
 
 GROUP = "web"
 

@@ -20,42 +20,7 @@ from server.runtime.hitl import Hitl
 from server.tools.scope import visible_workflow
 from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec
 
-__all__ = [
-    "AUTHOR",
-    "GROUP",
-    "TOOLS",
-    "GetWorkflowOutput",
-    "LabelInput",
-    "ListWorkflowsInput",
-    "ListWorkflowsOutput",
-    "PublishInput",
-    "PublishOutput",
-    "RestoreOutput",
-    "SetupOutput",
-    "SuccessOutput",
-    "VersionInput",
-    "VersionOutput",
-    "VersionSummary",
-    "VersionsInput",
-    "VersionsOutput",
-    "WorkflowCodeOutput",
-    "WorkflowHeader",
-    "WorkflowIdInput",
-    "WorkflowSummary",
-    "WorkflowTools",
-    "delete_workflow",
-    "get_version",
-    "get_workflow",
-    "get_workflow_as_code",
-    "list_versions",
-    "list_workflows",
-    "publish_workflow",
-    "restore_version",
-    "setup_workflow",
-    "unarchive_workflow",
-    "unpublish_workflow",
-    "update_version",
-]
+__all__ = ["GROUP", "TOOLS", "WorkflowTools"]
 
 GROUP = "workflows"
 

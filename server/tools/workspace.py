@@ -11,27 +11,7 @@ from sandbox.protocol import Sandboxes
 from sandbox.results import MAX_CHARS, MAX_ITEMS, View, render
 from server.tools.spec import SandboxFor, ToolContext, ToolModel, ToolSpec
 
-__all__ = [
-    "DEFAULT_LINES",
-    "GROUP",
-    "TOOLS",
-    "ExecuteCommandInput",
-    "ExecuteCommandOutput",
-    "ReadFileInput",
-    "ReadFileOutput",
-    "ReadToolResultInput",
-    "ReadToolResultOutput",
-    "StrReplaceInput",
-    "StrReplaceOutput",
-    "WorkspaceTools",
-    "WriteFileInput",
-    "WriteFileOutput",
-    "execute_command",
-    "read_file",
-    "read_tool_result",
-    "str_replace_file",
-    "write_file",
-]
+__all__ = ["GROUP", "TOOLS", "WorkspaceTools"]
 
 DEFAULT_LINES = 2000
 
