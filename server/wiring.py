@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -65,14 +65,33 @@ from server.tools import (
     workflows,
     workspace,
 )
-from server.tools.registry import ALL_TOOLS, ToolRegistry
+from server.tools.registry import ToolRegistry
+from server.tools.spec import ToolSpec
 
 if TYPE_CHECKING:
     from browser_relay.driver import Drivers
 
-__all__ = ["Parts", "credential_store", "embedded_instance", "tool_registry"]
+__all__ = ["ALL_TOOLS", "Parts", "credential_store", "embedded_instance", "tool_registry"]
 
 log = structlog.get_logger(__name__)
+
+
+# Every tool of the service, group by group (each group's services: `Parts.tool_services`).
+ALL_TOOLS: list[ToolSpec[Any]] = [
+    *orchestration.TOOLS,
+    *workspace.TOOLS,
+    *build.TOOLS,
+    *verify.TOOLS,
+    *workflows.TOOLS,
+    *executions.TOOLS,
+    *nodes.TOOLS,
+    *data_tables.TOOLS,
+    *projects.TOOLS,
+    *credentials.TOOLS,
+    *web.TOOLS,
+    *browser.TOOLS,
+    *agents_module.TOOLS,
+]
 
 
 @dataclass(kw_only=True)

@@ -172,7 +172,7 @@ def test_no_package_init_does_wiring() -> None:
 
 def test_tools_reach_only_their_own_services() -> None:
     """No tool handler gets the whole service: the context carries its group's services."""
-    from server.tools.registry import ALL_TOOLS
+    from server.wiring import ALL_TOOLS
 
     groups = {spec.services for spec in ALL_TOOLS}
     assert len(groups) >= 12

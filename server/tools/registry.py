@@ -29,21 +29,6 @@ from server.errors import (
 )
 from server.runtime.events import EventLog
 from server.runtime.hitl import Hitl
-from server.tools import (
-    agents_module,
-    browser,
-    build,
-    credentials,
-    data_tables,
-    executions,
-    nodes,
-    orchestration,
-    projects,
-    verify,
-    web,
-    workflows,
-    workspace,
-)
 from server.tools.schema import Inexpressible, provider_rule_violations, sanitize
 from server.tools.spec import (
     Orchestration,
@@ -54,7 +39,7 @@ from server.tools.spec import (
     blocked_message,
 )
 
-__all__ = ["ALL_TOOLS", "CallSite", "ToolInputError", "ToolRegistry", "describe", "dump"]
+__all__ = ["CallSite", "ToolInputError", "ToolRegistry", "describe", "dump"]
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -375,20 +360,3 @@ def _cut_strings(value: Any) -> Any:
     if isinstance(value, list):
         return [_cut_strings(v) for v in value]
     return value
-
-
-ALL_TOOLS: list[ToolSpec[Any]] = [
-    *orchestration.TOOLS,
-    *workspace.TOOLS,
-    *build.TOOLS,
-    *verify.TOOLS,
-    *workflows.TOOLS,
-    *executions.TOOLS,
-    *nodes.TOOLS,
-    *data_tables.TOOLS,
-    *projects.TOOLS,
-    *credentials.TOOLS,
-    *web.TOOLS,
-    *browser.TOOLS,
-    *agents_module.TOOLS,
-]
