@@ -260,7 +260,8 @@ class SandboxService:
 def build_local(settings: Settings, *, owner: str) -> SandboxManager:
     """The manager on local directories (no isolation, no sandbox image)."""
     engine = LocalEngine(settings.data_dir / "local-sandboxes")
-    return _manager(settings, SandboxProvider(engine, image="local", owner=owner), use_worker=False)
+    provider = SandboxProvider(engine, image="local", owner=owner)
+    return _manager_over(settings, provider, use_worker=False)
 
 
 async def sandbox_owner(settings: Settings, db: Database) -> str:
@@ -317,7 +318,7 @@ def build_manager(
         disks=disks,
     )
     log.info("sandboxes ready", image=image, owner=owner)
-    return _manager(
+    return _manager_over(
         s,
         provider,
         pool_size=s.sandbox_pool_size,
@@ -328,7 +329,8 @@ def build_manager(
     )
 
 
-def _manager(settings: Settings, provider: SandboxProvider, **options: Any) -> SandboxManager:
+def _manager_over(settings: Settings, provider: SandboxProvider, **options: Any) -> SandboxManager:
+    """The manager with the settings both providers share (Docker's and local's)."""
     s = settings
     return SandboxManager(
         provider,
