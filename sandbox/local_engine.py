@@ -12,9 +12,14 @@ Processes see the container's paths: `/home/user/workspace`, `/home/user` and `/
 in their arguments, working directory and environment are rewritten to the workspace
 volume's directory and this checkout's `sandbox/image` (its `seed/` and `bin/`).
 
-A job's processes carry a marker in their environment (`INSTANCE_AI_JOB=<container>:<job>`),
-which children inherit even when they call `setsid`; killing the job kills every process
-that carries it.
+Every process runs in a PID namespace of its own where the machine allows one (root, or
+unprivileged user namespaces): killing its process group ends the namespace's first process,
+and the kernel then kills everything left in the namespace, children that called `setsid`
+included, with no need to find them. As a second net (and the only one where no namespace
+can be made), every process carries a marker in its environment
+(`INSTANCE_AI_JOB=<container>:<job>`) that children inherit; killing a job also kills every
+process in `/proc` that carries it, but only when `/proc` is this PID namespace's own (under
+a foreign `/proc` its pids would name other processes).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import tarfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -67,6 +72,16 @@ HOME = "/home/user"
 DRAIN_S = 0.2
 _HEADER_LENGTH = 8
 
+# The first process of a PID namespace ignores every signal it has no handler for (a command
+# could not kill itself), so it runs the command as its child and exits with its status. The
+# explicit `<&3` keeps stdin: a background job's stdin would otherwise be /dev/null. `wait`'s
+# own report ("Killed") is not the command's output.
+_NAMESPACE_INIT = 'exec 3<&0; "$@" <&3 3<&- & exec 3<&-; wait $! 2>/dev/null'
+_NAMESPACE_COMMANDS = (
+    ["unshare", "--pid", "--fork", "--kill-child"],
+    ["unshare", "--map-current-user", "--pid", "--fork", "--kill-child"],
+)
+
 
 @dataclass(kw_only=True)
 class _Record:
@@ -99,12 +114,27 @@ class LocalEngine:
         self._volumes = root / "volumes"
         for directory in (self._containers, self._volumes):
             directory.mkdir(parents=True, exist_ok=True)
-        self._job_groups: dict[str, int] = {}  # marker → process group of the job's shell
+        # Processes started here and not yet reaped, by container: (job, process).
+        self._launched: dict[str, list[tuple[int | None, subprocess.Popen[bytes]]]] = {}
+        self._launched_lock = threading.Lock()
+        self._namespace = _namespace_command()
+        self._proc_is_ours = _proc_is_ours()
+        if not self._namespace:
+            log.warning(
+                "no PID namespace for local sandboxes: a command's children that leave its "
+                "process group are found by their environment marker only"
+                + ("" if self._proc_is_ours else ", and /proc is not this namespace's")
+            )
         log.warning(
             "LOCAL SANDBOXES DO NOT ISOLATE: commands run as this service's user, with its "
             "files and network. Use the docker provider for anything untrusted.",
             root=str(root),
         )
+
+    @property
+    def uses_pid_namespaces(self) -> bool:
+        """Whether each process gets a PID namespace (so a kill takes its whole tree)."""
+        return bool(self._namespace)
 
     def ping(self) -> None:
         if not os.access(self.root, os.W_OK):
@@ -162,11 +192,14 @@ class LocalEngine:
         return True
 
     def remove(self, container_id: str) -> None:
-        self._kill_marked(f"{JOB_MARKER}={container_id}:")
+        self.kill(container_id)
+        with self._launched_lock:
+            self._launched.pop(container_id, None)
         with self._locked():
             (self._containers / f"{container_id}.json").unlink(missing_ok=True)
 
     def kill(self, container_id: str) -> None:
+        self._kill_launched(container_id, lambda _job: True)
         self._kill_marked(f"{JOB_MARKER}={container_id}:")
 
     def attach(self, container_id: str) -> Attached:
@@ -184,18 +217,9 @@ class LocalEngine:
         job: int | None = None,
     ) -> ExecResult:
         command, directory, environment = self._process(container_id, argv, workdir, env, job)
-        done = subprocess.run(
-            command,
-            cwd=directory,
-            env=environment,
-            capture_output=True,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            check=False,
-        )
-        return ExecResult(
-            exit_code=_exit_code(done.returncode), stdout=done.stdout, stderr=done.stderr
-        )
+        process = self._launch(container_id, job, command, directory, environment, stdin=False)
+        stdout, stderr = process.communicate()
+        return ExecResult(exit_code=_exit_code(process.returncode), stdout=stdout, stderr=stderr)
 
     def exec_attached(
         self,
@@ -208,37 +232,18 @@ class LocalEngine:
         stdin: bool = False,
     ) -> Attached:
         command, directory, environment = self._process(container_id, argv, workdir, env, job)
+        process = self._launch(container_id, job, command, directory, environment, stdin=stdin)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            process = subprocess.Popen(
-                command,
-                cwd=directory,
-                env=environment,
-                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            ours.close()
-            theirs.close()
-            raise SandboxUnavailableError(f"could not start {argv[0]}: {exc}") from exc
-        if job is not None:
-            self._job_groups[_marker(container_id, job)] = process.pid
         return _Process(process, ours, theirs)
 
     def kill_job(self, container_id: str, job: int) -> bool:
-        marker = _marker(container_id, job)
-        group = self._job_groups.pop(marker, None)
-        if group is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(group, signal.SIGKILL)
-        return self._kill_marked(marker)
+        self._kill_launched(container_id, lambda launched_job: launched_job == job)
+        return self._kill_marked(_marker(container_id, job))
 
     def running_jobs(self, container_id: str, jobs: range) -> list[int]:
         prefix = f"{JOB_MARKER}={container_id}:".encode()
         found = set()
-        for _pid, environment in _processes():
+        for _pid, environment in _processes() if self._proc_is_ours else ():
             for entry in environment:
                 if entry.startswith(prefix) and entry[len(prefix) :].isdigit():
                     found.add(int(entry[len(prefix) :]))
@@ -326,6 +331,46 @@ class LocalEngine:
         environment[JOB_MARKER] = _marker(container_id, job).split("=", 1)[1]
         return [self._host(record, arg) for arg in argv], directory, environment
 
+    def _launch(
+        self,
+        container_id: str,
+        job: int | None,
+        command: list[str],
+        directory: str,
+        environment: dict[str, str],
+        *,
+        stdin: bool,
+    ) -> subprocess.Popen[bytes]:
+        """Start `command` in a session (and PID namespace) of its own, and keep it to kill."""
+        if self._namespace:
+            command = [*self._namespace, "sh", "-c", _NAMESPACE_INIT, "sh", *command]
+        try:
+            process = subprocess.Popen(
+                command,
+                cwd=directory,
+                env=environment,
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise SandboxUnavailableError(f"could not start {command[0]}: {exc}") from exc
+        with self._launched_lock:
+            running = [e for e in self._launched.get(container_id, []) if e[1].poll() is None]
+            self._launched[container_id] = [*running, (job, process)]
+        return process
+
+    def _kill_launched(self, container_id: str, which: Callable[[int | None], bool]) -> None:
+        """SIGKILL the process group (and so the PID namespace) of each process started here
+        for the container that `which` picks and that has not been reaped (a reaped pid may
+        already be someone else's)."""
+        with self._launched_lock:
+            for job, process in self._launched.get(container_id, []):
+                if which(job) and process.returncode is None:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(process.pid, signal.SIGKILL)
+
     def _host(self, record: _Record, text: str) -> str:
         """`text` with the container's paths as this host's (one pass: nothing rewritten is
         rewritten again)."""
@@ -347,6 +392,8 @@ class LocalEngine:
     def _kill_marked(self, needle_text: str) -> bool:
         """SIGKILL every process whose environment has an entry starting with `needle_text`,
         until two rounds in a row find none. False when some would not die."""
+        if not self._proc_is_ours:
+            return True
         needle = needle_text.encode()
         exact = not needle_text.endswith(":")
         quiet_rounds = 0
@@ -489,6 +536,31 @@ def _marker(container_id: str, job: int | None) -> str:
 def _exit_code(code: int) -> int:
     """A process killed by a signal as a shell reports it (128 + the signal)."""
     return 128 - code if code < 0 else code
+
+
+def _namespace_command() -> list[str]:
+    """The first way to start a process in a new PID namespace that works here, or []."""
+    for command in _NAMESPACE_COMMANDS:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            done = subprocess.run(
+                [*command, "sh", "-c", _NAMESPACE_INIT, "sh", "sh", "-c", "exit 7"],
+                capture_output=True,
+                stdin=subprocess.DEVNULL,
+                timeout=10,
+                check=False,
+            )
+            if done.returncode == 7:
+                return command
+    return []
+
+
+def _proc_is_ours() -> bool:
+    """Whether /proc shows this PID namespace (a /proc mounted for another one lists pids
+    that here belong to other processes, or to none)."""
+    try:
+        return os.readlink("/proc/self") == str(os.getpid())
+    except OSError:
+        return False
 
 
 def _processes() -> Iterator[tuple[int, list[bytes]]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -12,8 +13,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from instance_ai.v1 import pipeline_pb2, pipeline_pb2_grpc, workspace_pb2, workspace_pb2_grpc
+from sandbox import local_engine
 from sandbox.commands import CommandRunner
 from sandbox.errors import FileTooLargeError, PathEscapeError
+from sandbox.image.rootfs import WORKSPACE
 from sandbox.local_engine import LocalEngine
 from sandbox.manager import MARKER, SandboxManager
 from sandbox.provider import SandboxProvider
@@ -78,26 +81,60 @@ async def test_the_deadline_and_the_end_of_a_command_kill_its_whole_tree(
     local: SandboxManager,
 ) -> None:
     result = await local.run_command(
-        "t1", "setsid sleep 4241 & sleep 4242 & echo started; wait", timeout_s=1
+        "t1", "setsid sleep 241.1 & sleep 241.2 & echo started; wait", timeout_s=1
     )
     assert result.timed_out and result.stdout == "started\n"
-    finished = await local.run_command("t1", "setsid sleep 4243 & echo done", timeout_s=30)
+    finished = await local.run_command("t1", "setsid sleep 241.3 & echo done", timeout_s=30)
     assert finished.success and not finished.timed_out
     processes = host_processes()
-    assert not any(f"sleep {n}" in processes for n in (4241, 4242, 4243))
+    assert not any(f"sleep {n}" in processes for n in ("241.1", "241.2", "241.3"))
+
+
+async def test_a_tree_dies_without_looking_in_proc(
+    local: SandboxManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where /proc is not this PID namespace's, the environment marker cannot be searched:
+    the command's own PID namespace still takes children that left its process group."""
+    monkeypatch.setattr(local_engine, "_processes", lambda: iter(()))
+    assert isinstance(local.engine, LocalEngine) and local.engine.uses_pid_namespaces
+    result = await local.run_command("t1", "setsid sleep 241.6 & echo started; wait", timeout_s=1)
+    assert result.timed_out and result.stdout == "started\n"
+    assert "sleep 241.6" not in host_processes()
+    finished = await local.run_command("t1", "setsid sleep 241.7 & exit 3", timeout_s=30)
+    assert finished.exit_code == 3
+    assert "sleep 241.7" not in host_processes()
+
+
+async def test_a_command_keeps_its_stdin_and_its_own_signals(local: SandboxManager) -> None:
+    """Inside its namespace a command is not the first process (which ignores signals it has
+    no handler for): it can kill itself, and says so as a shell would; and what is written to
+    its stdin reaches it."""
+    killed = await local.run_command("t1", "echo before; kill -9 $$; echo after", timeout_s=30)
+    assert killed.exit_code == 137 and killed.stdout == "before\n" and killed.stderr == ""
+    container = await local.acquire("t1")
+    attached = local.engine.exec_attached(
+        container.id, ["tr", "a-z", "A-Z"], workdir=WORKSPACE, stdin=True
+    )
+    try:
+        attached.socket.sendall(b"hello stdin")
+        attached.socket.shutdown(socket.SHUT_WR)
+        output = await asyncio.to_thread(lambda: b"".join(data for _, data in attached.frames()))
+    finally:
+        attached.close()
+    assert output == b"HELLO STDIN"
 
 
 async def test_cancelling_kills_the_tree(local: SandboxManager) -> None:
-    task = asyncio.create_task(local.run_command("t1", "setsid sleep 4244 & sleep 4245"))
+    task = asyncio.create_task(local.run_command("t1", "setsid sleep 241.4 & sleep 241.5"))
     for _ in range(100):
-        if "sleep 4245" in host_processes():
+        if "sleep 241.5" in host_processes():
             break
         await asyncio.sleep(0.05)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     processes = host_processes()
-    assert "sleep 4244" not in processes and "sleep 4245" not in processes
+    assert "sleep 241.4" not in processes and "sleep 241.5" not in processes
 
 
 async def test_the_service_environment_never_reaches_a_command(
