@@ -15,11 +15,13 @@ volume's directory and this checkout's `sandbox/image` (its `seed/` and `bin/`).
 Every process runs in a PID namespace of its own where the machine allows one (root, or
 unprivileged user namespaces): killing its process group ends the namespace's first process,
 and the kernel then kills everything left in the namespace, children that called `setsid`
-included, with no need to find them. As a second net (and the only one where no namespace
-can be made), every process carries a marker in its environment
-(`INSTANCE_AI_JOB=<container>:<job>`) that children inherit; killing a job also kills every
-process in `/proc` that carries it, but only when `/proc` is this PID namespace's own (under
-a foreign `/proc` its pids would name other processes).
+included, with no need to find them. Each started process is written down in the container's
+directory (pid and start time, so a reused pid is never taken for it): another service
+process, after a crash, finds and kills what is left the same way. Nothing reads other
+processes' memory: a scan of every process's environment (`/proc/<pid>/environ`) can block on
+any process of the machine that is stuck, so it is only the fallback where no namespace can
+be made (every process carries `INSTANCE_AI_JOB=<container>:<job>` in its environment for it,
+which children inherit).
 """
 
 from __future__ import annotations
@@ -114,16 +116,11 @@ class LocalEngine:
         self._volumes = root / "volumes"
         for directory in (self._containers, self._volumes):
             directory.mkdir(parents=True, exist_ok=True)
-        # Processes started here and not yet reaped, by container: (job, process).
-        self._launched: dict[str, list[tuple[int | None, subprocess.Popen[bytes]]]] = {}
-        self._launched_lock = threading.Lock()
         self._namespace = _namespace_command()
-        self._proc_is_ours = _proc_is_ours()
         if not self._namespace:
             log.warning(
                 "no PID namespace for local sandboxes: a command's children that leave its "
-                "process group are found by their environment marker only"
-                + ("" if self._proc_is_ours else ", and /proc is not this namespace's")
+                "process group are found by their environment marker, scanning /proc"
             )
         log.warning(
             "LOCAL SANDBOXES DO NOT ISOLATE: commands run as this service's user, with its "
@@ -193,14 +190,14 @@ class LocalEngine:
 
     def remove(self, container_id: str) -> None:
         self.kill(container_id)
-        with self._launched_lock:
-            self._launched.pop(container_id, None)
         with self._locked():
             (self._containers / f"{container_id}.json").unlink(missing_ok=True)
 
     def kill(self, container_id: str) -> None:
-        self._kill_launched(container_id, lambda _job: True)
-        self._kill_marked(f"{JOB_MARKER}={container_id}:")
+        for started in self._started(container_id):
+            started.kill()
+        if not self._namespace:
+            self._kill_marked(f"{JOB_MARKER}={container_id}:")
 
     def attach(self, container_id: str) -> Attached:
         raise SandboxUnavailableError("a local container has no main process to attach to")
@@ -217,8 +214,9 @@ class LocalEngine:
         job: int | None = None,
     ) -> ExecResult:
         command, directory, environment = self._process(container_id, argv, workdir, env, job)
-        process = self._launch(container_id, job, command, directory, environment, stdin=False)
+        process, started = self._launch(container_id, job, command, directory, environment)
         stdout, stderr = process.communicate()
+        started.forget()
         return ExecResult(exit_code=_exit_code(process.returncode), stdout=stdout, stderr=stderr)
 
     def exec_attached(
@@ -232,21 +230,26 @@ class LocalEngine:
         stdin: bool = False,
     ) -> Attached:
         command, directory, environment = self._process(container_id, argv, workdir, env, job)
-        process = self._launch(container_id, job, command, directory, environment, stdin=stdin)
+        process, started = self._launch(
+            container_id, job, command, directory, environment, stdin=stdin
+        )
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        return _Process(process, ours, theirs)
+        return _Process(process, ours, theirs, on_exit=started.forget)
 
     def kill_job(self, container_id: str, job: int) -> bool:
-        self._kill_launched(container_id, lambda launched_job: launched_job == job)
-        return self._kill_marked(_marker(container_id, job))
+        for started in self._started(container_id):
+            if started.job == job:
+                started.kill()
+        return True if self._namespace else self._kill_marked(_marker(container_id, job))
 
     def running_jobs(self, container_id: str, jobs: range) -> list[int]:
-        prefix = f"{JOB_MARKER}={container_id}:".encode()
-        found = set()
-        for _pid, environment in _processes() if self._proc_is_ours else ():
-            for entry in environment:
-                if entry.startswith(prefix) and entry[len(prefix) :].isdigit():
-                    found.add(int(entry[len(prefix) :]))
+        found = {s.job for s in self._started(container_id) if s.job is not None and s.alive()}
+        if not self._namespace:
+            prefix = f"{JOB_MARKER}={container_id}:".encode()
+            for _pid, environment in _processes():
+                for entry in environment:
+                    if entry.startswith(prefix) and entry[len(prefix) :].isdigit():
+                        found.add(int(entry[len(prefix) :]))
         return sorted(j for j in found if j in jobs)
 
     def copy_in(self, container_id: str, directory: str, archive: bytes) -> None:
@@ -339,9 +342,9 @@ class LocalEngine:
         directory: str,
         environment: dict[str, str],
         *,
-        stdin: bool,
-    ) -> subprocess.Popen[bytes]:
-        """Start `command` in a session (and PID namespace) of its own, and keep it to kill."""
+        stdin: bool = False,
+    ) -> tuple[subprocess.Popen[bytes], _Started]:
+        """Start `command` in a session (and PID namespace) of its own, written down to kill."""
         if self._namespace:
             command = [*self._namespace, "sh", "-c", _NAMESPACE_INIT, "sh", *command]
         try:
@@ -356,20 +359,17 @@ class LocalEngine:
             )
         except OSError as exc:
             raise SandboxUnavailableError(f"could not start {command[0]}: {exc}") from exc
-        with self._launched_lock:
-            running = [e for e in self._launched.get(container_id, []) if e[1].poll() is None]
-            self._launched[container_id] = [*running, (job, process)]
-        return process
+        started = _Started.record(self._processes_dir(container_id), job, process.pid)
+        return process, started
 
-    def _kill_launched(self, container_id: str, which: Callable[[int | None], bool]) -> None:
-        """SIGKILL the process group (and so the PID namespace) of each process started here
-        for the container that `which` picks and that has not been reaped (a reaped pid may
-        already be someone else's)."""
-        with self._launched_lock:
-            for job, process in self._launched.get(container_id, []):
-                if which(job) and process.returncode is None:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(process.pid, signal.SIGKILL)
+    def _processes_dir(self, container_id: str) -> Path:
+        return self._containers / container_id / "processes"
+
+    def _started(self, container_id: str) -> list[_Started]:
+        directory = self._processes_dir(container_id)
+        return (
+            [_Started.read(path) for path in directory.glob("*.pid")] if directory.is_dir() else []
+        )
 
     def _host(self, record: _Record, text: str) -> str:
         """`text` with the container's paths as this host's (one pass: nothing rewritten is
@@ -392,8 +392,6 @@ class LocalEngine:
     def _kill_marked(self, needle_text: str) -> bool:
         """SIGKILL every process whose environment has an entry starting with `needle_text`,
         until two rounds in a row find none. False when some would not die."""
-        if not self._proc_is_ours:
-            return True
         needle = needle_text.encode()
         exact = not needle_text.endswith(":")
         quiet_rounds = 0
@@ -451,13 +449,63 @@ class LocalEngine:
         partial.replace(path)
 
 
+@dataclass(frozen=True)
+class _Started:
+    """A process started for a container, as written down in its directory: its pid, and its
+    start time (clock ticks since boot), which tells it from a later process with its pid."""
+
+    path: Path
+    job: int | None
+    pid: int
+    start_time: str | None
+
+    @classmethod
+    def record(cls, directory: Path, job: int | None, pid: int) -> _Started:
+        directory.mkdir(parents=True, exist_ok=True)
+        # A child is not reaped before it is waited for: its stat is there to read.
+        started = cls(
+            directory / f"{'' if job is None else job}-{pid}.pid", job, pid, _start_time(pid)
+        )
+        started.path.write_text(started.start_time or "")
+        return started
+
+    @classmethod
+    def read(cls, path: Path) -> _Started:
+        job, _, pid = path.stem.partition("-")
+        try:
+            start_time = path.read_text().strip() or None
+        except OSError:
+            start_time = None
+        return cls(path, int(job) if job.isdigit() else None, int(pid), start_time)
+
+    def alive(self) -> bool:
+        return self.start_time is not None and _start_time(self.pid) == self.start_time
+
+    def kill(self) -> None:
+        """SIGKILL its process group (with a namespace: every process in it), if it is still
+        the process that was started."""
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+        self.forget()
+
+    def forget(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
 class _Process:
     """A subprocess's streams on a socket, framed as the seam says (see engine.py)."""
 
     def __init__(
-        self, process: subprocess.Popen[bytes], ours: socket.socket, theirs: socket.socket
+        self,
+        process: subprocess.Popen[bytes],
+        ours: socket.socket,
+        theirs: socket.socket,
+        *,
+        on_exit: Callable[[], None],
     ):
         self._process = process
+        self._on_exit = on_exit
         self._ours = ours
         self._theirs = theirs
         self._send = threading.Lock()
@@ -524,6 +572,7 @@ class _Process:
     def _end_with_process(self) -> None:
         """The stream ends when the main process does (after a moment to drain)."""
         self._process.wait()
+        self._on_exit()
         time.sleep(DRAIN_S)
         with contextlib.suppress(OSError), self._send:
             self._theirs.shutdown(socket.SHUT_WR)
@@ -554,13 +603,14 @@ def _namespace_command() -> list[str]:
     return []
 
 
-def _proc_is_ours() -> bool:
-    """Whether /proc shows this PID namespace (a /proc mounted for another one lists pids
-    that here belong to other processes, or to none)."""
+def _start_time(pid: int) -> str | None:
+    """Field 22 of /proc/<pid>/stat (after the command name, which may hold spaces)."""
     try:
-        return os.readlink("/proc/self") == str(os.getpid())
+        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return False
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
 
 
 def _processes() -> Iterator[tuple[int, list[bytes]]]:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import socket
-import subprocess
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -24,8 +24,35 @@ from server.settings import Settings
 from tests.conftest import serving
 
 
-def host_processes() -> str:
-    return subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
+# A process that holds a lock on a file while it lives (a lock goes with its holder), so a
+# test can tell whether it survived without looking at the machine's processes.
+def hold(lock: str) -> str:
+    return f"flock -x {lock} sleep 120"
+
+
+# After a kill, how long a survivor would have to take its lock again.
+SETTLE_S = 0.5
+
+
+def held(lock: Path) -> bool:
+    """Whether a live process holds `lock`."""
+    if not lock.exists():
+        return False
+    with lock.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+
+async def until(condition: Callable[[], bool], within: float = 10.0) -> None:
+    for _ in range(int(within / 0.05)):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the processes did not start")
 
 
 @pytest.fixture
@@ -49,6 +76,11 @@ def workspace_of(manager: SandboxManager, thread_id: str) -> Path:
     found = manager.engine.volume(volume)
     assert found is not None and found.mountpoint is not None
     return found.mountpoint
+
+
+async def started_workspace(manager: SandboxManager) -> Path:
+    await manager.acquire("t1")
+    return workspace_of(manager, "t1")
 
 
 def test_it_says_loudly_that_it_does_not_isolate(tmp_path: Path) -> None:
@@ -80,29 +112,57 @@ async def test_files_are_confined_and_seeded(local: SandboxManager, tmp_path: Pa
 async def test_the_deadline_and_the_end_of_a_command_kill_its_whole_tree(
     local: SandboxManager,
 ) -> None:
+    workspace = await started_workspace(local)
     result = await local.run_command(
-        "t1", "setsid sleep 241.1 & sleep 241.2 & echo started; wait", timeout_s=1
+        "t1", f"setsid {hold('l1')} & {hold('l2')} & echo started; wait", timeout_s=1
     )
     assert result.timed_out and result.stdout == "started\n"
-    finished = await local.run_command("t1", "setsid sleep 241.3 & echo done", timeout_s=30)
+    finished = await local.run_command("t1", f"setsid {hold('l3')} & echo done", timeout_s=30)
     assert finished.success and not finished.timed_out
-    processes = host_processes()
-    assert not any(f"sleep {n}" in processes for n in ("241.1", "241.2", "241.3"))
+    await asyncio.sleep(SETTLE_S)
+    assert [lock for lock in ("l1", "l2", "l3") if held(workspace / lock)] == []
 
 
-async def test_a_tree_dies_without_looking_in_proc(
+async def test_a_tree_dies_without_reading_other_processes(
     local: SandboxManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Where /proc is not this PID namespace's, the environment marker cannot be searched:
-    the command's own PID namespace still takes children that left its process group."""
-    monkeypatch.setattr(local_engine, "_processes", lambda: iter(()))
+    """No scan of every process's environment (it can block on any stuck process of the
+    machine): the command's own PID namespace takes children that left its process group."""
+
+    def no_scan() -> None:
+        raise AssertionError("the local engine scanned /proc")
+
+    monkeypatch.setattr(local_engine, "_processes", no_scan)
     assert isinstance(local.engine, LocalEngine) and local.engine.uses_pid_namespaces
-    result = await local.run_command("t1", "setsid sleep 241.6 & echo started; wait", timeout_s=1)
+    workspace = await started_workspace(local)
+    result = await local.run_command("t1", f"setsid {hold('l6')} & echo started; wait", timeout_s=1)
     assert result.timed_out and result.stdout == "started\n"
-    assert "sleep 241.6" not in host_processes()
-    finished = await local.run_command("t1", "setsid sleep 241.7 & exit 3", timeout_s=30)
+    finished = await local.run_command("t1", f"setsid {hold('l7')} & exit 3", timeout_s=30)
     assert finished.exit_code == 3
-    assert "sleep 241.7" not in host_processes()
+    await asyncio.sleep(SETTLE_S)
+    assert not held(workspace / "l6") and not held(workspace / "l7")
+
+
+async def test_another_service_process_finds_and_kills_what_was_left(
+    local: SandboxManager, tmp_path: Path
+) -> None:
+    """After a crash, the next service process (another engine over the same directory)
+    sees the jobs still running and ends them."""
+    container = await local.acquire("t1")
+    workspace = workspace_of(local, "t1")
+    attached = local.engine.exec_attached(
+        container.id, ["sh", "-c", f"setsid {hold('l8')} & {hold('l9')}"], workdir=WORKSPACE, job=7
+    )
+    try:
+        await until(lambda: held(workspace / "l8") and held(workspace / "l9"))
+        successor = LocalEngine(tmp_path / "sandboxes")
+        assert successor.running_jobs(container.id, range(1, 100)) == [7]
+        assert successor.kill_job(container.id, 7)
+        await asyncio.sleep(SETTLE_S)
+        assert not held(workspace / "l8") and not held(workspace / "l9")
+        assert successor.running_jobs(container.id, range(1, 100)) == []
+    finally:
+        attached.close()
 
 
 async def test_a_command_keeps_its_stdin_and_its_own_signals(local: SandboxManager) -> None:
@@ -125,16 +185,14 @@ async def test_a_command_keeps_its_stdin_and_its_own_signals(local: SandboxManag
 
 
 async def test_cancelling_kills_the_tree(local: SandboxManager) -> None:
-    task = asyncio.create_task(local.run_command("t1", "setsid sleep 241.4 & sleep 241.5"))
-    for _ in range(100):
-        if "sleep 241.5" in host_processes():
-            break
-        await asyncio.sleep(0.05)
+    workspace = await started_workspace(local)
+    task = asyncio.create_task(local.run_command("t1", f"setsid {hold('l4')} & {hold('l5')}"))
+    await until(lambda: held(workspace / "l4") and held(workspace / "l5"))
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    processes = host_processes()
-    assert "sleep 241.4" not in processes and "sleep 241.5" not in processes
+    await asyncio.sleep(SETTLE_S)
+    assert not held(workspace / "l4") and not held(workspace / "l5")
 
 
 async def test_the_service_environment_never_reaches_a_command(
