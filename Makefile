@@ -7,7 +7,7 @@ INSTALLED := $(VENV)/.installed
 # The sandbox image's build cache (npm tree, catalogs), shared by the tests.
 SANDBOX_CACHE := .cache/sandbox
 
-.PHONY: run test setup system sandbox-image lint typecheck proto proto-check bench clean
+.PHONY: run test setup system n8n sandbox-image lint typecheck proto proto-check bench clean
 
 ## run: set up, then serve on the embedded defaults (127.0.0.1:50051, SQLite, Docker sandboxes),
 ## building the bundled example workflow through the API once serving and printing the result
@@ -15,7 +15,7 @@ run: setup
 	$(BIN)/instance-ai serve --build-example examples/order-intake.workflow.ts
 
 ## test: set up everything the tests need, then lint, type-check and run the suite
-test: setup lint typecheck
+test: setup n8n lint typecheck
 	$(BIN)/pytest
 
 setup: system $(INSTALLED) sandbox-image
@@ -26,6 +26,11 @@ sandbox-image: system $(INSTALLED)
 
 system:
 	./scripts/setup-system
+
+## n8n: install n8n and its Node 24 for the n8n-instance tests (cached by version, outside
+## the checkout, so fresh clones on one machine share it)
+n8n: $(INSTALLED)
+	$(BIN)/instance-ai n8n install
 
 $(INSTALLED): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11 or newer is needed")'
@@ -49,7 +54,7 @@ proto-check: $(INSTALLED)
 	$(BIN)/python proto/generate.py --check
 
 ## bench: benchmarks, each printed beside a baseline measured in the same run
-bench: setup
+bench: setup n8n
 	$(BIN)/python -m bench.events
 	$(BIN)/python -m bench.sandbox
 	$(BIN)/python -m bench.build
@@ -58,6 +63,7 @@ bench: setup
 	$(BIN)/python -m bench.eval
 	$(BIN)/python -m bench.relay
 	$(BIN)/python -m bench.sandbox_browser
+	$(BIN)/python -m bench.instance
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

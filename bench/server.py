@@ -8,6 +8,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -19,12 +20,12 @@ from server.settings import load_settings
 
 
 @contextlib.asynccontextmanager
-async def bench_server() -> AsyncIterator[tuple[Application, grpc.aio.Channel]]:
+async def bench_server(**overrides: Any) -> AsyncIterator[tuple[Application, grpc.aio.Channel]]:
     configure_logging(level="warning")
     owner = f"bench-{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory() as data_dir:
         settings = load_settings(
-            port=0, data_dir=Path(data_dir), sandbox_owner=owner, sandbox_pool_size=0
+            port=0, data_dir=Path(data_dir), sandbox_owner=owner, sandbox_pool_size=0, **overrides
         )
         try:
             async with (

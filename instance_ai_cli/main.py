@@ -44,6 +44,7 @@ from instance_ai_cli.common import (
     run_client,
 )
 from instance_ai_cli.credentials import app as credentials_app
+from instance_ai_cli.n8n import app as n8n_app
 from instance_ai_cli.sandbox import app as sandbox_app
 from server.app import Application
 from server.errors import InstanceAIError
@@ -62,6 +63,7 @@ app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(nodes_app, name="nodes")
 app.add_typer(tools_app, name="tools")
 app.add_typer(credentials_app, name="credentials")
+app.add_typer(n8n_app, name="n8n")
 app.command()(chat)
 app.command()(build)
 app.command()(verify)

@@ -97,8 +97,10 @@ class OwnerLease:
         self._attached.close()
         with contextlib.suppress(SandboxUnavailableError):
             self._engine.remove(self._container.id)
-            # The engine may be removing it already (it ends with its attach): wait for that.
-            deadline = time.monotonic() + RELEASE_WAIT_S
+        # The engine may be removing it already (it ends with its attach, and a remove then
+        # answers "removal already in progress"): wait for that, whatever the remove said.
+        deadline = time.monotonic() + RELEASE_WAIT_S
+        with contextlib.suppress(SandboxUnavailableError):
             while self._engine.inspect(self._container.id) is not None:
                 if time.monotonic() >= deadline:
                     break

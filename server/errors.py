@@ -6,6 +6,7 @@ to a status code in a single table (`server/api/errors.py`); domain code never s
     InstanceAIError
     ├── InvalidArgumentError    the request is malformed: change it
     ├── NotFoundError           the thing named does not exist
+    ├── PermissionDeniedError   the instance refused: a missing scope or licence
     ├── OutOfRangeError         a position (cursor, offset) lies past the end
     ├── FailedPreconditionError the system is not in a state that allows this now
     ├── ResourceExhaustedError  a size or count limit was hit
@@ -30,6 +31,7 @@ __all__ = [
     "NotFoundError",
     "NotImplementedCapabilityError",
     "OutOfRangeError",
+    "PermissionDeniedError",
     "ResourceExhaustedError",
     "SubscriberLaggedError",
     "UnavailableError",
@@ -45,6 +47,10 @@ class InvalidArgumentError(InstanceAIError):
 
 
 class NotFoundError(InstanceAIError):
+    pass
+
+
+class PermissionDeniedError(InstanceAIError):
     pass
 
 

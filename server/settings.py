@@ -228,6 +228,23 @@ class Settings(BaseSettings):
         description="comma-separated host:port pairs fetch-url may reach although they are "
         "internal (off by default; for local test servers)",
     )
+    instance: Literal["embedded", "n8n"] = Field(
+        "embedded",
+        description="where the user's workflows, credentials and data tables live: embedded "
+        "(this service's database) or n8n (a real n8n instance, over its public API)",
+    )
+    n8n_url: str | None = Field(
+        None, description="the n8n instance's base URL, e.g. http://127.0.0.1:5678"
+    )
+    n8n_api_key: SecretStr | None = Field(
+        None, description="the service's n8n API key (or n8n_api_key_file)"
+    )
+    n8n_api_key_file: Path | None = Field(
+        None, description="a file holding the service's n8n API key"
+    )
+    n8n_timeout_seconds: float = Field(
+        30.0, gt=0, le=600, description="how long one call to n8n may take"
+    )
     licensed_features: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="comma-separated licensed features: workflowHistory (the version tools), "
@@ -288,12 +305,38 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("api_keys_file", "tls_cert_file", "tls_key_file")
+    @field_validator("n8n_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("use the instance's base URL, e.g. http://127.0.0.1:5678")
+        return value.rstrip("/") if value is not None else None
+
+    @field_validator("api_keys_file", "tls_cert_file", "tls_key_file", "n8n_api_key_file")
     @classmethod
     def _file_exists(cls, value: Path | None) -> Path | None:
         if value is not None and not value.is_file():
             raise ValueError(f"no such file: {value}")
         return value
+
+    @model_validator(mode="after")
+    def _n8n_connection(self) -> Settings:
+        if self.instance == "n8n" and (
+            self.n8n_url is None or (self.n8n_api_key is None and self.n8n_api_key_file is None)
+        ):
+            raise ValueError(
+                "instance=n8n needs n8n_url and an API key (n8n_api_key or n8n_api_key_file): "
+                "create one in n8n under Settings > n8n API"
+            )
+        return self
+
+    def service_n8n_key(self) -> str | None:
+        """The service's own n8n API key, from the setting or the key file."""
+        if self.n8n_api_key is not None:
+            return self.n8n_api_key.get_secret_value().strip()
+        if self.n8n_api_key_file is not None:
+            return self.n8n_api_key_file.read_text().strip()
+        return None
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:

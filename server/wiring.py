@@ -8,7 +8,7 @@ services class (see `tool_services`), the servicers `ApiParts`. `Parts` itself s
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -36,6 +36,13 @@ from server.domain.web import BraveSearch, SearxngSearch, WebFetcher, WebSearch
 from server.domain.work_items import WorkItemStore
 from server.domain.workflows import WorkflowStore
 from server.instance import Instance
+from server.n8n.client import N8nClient
+from server.n8n.credentials import N8nCredentials
+from server.n8n.data_tables import N8nDataTables
+from server.n8n.executions import N8nExecutions
+from server.n8n.probe import InstanceProbe
+from server.n8n.tags import N8nTags
+from server.n8n.workflows import N8nWorkflows
 from server.pipeline.build import WorkflowBuilder
 from server.pipeline.runs import WorkflowRunner
 from server.pipeline.verify import Verifier
@@ -48,7 +55,7 @@ from server.runtime.hitl import Hitl
 from server.runtime.plans import Plans
 from server.runtime.sandboxes import SandboxService
 from server.runtime.threads import Threads
-from server.settings import Settings
+from server.settings import LICENSED_FEATURES, Settings
 from server.store import Database
 from server.tools import (
     agents_module,
@@ -71,7 +78,15 @@ from server.tools.spec import ToolSpec
 if TYPE_CHECKING:
     from browser_relay.driver import Drivers
 
-__all__ = ["ALL_TOOLS", "Parts", "credential_store", "embedded_instance", "tool_registry"]
+__all__ = [
+    "ALL_TOOLS",
+    "Parts",
+    "credential_store",
+    "embedded_instance",
+    "n8n_client",
+    "n8n_instance",
+    "tool_registry",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -119,6 +134,8 @@ class Parts:
     relay: RelayServer
     headless: HeadlessBrowsers
     drivers: Drivers | None
+    n8n: N8nClient | None
+    n8n_probe: InstanceProbe | None
 
     @classmethod
     async def open(cls, settings: Settings) -> Parts:
@@ -141,7 +158,13 @@ class Parts:
             await db.close()
             raise
         catalog = CatalogService(sandboxes.catalog_dir)
-        instance = embedded_instance(settings, db)
+        n8n = n8n_client(settings)
+        n8n_probe = InstanceProbe(n8n.base_url) if n8n is not None else None
+        if n8n_probe is not None:
+            await n8n_probe.start()
+        instance = (
+            n8n_instance(settings, db, n8n) if n8n is not None else embedded_instance(settings, db)
+        )
         builder = WorkflowBuilder(
             sandboxes=sandboxes.for_thread,
             catalog=catalog,
@@ -210,6 +233,8 @@ class Parts:
             relay=relay,
             headless=headless,
             drivers=drivers,
+            n8n=n8n,
+            n8n_probe=n8n_probe,
         )
 
     async def close(self) -> None:
@@ -220,6 +245,10 @@ class Parts:
         await self.relay.close()
         await self.sandboxes.close()
         await self.events.close()
+        if self.n8n_probe is not None:
+            await self.n8n_probe.close()
+        if self.n8n is not None:
+            await self.n8n.close()
         await self.db.close()
 
     # -- the narrow handles -----------------------------------------------------------------
@@ -242,6 +271,7 @@ class Parts:
             credentials=self.instance.credentials,
             catalog=self.catalog,
             relay=self.relay,
+            instance_probe=self.n8n_probe,
         )
 
     def tool_services(self) -> list[object]:
@@ -284,6 +314,7 @@ class Parts:
             credentials.CredentialTools(
                 credentials=instance.credentials,
                 secrets=instance.secrets,
+                checks=instance.checks,
                 workflows=instance.workflows,
                 catalog=self.catalog,
                 tester=self.credential_tester,
@@ -325,6 +356,38 @@ def embedded_instance(settings: Settings, db: Database) -> Instance:
         tags=TagStore(db),
         projects=CallerProjects(),
         features=ConfiguredFeatures(settings.licensed_features),
+    )
+
+
+def n8n_client(settings: Settings) -> N8nClient | None:
+    """The n8n instance's API client, when the instance is n8n."""
+    if settings.instance != "n8n" or settings.n8n_url is None:
+        return None
+    key = settings.service_n8n_key()
+    assert key is not None  # the settings refuse instance=n8n without one
+    return N8nClient(settings.n8n_url, key, timeout_s=settings.n8n_timeout_seconds)
+
+
+def n8n_instance(settings: Settings, db: Database, client: N8nClient) -> Instance:
+    """The user's n8n as the system of record: workflows (with their versions, archive and
+    publishing), tags, data tables and credentials in n8n (their secrets never come back:
+    n8n tests them); executions from both sides (the sandbox's runs are recorded here).
+    Folders and projects are still kept here."""
+    embedded = embedded_instance(settings, db)
+    credentials = N8nCredentials(client)
+    return replace(
+        embedded,
+        workflows=N8nWorkflows(client, db),
+        tags=N8nTags(client),
+        data_tables=N8nDataTables(client),
+        credentials=credentials,
+        secrets=None,
+        checks=credentials,
+        executions=N8nExecutions(ExecutionStore(db), client),
+        folders=None,
+        # n8n's public API serves every workflow's history, whatever the licence; names and
+        # notes of versions are kept by the service.
+        features=ConfiguredFeatures(LICENSED_FEATURES),
     )
 
 

@@ -90,6 +90,7 @@ LEVELS = {
     "store": 0,
     "instance": 1,
     "domain": 1,
+    "n8n": 1,
     "runtime": 1,
     "catalog": 1,
     "pipeline": 2,
@@ -103,6 +104,8 @@ SAME_LEVEL = {
     ("core", "errors"),
     ("store", "errors"),
     ("domain", "instance"),  # the embedded store implements the instance seam
+    ("n8n", "instance"),  # so does n8n's API
+    ("n8n", "domain"),  # with the service's own records (source bindings) beside it
     ("domain", "catalog"),
     ("runtime", "domain"),
 }

@@ -16,6 +16,7 @@ __all__ = ["EXPECTED_ERRORS", "STATUS_BY_ERROR", "status_for", "trailing_metadat
 STATUS_BY_ERROR: dict[type[Exception], grpc.StatusCode] = {
     errors.InvalidArgumentError: grpc.StatusCode.INVALID_ARGUMENT,
     errors.NotFoundError: grpc.StatusCode.NOT_FOUND,
+    errors.PermissionDeniedError: grpc.StatusCode.PERMISSION_DENIED,
     errors.OutOfRangeError: grpc.StatusCode.OUT_OF_RANGE,
     errors.FailedPreconditionError: grpc.StatusCode.FAILED_PRECONDITION,
     errors.ResourceExhaustedError: grpc.StatusCode.RESOURCE_EXHAUSTED,

@@ -13,9 +13,17 @@ import structlog
 
 from server.api.errors import EXPECTED_ERRORS, status_for, trailing_metadata_for
 from server.core.ids import new_id
+from server.n8n.client import acting_key
 from server.store.database import storage_failure
 
-__all__ = ["UNAUTHENTICATED_METHODS", "AuthInterceptor", "Behavior", "ErrorInterceptor"]
+__all__ = [
+    "N8N_KEY_METADATA",
+    "UNAUTHENTICATED_METHODS",
+    "ActingKeyInterceptor",
+    "AuthInterceptor",
+    "Behavior",
+    "ErrorInterceptor",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -92,6 +100,51 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 yield  # pragma: no cover - abort raises
 
             return reject
+
+        return _rewrap(handler, unary, streaming)
+
+
+# The calling user's own n8n API key, sent by the n8n backend so the assistant acts with
+# exactly that user's rights in n8n.
+N8N_KEY_METADATA = "x-n8n-api-key"
+
+
+class ActingKeyInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Makes the call's `x-n8n-api-key` the key of every n8n request made for it (runs the
+    call starts inherit it); never logged or kept."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        metadata = details.invocation_metadata or ()
+        key = next((v for k, v in metadata if k == N8N_KEY_METADATA), None)
+        if handler is None or not isinstance(key, str) or not key.strip():
+            return handler
+        key = key.strip()
+
+        def unary(behavior: Behavior) -> Behavior:
+            async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                token = acting_key.set(key)
+                try:
+                    return await behavior(request, context)
+                finally:
+                    acting_key.reset(token)
+
+            return call
+
+        def streaming(behavior: Behavior) -> Behavior:
+            async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                token = acting_key.set(key)
+                try:
+                    async for response in behavior(request, context):
+                        yield response
+                finally:
+                    acting_key.reset(token)
+
+            return call
 
         return _rewrap(handler, unary, streaming)
 

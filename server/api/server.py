@@ -29,21 +29,24 @@ from server.agent import Agent
 from server.api.agent import AgentServicer
 from server.api.browser import BrowserServicer
 from server.api.credentials import CredentialsServicer
-from server.api.interceptors import AuthInterceptor, ErrorInterceptor
+from server.api.interceptors import ActingKeyInterceptor, AuthInterceptor, ErrorInterceptor
 from server.api.pipeline import PipelineServicer
 from server.api.tools import ToolsServicer
 from server.api.workspace import WorkspaceServicer
 from server.catalog import CatalogService
 from server.instance import Credentials
+from server.n8n.probe import InstanceProbe
 from server.runtime.sandboxes import SandboxService
 from server.settings import Settings
 from server.tools.registry import ToolRegistry
 
 __all__ = [
     "ENGINE_SERVICES",
+    "INSTANCE_HEALTH",
     "ApiParts",
     "GrpcServer",
     "follow_engine",
+    "follow_instance",
     "is_loopback",
     "listen_host",
     "start_grpc_server",
@@ -86,6 +89,9 @@ def listen_host(settings: Settings, keys: list[str]) -> str:
     return "127.0.0.1"
 
 
+# The health service name that reports the user's n8n instance (when it is the instance).
+INSTANCE_HEALTH = "n8n"
+
 # The services that cannot answer anything useful without the container engine.
 ENGINE_SERVICES = (
     workspace_pb2.DESCRIPTOR.services_by_name["Workspace"].full_name,
@@ -101,6 +107,25 @@ class ApiParts:
     credentials: Credentials
     catalog: CatalogService
     relay: RelayServer
+    # Where the instance is n8n: whether it answers (health service INSTANCE_HEALTH).
+    instance_probe: InstanceProbe | None = None
+
+
+async def follow_instance(
+    probe: InstanceProbe | None, health_servicer: health.aio.HealthServicer
+) -> None:
+    """INSTANCE_HEALTH follows the n8n instance: NOT_SERVING while it does not answer."""
+    if probe is None:
+        return
+
+    async def instance_changed(up: bool) -> None:
+        serving = health_pb2.HealthCheckResponse.SERVING
+        await health_servicer.set(
+            INSTANCE_HEALTH, serving if up else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+
+    await instance_changed(probe.up)
+    probe.on_change(instance_changed)
 
 
 async def follow_engine(
@@ -130,6 +155,7 @@ async def start_grpc_server(
     interceptors: list[grpc.aio.ServerInterceptor] = []
     if keys:
         interceptors.append(AuthInterceptor(keys))
+    interceptors.append(ActingKeyInterceptor())
     interceptors.append(ErrorInterceptor())
     server = grpc.aio.server(
         interceptors=interceptors,
@@ -166,6 +192,7 @@ async def start_grpc_server(
     for name in ["", *services]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     await follow_engine(parts.sandboxes, health_servicer)
+    await follow_instance(parts.instance_probe, health_servicer)
     reflection.enable_server_reflection(
         [*services, health.SERVICE_NAME, reflection.SERVICE_NAME], server
     )

@@ -28,7 +28,16 @@ from server.instance.types import (
 from server.store import Database
 from server.store.models import DataTableColumnRow, DataTableRow, UTCDateTime
 
-__all__ = ["COLUMNS", "META", "NAME", "SQL_TYPES", "DataTableStore", "check_column_name", "coerce"]
+__all__ = [
+    "COLUMNS",
+    "META",
+    "NAME",
+    "SQL_TYPES",
+    "DataTableStore",
+    "check_column_name",
+    "coerce",
+    "require_conditions",
+]
 
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,62}")
 SQL_TYPES: dict[str, Any] = {
@@ -239,7 +248,7 @@ class DataTableStore:
             return ids
 
     async def update(self, table_id: str, row_filter: RowFilter, data: dict[str, Any]) -> int:
-        _require_conditions(row_filter, "update")
+        require_conditions(row_filter, "update")
         if not data:
             raise InvalidArgumentError("data: give at least one column to set")
         async with self.db.engine.begin() as conn:
@@ -253,7 +262,7 @@ class DataTableStore:
             return int(done.rowcount)
 
     async def delete_rows(self, table_id: str, row_filter: RowFilter) -> int:
-        _require_conditions(row_filter, "delete")
+        require_conditions(row_filter, "delete")
         async with self.db.engine.begin() as conn:
             table = await self._load(conn, table_id)
             rows = _physical(table)
@@ -324,7 +333,7 @@ def _values(table: DataTable, row: dict[str, Any], field: str) -> dict[str, Any]
     return out
 
 
-def _require_conditions(row_filter: RowFilter, action: str) -> None:
+def require_conditions(row_filter: RowFilter, action: str) -> None:
     if not row_filter.filters:
         raise InvalidArgumentError(
             f"filter: give at least one condition; to {action} every row, say so with a "

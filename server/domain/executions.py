@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import delete, select
 
 from server.core.ids import new_id
-from server.errors import NotFoundError
+from server.errors import FailedPreconditionError, NotFoundError
 from server.instance.types import Execution
 from server.store import Database
 from server.store.models import ExecutionRow
@@ -106,3 +106,9 @@ class ExecutionStore:
                 )
             )
             return int(done.rowcount)  # type: ignore[attr-defined]
+
+    async def stop_in_instance(self, execution_id: str) -> tuple[bool, str]:
+        """Every run kept here is this service's own (the runner stops those)."""
+        raise FailedPreconditionError(
+            f"execution {execution_id} ran in a sandbox: the runner stops it, not the instance"
+        )

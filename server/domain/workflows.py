@@ -31,7 +31,16 @@ from server.instance.types import (
 from server.store import Database
 from server.store.models import SourceBindingRow, WorkflowRow, WorkflowVersionRow
 
-__all__ = ["BINDINGS", "VERSIONS", "WORKFLOWS", "WorkflowStore", "new_workflow_id", "set_path"]
+__all__ = [
+    "BINDINGS",
+    "VERSIONS",
+    "WORKFLOWS",
+    "WorkflowStore",
+    "bind_source",
+    "new_workflow_id",
+    "set_path",
+    "source_binding",
+]
 
 _ALPHANUMERIC = string.ascii_letters + string.digits
 WORKFLOWS = WorkflowRow.metadata.tables["workflows"]
@@ -94,13 +103,7 @@ class WorkflowStore:
         ]
 
     async def binding(self, thread_id: str, file_path: str) -> Binding | None:
-        async with self.db.session() as session:
-            row = await session.get(SourceBindingRow, (thread_id, file_path))
-            if row is None:
-                return None
-            return Binding(
-                workflow_id=row.workflow_id, source_hash=row.source_hash, version_id=row.version_id
-            )
+        return await source_binding(self.db, thread_id, file_path)
 
     async def save_from_source(
         self,
@@ -165,26 +168,13 @@ class WorkflowStore:
                 simulation_plan=simulation_plan,
                 now=now,
             )
-            upsert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(
-                BINDINGS
-            ).values(
+            await bind_source(
+                conn,
                 thread_id=thread_id,
                 file_path=file_path,
-                workflow_id=workflow_id,
-                source_hash=source_hash,
-                version_id=version_id,
-                updated_at=now,
-            )
-            await conn.execute(
-                upsert.on_conflict_do_update(
-                    index_elements=[BINDINGS.c.thread_id, BINDINGS.c.file_path],
-                    set_={
-                        "workflow_id": upsert.excluded.workflow_id,
-                        "source_hash": upsert.excluded.source_hash,
-                        "version_id": upsert.excluded.version_id,
-                        "updated_at": upsert.excluded.updated_at,
-                    },
-                )
+                binding=Binding(
+                    workflow_id=workflow_id, source_hash=source_hash, version_id=version_id
+                ),
             )
         return Workflow(
             id=workflow_id,
@@ -307,8 +297,9 @@ class WorkflowStore:
             raise NotFoundError(f"workflow version {version_id!r} does not exist")
         return dict(version.fixtures or {}), version.simulation_plan
 
-    async def version_json(self, version_id: str) -> dict[str, Any]:
-        """One saved version as WorkflowJSON (what an execution of it ran)."""
+    async def version_json(self, version_id: str, workflow_id: str | None = None) -> dict[str, Any]:
+        """One saved version as WorkflowJSON (what an execution of it ran); version ids are
+        unique here, so `workflow_id` is not needed."""
         async with self.db.session() as session:
             version = await session.get(WorkflowVersionRow, version_id)
         if version is None:
@@ -397,6 +388,45 @@ class WorkflowStore:
                 select(func.count()).where(WorkflowVersionRow.workflow_id == workflow_id)
             )
             return int(count or 0)
+
+
+async def source_binding(db: Database, thread_id: str, file_path: str) -> Binding | None:
+    """Which workflow a thread's source file builds (the service's own record, whatever
+    instance keeps the workflow)."""
+    async with db.session() as session:
+        row = await session.get(SourceBindingRow, (thread_id, file_path))
+        if row is None:
+            return None
+        return Binding(
+            workflow_id=row.workflow_id, source_hash=row.source_hash, version_id=row.version_id
+        )
+
+
+async def bind_source(
+    conn: AsyncConnection, *, thread_id: str, file_path: str, binding: Binding
+) -> None:
+    """Bind a thread's source file to the workflow it built (insert or replace)."""
+    upsert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(
+        BINDINGS
+    ).values(
+        thread_id=thread_id,
+        file_path=file_path,
+        workflow_id=binding.workflow_id,
+        source_hash=binding.source_hash,
+        version_id=binding.version_id,
+        updated_at=datetime.now(UTC),
+    )
+    await conn.execute(
+        upsert.on_conflict_do_update(
+            index_elements=[BINDINGS.c.thread_id, BINDINGS.c.file_path],
+            set_={
+                "workflow_id": upsert.excluded.workflow_id,
+                "source_hash": upsert.excluded.source_hash,
+                "version_id": upsert.excluded.version_id,
+                "updated_at": upsert.excluded.updated_at,
+            },
+        )
+    )
 
 
 async def _add_version(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from server.instance.protocols import (
+    CredentialChecks,
     Credentials,
     CredentialSecrets,
     DataTables,
@@ -19,6 +20,7 @@ from server.instance.protocols import (
 )
 
 __all__ = [
+    "CredentialChecks",
     "CredentialSecrets",
     "Credentials",
     "DataTables",
@@ -42,8 +44,12 @@ class Instance:
     credentials: Credentials
     # None where runs do not happen in this service's sandboxes (an n8n instance runs them).
     secrets: CredentialSecrets | None
+    # Where secrets stay in the instance, its own credential test (else: None).
+    checks: CredentialChecks | None = None
     data_tables: DataTables
-    folders: Folders
+    # None: the instance keeps no folders the service can reach (n8n's are licensed, and its
+    # public API names none without a licence): the folder tools are not offered.
+    folders: Folders | None
     tags: Tags
     projects: Projects
     features: Features

@@ -50,6 +50,7 @@ from server.instance.types import (
 )
 
 __all__ = [
+    "CredentialChecks",
     "CredentialSecrets",
     "Credentials",
     "DataTables",
@@ -132,7 +133,9 @@ class Workflows(Protocol):
         """A version's declared fixtures and its simulation plan (None: none could be made)."""
         ...
 
-    async def version_json(self, version_id: str) -> dict[str, Any]: ...
+    async def version_json(
+        self, version_id: str, workflow_id: str | None = None
+    ) -> dict[str, Any]: ...
 
     async def replace_credentials(
         self,
@@ -172,6 +175,10 @@ class Executions(Protocol):
 
     async def delete_test_runs(self, workflow_id: str, *, older_than: datetime) -> int: ...
 
+    async def stop_in_instance(self, execution_id: str) -> tuple[bool, str]:
+        """Stop one of the instance's own executions (`ran_in == "instance"`)."""
+        ...
+
 
 @runtime_checkable
 class Credentials(Protocol):
@@ -200,6 +207,16 @@ class CredentialSecrets(Protocol):
     sandbox); never a result or an event. Only an instance whose runs happen here has it."""
 
     async def reveal(self, credential_id: str) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class CredentialChecks(Protocol):
+    """The instance's own test of a credential (an instance that keeps secrets to itself, so
+    the service cannot test them)."""
+
+    async def test(self, credential_id: str) -> tuple[bool, str]:
+        """(whether it works, what the instance said)."""
+        ...
 
 
 @runtime_checkable

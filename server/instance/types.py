@@ -136,6 +136,9 @@ class Execution:
     finished_at: datetime | None
     result: dict[str, Any]
     error: str | None
+    # sandbox: a run of this service's (verification, run-workflow); instance: the instance's
+    # own (e.g. a published workflow's webhook run in n8n).
+    ran_in: Literal["sandbox", "instance"] = "sandbox"
 
     @property
     def nodes(self) -> dict[str, Any]:
@@ -154,7 +157,8 @@ class CredentialInfo:
     id: str
     name: str
     type: str
-    project_id: str
+    # None: scoped by the instance itself (n8n answers only what the call's key may see).
+    project_id: str | None
     created_at: datetime
     updated_at: datetime
 
@@ -172,7 +176,8 @@ class Column:
 @dataclass(frozen=True, kw_only=True)
 class DataTable:
     id: str
-    project_id: str
+    # None: scoped by the instance itself (n8n answers only what the call's key may see).
+    project_id: str | None
     name: str
     columns: list[Column]
     created_at: datetime

@@ -186,6 +186,23 @@ class SourceBindingRow(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
+class VersionNoteRow(Base):
+    """What the service keeps of a workflow version that another instance (n8n) holds: the
+    build's fixtures and simulation plan, a person's label and note, and whether the build
+    made it as a supporting workflow. Keyed by the instance's version id."""
+
+    __tablename__ = "version_notes"
+
+    version_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    workflow_id: Mapped[str] = mapped_column(String(64), index=True)
+    fixtures: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    simulation_plan: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    label: Mapped[str | None] = mapped_column(Text, nullable=True)
+    description: Mapped[str | None] = mapped_column(Text, nullable=True)
+    is_supporting: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
 class ExecutionRow(Base):
     """A workflow run in a thread's sandbox. `result` is what the engine reported: order, per
     node status, outputs (each cut to 100 items, with counts), errors and logs."""

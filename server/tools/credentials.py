@@ -13,7 +13,7 @@ from server.catalog import CatalogService
 from server.domain.credential_tester import CredentialTester
 from server.domain.web import HostNotApproved
 from server.errors import NotFoundError
-from server.instance import Credentials, CredentialSecrets, Workflows
+from server.instance import CredentialChecks, Credentials, CredentialSecrets, Workflows
 from server.instance.types import CredentialInfo
 from server.runtime.hitl import Hitl
 from server.tools.scope import revealed, visible_credential
@@ -46,6 +46,7 @@ class CredentialTools:
 
     credentials: Credentials
     secrets: CredentialSecrets | None
+    checks: CredentialChecks | None
     workflows: Workflows
     catalog: CatalogService
     tester: CredentialTester
@@ -224,6 +225,9 @@ class TestOutput(ToolModel):
 
 async def test_credential(ctx: ToolContext[CredentialTools], args: CredentialIdInput) -> TestOutput:
     info = await visible_credential(ctx.services.credentials, ctx.caller, args.credential_id)
+    if ctx.services.checks is not None:  # the instance keeps the secret: it tests it
+        success, message = await ctx.services.checks.test(info.id)
+        return TestOutput(success=success, message=message)
     catalog = await ctx.services.catalog.get()
     kind = catalog.credentials.get(info.type)
     if kind is None:

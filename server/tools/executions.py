@@ -52,6 +52,9 @@ class ExecutionOutput(ToolModel):
     error: str | None = None
     started_at: datetime | None = Field(None, alias="startedAt")
     finished_at: datetime | None = Field(None, alias="finishedAt")
+    ran_in: Literal["sandbox", "instance"] = Field(
+        "sandbox", alias="ranIn", description="sandbox: a test run here; instance: n8n's own"
+    )
 
 
 def _execution_output(execution: Execution) -> ExecutionOutput:
@@ -66,6 +69,7 @@ def _execution_output(execution: Execution) -> ExecutionOutput:
         error=execution.error,
         started_at=execution.started_at,
         finished_at=execution.finished_at,
+        ran_in=execution.ran_in,
     )
 
 
@@ -111,6 +115,7 @@ class ExecutionSummary(ToolModel):
     started_at: datetime = Field(alias="startedAt")
     finished_at: datetime | None = Field(alias="finishedAt")
     mode: str
+    ran_in: Literal["sandbox", "instance"] = Field(alias="ranIn")
 
 
 class ListExecutionsOutput(ToolModel):
@@ -143,6 +148,7 @@ async def list_executions(
                 started_at=e.started_at,
                 finished_at=e.finished_at,
                 mode=e.mode,
+                ran_in=e.ran_in,
             )
             for e in found
         ]
@@ -175,7 +181,9 @@ async def debug_execution(
     execution = await visible_execution(
         ctx.services.executions, ctx.services.workflows, ctx.caller, args.execution_id
     )
-    workflow = await ctx.services.workflows.version_json(execution.version_id)
+    workflow = await ctx.services.workflows.version_json(
+        execution.version_id, execution.workflow_id
+    )
     types = {str(n.get("name")): n.get("type") for n in workflow.get("nodes") or []}
     nodes = execution.nodes
     trace = [
@@ -255,10 +263,13 @@ class StopExecutionOutput(ToolModel):
 async def stop_execution(
     ctx: ToolContext[ExecutionTools], args: ExecutionIdInput
 ) -> StopExecutionOutput:
-    await visible_execution(
+    execution = await visible_execution(
         ctx.services.executions, ctx.services.workflows, ctx.caller, args.execution_id
     )
-    stopped, message = await ctx.services.runner.stop(args.execution_id)
+    if execution.ran_in == "instance":
+        stopped, message = await ctx.services.executions.stop_in_instance(execution.id)
+    else:
+        stopped, message = await ctx.services.runner.stop(args.execution_id)
     return StopExecutionOutput(success=stopped, message=message)
 
 

@@ -20,6 +20,19 @@ __all__ = ["GROUP", "TOOLS", "ProjectTools"]
 GROUP = "projects"
 
 
+FOLDERS_NEEDED = "folders kept where the service can reach them (the embedded instance)"
+
+
+def _has_folders(services: ProjectTools) -> bool:
+    return services.folders is not None
+
+
+def _folders(ctx: ToolContext[ProjectTools]) -> Folders:
+    """The folder tools are offered only where there are folders (`_has_folders`)."""
+    assert ctx.services.folders is not None
+    return ctx.services.folders
+
+
 @dataclass(frozen=True, kw_only=True)
 class ProjectTools:
     """What the project, folder and tag tools may touch."""
@@ -27,7 +40,7 @@ class ProjectTools:
     projects: Projects
     workflows: Workflows
     executions: Executions
-    folders: Folders
+    folders: Folders | None
     tags: Tags
 
 
@@ -114,7 +127,7 @@ class FoldersOutput(ToolModel):
 async def list_folders(ctx: ToolContext[ProjectTools], args: ProjectInput) -> FoldersOutput:
     project = check_project(ctx.caller, args.project_id)
     return FoldersOutput(
-        folders=[FolderModel.of(f) for f in await ctx.services.folders.in_project(project)]
+        folders=[FolderModel.of(f) for f in await _folders(ctx).in_project(project)]
     )
 
 
@@ -127,12 +140,12 @@ async def create_folder(ctx: ToolContext[ProjectTools], args: CreateFolderInput)
     project = check_project(ctx.caller, args.project_id)
     if args.parent_folder_id is not None:  # another project's folder does not exist here
         await _visible_folder(ctx, args.parent_folder_id)
-    folder = await ctx.services.folders.create(project, args.name, args.parent_folder_id)
+    folder = await _folders(ctx).create(project, args.name, args.parent_folder_id)
     return FolderModel.of(folder)
 
 
 async def _visible_folder(ctx: ToolContext[ProjectTools], folder_id: str) -> Folder:
-    folder = await ctx.services.folders.get(folder_id)
+    folder = await _folders(ctx).get(folder_id)
     if not ctx.caller.sees(folder.project_id):
         raise NotFoundError(f"there is no folder {folder_id!r}; list-folders names them")
     return folder
@@ -159,7 +172,7 @@ async def delete_folder(
     await _visible_folder(ctx, args.folder_id)
     if args.transfer_to_folder_id is not None:
         await _visible_folder(ctx, args.transfer_to_folder_id)
-    affected = await ctx.services.folders.delete(args.folder_id, args.transfer_to_folder_id)
+    affected = await _folders(ctx).delete(args.folder_id, args.transfer_to_folder_id)
     return DeleteFolderOutput(success=True, affected_workflows=affected)
 
 
@@ -181,7 +194,7 @@ async def move_workflow(ctx: ToolContext[ProjectTools], args: MoveInput) -> Succ
                 f"folder {args.folder_id!r} is not in the workflow's project; list-folders "
                 "names those"
             )
-    await ctx.services.folders.move_workflow(args.workflow_id, args.folder_id)
+    await _folders(ctx).move_workflow(args.workflow_id, args.folder_id)
     return SuccessOutput(success=True)
 
 
@@ -244,6 +257,8 @@ TOOLS: list[ToolSpec[Any]] = [
         input_model=ProjectInput,
         output_model=FoldersOutput,
         handler=list_folders,
+        condition=_has_folders,
+        requires=FOLDERS_NEEDED,
     ),
     ToolSpec(
         name="create-folder",
@@ -255,6 +270,8 @@ TOOLS: list[ToolSpec[Any]] = [
         handler=create_folder,
         hitl_action="createFolder",
         severity="info",
+        condition=_has_folders,
+        requires=FOLDERS_NEEDED,
     ),
     ToolSpec(
         name="delete-folder",
@@ -267,6 +284,8 @@ TOOLS: list[ToolSpec[Any]] = [
         handler=delete_folder,
         hitl_action="deleteFolder",
         severity="destructive",
+        condition=_has_folders,
+        requires=FOLDERS_NEEDED,
     ),
     ToolSpec(
         name="move-workflow-to-folder",
@@ -277,6 +296,8 @@ TOOLS: list[ToolSpec[Any]] = [
         output_model=SuccessOutput,
         handler=move_workflow,
         hitl_action="moveWorkflowToFolder",
+        condition=_has_folders,
+        requires=FOLDERS_NEEDED,
     ),
     ToolSpec(
         name="cleanup-test-executions",
