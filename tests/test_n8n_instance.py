@@ -25,10 +25,11 @@ from instance_ai_cli import n8n_local
 from server.api.server import INSTANCE_HEALTH
 from server.app import Application
 from server.settings import Settings, SettingsError, load_settings
-from tests.agent_fixtures import Chat, last_tool_results, model, with_model
+from tests.agent_fixtures import Chat, model, with_model
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, Turn, text, tool
 from tests.n8n_fixtures import N8nApi, make_n8n_settings, n8n
+from tests.test_agent_sandbox import result_of
 from tests.test_build import Client, graph
 from tests.test_data_tables import ALLOW as TABLES_ALLOW
 from tests.test_data_tables import COLUMNS, Tables, orders, where
@@ -38,7 +39,13 @@ __all__ = ["make_n8n_settings", "model", "n8n"]  # fixtures, shared
 
 ALLOW = {
     a: "always_allow"
-    for a in ("publishWorkflow", "deleteWorkflow", "updateWorkflow", "tagWorkflow")
+    for a in (
+        "publishWorkflow",
+        "deleteWorkflow",
+        "updateWorkflow",
+        "tagWorkflow",
+        "restoreWorkflowVersion",
+    )
 }
 
 
@@ -79,12 +86,6 @@ const greet = node({{
 
 export default workflow('greeter', 'Greeter {path}').add(hook).to(greet);
 """
-
-
-def result_of(request: dict[str, Any]) -> dict[str, Any]:
-    results = last_tool_results(request)
-    assert len(results) == 1 and not results[0].get("is_error"), results
-    return dict(json.loads(results[0]["content"]))
 
 
 async def answered(api: N8nApi, path: str, body: dict[str, Any], *, want: int) -> httpx.Response:
@@ -202,6 +203,26 @@ async def test_the_workflow_tools_act_on_n8n(
         assert "hello " in code and path in code
         versions = await client.call("list-workflow-versions", workflowId=first.workflow_id)
         assert len(versions["versions"]) == 2
+        older = versions["versions"][-1]["versionId"]
+        await client.call(
+            "update-workflow-version", workflowId=first.workflow_id, versionId=older, name="first"
+        )
+        restored = await client.call(
+            "restore-workflow-version", workflowId=first.workflow_id, versionId=older
+        )
+        current = await api.call("GET", f"/workflows/{first.workflow_id}")
+        assert current["versionId"] == restored["versionId"]
+        assert "hi " in json.dumps(current["nodes"]) and "hello " not in json.dumps(
+            current["nodes"]
+        )
+        listed_versions = await client.call("list-workflow-versions", workflowId=first.workflow_id)
+        assert [v.get("name") for v in listed_versions["versions"]][-1] == "first"
+        assert len(listed_versions["versions"]) == 3
+        # The restored version verifies with the fixtures of the one it came from.
+        inputs = await app.parts.instance.workflows.verification_inputs(restored["versionId"])
+        assert inputs[0], inputs
+        await client.write("src/g.workflow.ts", greeter(path, greeting="hello"))
+        assert (await client.build("src/g.workflow.ts")).success
 
         await client.call("tag-workflow", workflowId=first.workflow_id, tags=["greeting", "demo"])
         tags = await api.call("GET", f"/workflows/{first.workflow_id}/tags")

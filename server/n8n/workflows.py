@@ -128,11 +128,7 @@ class N8nWorkflows:
         return await self.require(workflow_id)
 
     async def publish(self, workflow_id: str, version_id: str | None = None) -> str:
-        workflow = await self.require(workflow_id)
-        if workflow.is_archived:
-            raise FailedPreconditionError(
-                f"workflow {workflow_id!r} is archived; restore it with unarchive-workflow first"
-            )
+        workflow = await self._live(workflow_id)
         chosen = version_id or workflow.current_version_id
         published = await self.client.post(
             f"/workflows/{workflow_id}/publish", {"versionId": chosen}
@@ -168,11 +164,7 @@ class N8nWorkflows:
 
     async def restore(self, workflow_id: str, version_id: str) -> str:
         _info, content = await self.version(workflow_id, version_id)
-        workflow = await self.require(workflow_id)
-        if workflow.is_archived:
-            raise FailedPreconditionError(
-                f"workflow {workflow_id!r} is archived; restore it with unarchive-workflow first"
-            )
+        workflow = await self._live(workflow_id)
         saved = await self.client.put(
             f"/workflows/{workflow_id}",
             _body(
@@ -184,18 +176,7 @@ class N8nWorkflows:
                 )
             ),
         )
-        notes = await self._notes([version_id])
-        async with self.db.engine.begin() as conn:
-            earlier = notes.get(version_id)
-            await _add_note(
-                conn,
-                version_id=str(saved["versionId"]),
-                workflow_id=workflow_id,
-                values={
-                    "fixtures": earlier.fixtures if earlier else None,
-                    "simulation_plan": earlier.simulation_plan if earlier else None,
-                },
-            )
+        await self._carry_inputs(workflow_id, version_id, str(saved["versionId"]))
         return str(saved["versionId"])
 
     async def label_version(
@@ -243,11 +224,7 @@ class N8nWorkflows:
         credentials: dict[str, dict[str, Any]],
         parameters: dict[str, dict[str, Any]] | None = None,
     ) -> list[str]:
-        workflow = await self.require(workflow_id)
-        if workflow.is_archived:
-            raise FailedPreconditionError(
-                f"workflow {workflow_id!r} is archived; restore it with unarchive-workflow first"
-            )
+        workflow = await self._live(workflow_id)
         nodes = copy.deepcopy(workflow.nodes)
         by_name = {node.get("name"): node for node in nodes}
         wanted = set(credentials) | set(parameters or {})
@@ -272,19 +249,7 @@ class N8nWorkflows:
                 )
             ),
         )
-        earlier = (await self._notes([workflow.current_version_id])).get(
-            workflow.current_version_id
-        )
-        async with self.db.engine.begin() as conn:
-            await _add_note(
-                conn,
-                version_id=str(saved["versionId"]),
-                workflow_id=workflow_id,
-                values={
-                    "fixtures": earlier.fixtures if earlier else None,
-                    "simulation_plan": earlier.simulation_plan if earlier else None,
-                },
-            )
+        await self._carry_inputs(workflow_id, workflow.current_version_id, str(saved["versionId"]))
         return changed
 
     async def version_count(self, workflow_id: str) -> int:
@@ -296,6 +261,30 @@ class N8nWorkflows:
         history = await self.client.pages(f"/workflows/{workflow_id}/history")
         history.sort(key=lambda h: str(h.get("createdAt")), reverse=True)
         return history
+
+    async def _live(self, workflow_id: str) -> Workflow:
+        """The workflow, if it exists and is not archived."""
+        workflow = await self.require(workflow_id)
+        if workflow.is_archived:
+            raise FailedPreconditionError(
+                f"workflow {workflow_id!r} is archived; restore it with unarchive-workflow first"
+            )
+        return workflow
+
+    async def _carry_inputs(self, workflow_id: str, source: str, target: str) -> None:
+        """A version made from another (restored, credentials replaced) verifies with the same
+        fixtures and simulation plan."""
+        earlier = (await self._notes([source])).get(source)
+        async with self.db.engine.begin() as conn:
+            await _add_note(
+                conn,
+                version_id=target,
+                workflow_id=workflow_id,
+                values={
+                    "fixtures": earlier.fixtures if earlier else None,
+                    "simulation_plan": earlier.simulation_plan if earlier else None,
+                },
+            )
 
     async def _notes(self, version_ids: list[str]) -> dict[str, VersionNoteRow]:
         if not version_ids:
