@@ -9,6 +9,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -24,7 +25,12 @@ from instance_ai.v1 import credentials_pb2, credentials_pb2_grpc
 from instance_ai_cli import n8n_local
 from server.api.server import INSTANCE_HEALTH
 from server.app import Application
+from server.instance.types import WorkflowContent
+from server.n8n import workflows as n8n_workflows
+from server.n8n.client import N8nClient
+from server.n8n.workflows import N8nWorkflows
 from server.settings import Settings, SettingsError, load_settings
+from server.store import Database
 from tests.agent_fixtures import Chat, model, with_model
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, Turn, text, tool
@@ -480,3 +486,34 @@ def credential_workflow(path: str, port: int, credential_id: str) -> dict[str, A
         "connections": {"Hook": {"main": [[{"node": "Call", "type": "main", "index": 0}]]}},
         "settings": {"executionOrder": "v1"},
     }
+
+
+async def test_a_build_whose_records_fail_leaves_no_workflow_in_n8n(
+    n8n: n8n_local.LocalN8n, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing half-written: when the service cannot record which file built the new
+    workflow, the workflow is taken back out of n8n (else the next build would make another)."""
+    api = N8nApi(n8n)
+    db = await Database.open(f"sqlite+aiosqlite:///{tmp_path / 'state.db'}")
+    client = N8nClient(n8n.url, n8n.api_key)
+    name = f"half-{uuid.uuid4().hex[:8]}"
+
+    async def disk_full(*_args: Any, **_kwargs: Any) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(n8n_workflows, "bind_source", disk_full)
+    try:
+        with pytest.raises(OSError, match="disk full"):
+            await N8nWorkflows(client, db).save_from_source(
+                thread_id="t",
+                file_path="src/a.workflow.ts",
+                source_hash="h",
+                content=WorkflowContent(name=name, nodes=[], connections={}, settings={}),
+                workflow_id=None,
+            )
+    finally:
+        await client.close()
+        await db.close()
+    names = [w["name"] for w in (await api.call("GET", "/workflows"))["data"]]
+    archived = [w["name"] for w in (await api.call("GET", "/workflows?archived=true"))["data"]]
+    assert name not in names + archived

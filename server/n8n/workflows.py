@@ -8,6 +8,7 @@ exists, so objects carry no project of the service's (`project_id` None).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from datetime import UTC, datetime
 from typing import Any
@@ -17,7 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from server.core.caller import Caller
 from server.domain.workflows import bind_source, set_path, source_binding
-from server.errors import FailedPreconditionError, NotFoundError
+from server.errors import FailedPreconditionError, InstanceAIError, NotFoundError
 from server.instance.types import (
     Binding,
     ListStatus,
@@ -100,26 +101,40 @@ class N8nWorkflows:
                 raise WorkflowGoneError(workflow_id, archived=current is not None)
             saved = await self.client.put(f"/workflows/{workflow_id}", body)
         version_id = str(saved["versionId"])
-        async with self.db.engine.begin() as conn:
-            await _add_note(
-                conn,
-                version_id=version_id,
-                workflow_id=str(saved["id"]),
-                values={
-                    "fixtures": fixtures,
-                    "simulation_plan": simulation_plan,
-                    "is_supporting": is_supporting,
-                },
-            )
-            await bind_source(
-                conn,
-                thread_id=thread_id,
-                file_path=file_path,
-                binding=Binding(
-                    workflow_id=str(saved["id"]), source_hash=source_hash, version_id=version_id
-                ),
-            )
+        try:
+            async with self.db.engine.begin() as conn:
+                await _add_note(
+                    conn,
+                    version_id=version_id,
+                    workflow_id=str(saved["id"]),
+                    values={
+                        "fixtures": fixtures,
+                        "simulation_plan": simulation_plan,
+                        "is_supporting": is_supporting,
+                    },
+                )
+                await bind_source(
+                    conn,
+                    thread_id=thread_id,
+                    file_path=file_path,
+                    binding=Binding(
+                        workflow_id=str(saved["id"]),
+                        source_hash=source_hash,
+                        version_id=version_id,
+                    ),
+                )
+        except Exception:
+            if workflow_id is None:
+                # Unbound, the new workflow would be made again by the next build: take it
+                # back out of n8n (an update is a version in n8n's history, bound or not).
+                await self._take_back(str(saved["id"]))
+            raise
         return await self._compose(saved)
+
+    async def _take_back(self, workflow_id: str) -> None:
+        with contextlib.suppress(InstanceAIError):
+            await self.client.post(f"/workflows/{workflow_id}/archive")
+            await self.client.delete(f"/workflows/{workflow_id}")
 
     async def set_archived(self, workflow_id: str, archived: bool) -> Workflow:
         await self.require(workflow_id)
