@@ -21,7 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from structlog.testing import capture_logs
 
 from instance_ai.structs import to_struct
-from instance_ai.v1 import credentials_pb2, credentials_pb2_grpc
+from instance_ai.v1 import agent_pb2, credentials_pb2, credentials_pb2_grpc
 from instance_ai_cli import n8n_local
 from server.api.server import INSTANCE_HEALTH
 from server.app import Application
@@ -31,7 +31,7 @@ from server.n8n.client import N8nClient
 from server.n8n.workflows import N8nWorkflows
 from server.settings import Settings, SettingsError, load_settings
 from server.store import Database
-from tests.agent_fixtures import Chat, model, with_model
+from tests.agent_fixtures import Chat, last_tool_results, model, with_model
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, Turn, text, tool
 from tests.n8n_fixtures import N8nApi, make_n8n_settings, n8n
@@ -517,3 +517,33 @@ async def test_a_build_whose_records_fail_leaves_no_workflow_in_n8n(
     names = [w["name"] for w in (await api.call("GET", "/workflows"))["data"]]
     archived = [w["name"] for w in (await api.call("GET", "/workflows?archived=true"))["data"]]
     assert name not in names + archived
+
+
+async def test_a_run_acts_with_the_key_of_the_message_that_started_it(
+    make_settings: Callable[..., Settings], model: FakeMessagesAPI, n8n: n8n_local.LocalN8n
+) -> None:
+    """The service's own key is refused by n8n; the user's key on SendMessage carries the
+    whole run (its tool calls happen after the call has returned)."""
+    seen: list[dict[str, Any]] = []
+
+    def after_listing(request: dict[str, Any]) -> Turn:
+        seen.extend(last_tool_results(request))
+        return text("Listed.")
+
+    steps: list[Callable[[dict[str, Any]], Turn]] = [
+        lambda _r: tool("list-workflows", {}),
+        after_listing,
+    ]
+    model.responder = lambda request: steps.pop(0)(request)
+    settings = make_settings(
+        instance="n8n", n8n_url=n8n.url, n8n_api_key="not-a-valid-key", **with_model(model)
+    )
+    async with serving(settings) as (_app, channel):
+        chat = Chat(channel)
+        started = await chat.agent.SendMessage(
+            agent_pb2.SendMessageRequest(thread_id="mine", message="list my workflows"),
+            metadata=(("x-n8n-api-key", n8n.api_key),),
+        )
+        await chat.finished("mine", started.run_id)
+    assert len(seen) == 1 and not seen[0].get("is_error"), seen
+    assert "workflows" in json.loads(seen[0]["content"])
