@@ -203,6 +203,11 @@ async def test_the_workflow_tools_act_on_n8n(
 
         listed = await client.call("list-workflows", query=path)
         assert [w["id"] for w in listed["workflows"]] == [first.workflow_id]
+        # n8n decided what the key may read; the service's own projects do not hide it.
+        team = ToolClient(channel, "team").as_caller((("x-instance-ai-project", "team-a"),))
+        assert (await team.call("get-workflow", workflowId=first.workflow_id))["id"] == (
+            first.workflow_id
+        )
         got = await client.call("get-workflow", workflowId=first.workflow_id)
         assert {n["name"] for n in got["nodes"]} == {"Hook", "Greet"}
         code = (await client.call("get-workflow-as-code", workflowId=first.workflow_id))["code"]

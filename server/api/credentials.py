@@ -65,7 +65,7 @@ def _info(info: CredentialInfo) -> credentials_pb2.CredentialInfo:
         id=info.id,
         name=info.name,
         type=info.type,
-        project_id=info.project_id or "",  # empty: scoped by the instance itself
+        project_id=info.project_id,
         created_at=info.created_at.isoformat(),
         updated_at=info.updated_at.isoformat(),
     )

@@ -9,10 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DEFAULT_PROJECT", "LOCAL", "LOCAL_USER", "Caller"]
+__all__ = ["DEFAULT_PROJECT", "INSTANCE_SCOPED", "LOCAL", "LOCAL_USER", "Caller"]
 
 DEFAULT_PROJECT = "personal"
 LOCAL_USER = "local"
+# The project of an object whose visibility the instance itself decided (n8n answers a call
+# only with what the call's API key may read): every caller that got it may see it.
+INSTANCE_SCOPED = "instance"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,7 +26,7 @@ class Caller:
 
     def sees(self, project_id: str | None) -> bool:
         """Objects saved before projects existed belong to the default project."""
-        return self.project_of(project_id) in self.project_ids
+        return project_id == INSTANCE_SCOPED or self.project_of(project_id) in self.project_ids
 
     @staticmethod
     def project_of(project_id: str | None) -> str:

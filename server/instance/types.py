@@ -157,8 +157,7 @@ class CredentialInfo:
     id: str
     name: str
     type: str
-    # None: scoped by the instance itself (n8n answers only what the call's key may see).
-    project_id: str | None
+    project_id: str
     created_at: datetime
     updated_at: datetime
 
@@ -176,8 +175,7 @@ class Column:
 @dataclass(frozen=True, kw_only=True)
 class DataTable:
     id: str
-    # None: scoped by the instance itself (n8n answers only what the call's key may see).
-    project_id: str | None
+    project_id: str
     name: str
     columns: list[Column]
     created_at: datetime

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from server.core.caller import INSTANCE_SCOPED
 from server.errors import NotFoundError
 from server.instance.types import CredentialInfo
 from server.n8n.client import N8nClient
@@ -68,7 +69,7 @@ def _info(found: dict[str, Any]) -> CredentialInfo:
         id=str(found["id"]),
         name=str(found["name"]),
         type=str(found["type"]),
-        project_id=None,
+        project_id=INSTANCE_SCOPED,
         created_at=parse_time(found.get("createdAt")),
         updated_at=parse_time(found.get("updatedAt")),
     )

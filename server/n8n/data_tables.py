@@ -7,6 +7,7 @@ import json
 from typing import Any
 from urllib.parse import quote
 
+from server.core.caller import INSTANCE_SCOPED
 from server.domain.data_tables import check_column_name, require_conditions
 from server.errors import InvalidArgumentError, NotFoundError
 from server.instance.types import Column, DataTable, RowFilter
@@ -120,7 +121,7 @@ def _table(found: dict[str, Any]) -> DataTable:
     columns = sorted(found.get("columns") or [], key=lambda c: int(c.get("index") or 0))
     return DataTable(
         id=str(found["id"]),
-        project_id=None,
+        project_id=INSTANCE_SCOPED,
         name=str(found["name"]),
         columns=[
             Column(id=str(c["id"]), name=str(c["name"]), type=str(c["type"])) for c in columns

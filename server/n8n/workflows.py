@@ -3,7 +3,7 @@ its public API; what n8n has no place for stays in the service's database (which
 source file builds which workflow, and each version's fixtures, simulation plan and label).
 
 Visibility is n8n's: the key a call carries (the service's, or the user's own) decides what
-exists, so objects carry no project of the service's (`project_id` None).
+exists, so objects carry the project `INSTANCE_SCOPED`, which every caller sees.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from server.core.caller import Caller
+from server.core.caller import INSTANCE_SCOPED, Caller
 from server.domain.workflows import bind_source, set_path, source_binding
 from server.errors import FailedPreconditionError, InstanceAIError, NotFoundError
 from server.instance.types import (
@@ -322,7 +322,7 @@ class N8nWorkflows:
         return Workflow(
             id=workflow_id,
             name=str(found.get("name") or ""),
-            project_id=None,
+            project_id=INSTANCE_SCOPED,
             is_archived=bool(found.get("isArchived")),
             is_supporting=supporting is not None,
             active_version_id=found.get("activeVersionId"),
@@ -365,7 +365,7 @@ def _summary(found: dict[str, Any]) -> WorkflowSummary:
     return WorkflowSummary(
         id=str(found["id"]),
         name=str(found.get("name") or ""),
-        project_id=None,
+        project_id=INSTANCE_SCOPED,
         is_archived=bool(found.get("isArchived")),
         active_version_id=found.get("activeVersionId"),
         created_at=parse_time(found.get("createdAt")),

@@ -41,7 +41,7 @@ class ColumnModel(ToolModel):
 class TableModel(ToolModel):
     id: str
     name: str
-    project_id: str | None = Field(alias="projectId")
+    project_id: str = Field(alias="projectId")
     columns: list[ColumnModel]
     created_at: str = Field(alias="createdAt")
     updated_at: str = Field(alias="updatedAt")
