@@ -136,6 +136,7 @@ async def test_data_tables_of_another_project_do_not_exist(tools: Tools) -> None
     [
         ((("x-instance-ai-project", "a"), ("x-instance-ai-projects", "b,c")), "not among"),
         ((("x-instance-ai-user", "bad user!"),), "is not an id"),
+        ((("x-instance-ai-project", "instance"),), "is reserved"),
     ],
 )
 async def test_bad_caller_metadata_is_refused(

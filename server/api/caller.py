@@ -11,7 +11,7 @@ import re
 
 import grpc
 
-from server.core.caller import DEFAULT_PROJECT, LOCAL_USER, Caller
+from server.core.caller import DEFAULT_PROJECT, INSTANCE_SCOPED, LOCAL_USER, Caller
 from server.errors import InvalidArgumentError
 
 __all__ = ["PROJECTS_KEY", "PROJECT_KEY", "USER_KEY", "caller_of"]
@@ -32,6 +32,11 @@ def caller_of(context: grpc.aio.ServicerContext) -> Caller:
         if listed
         else {project}
     )
+    if INSTANCE_SCOPED in projects:
+        raise InvalidArgumentError(
+            f"project {INSTANCE_SCOPED!r} is reserved (objects an n8n instance scoped by the "
+            "call's key); send the user's own project ids"
+        )
     if project not in projects:
         raise InvalidArgumentError(
             f"{PROJECT_KEY} {project!r} is not among {PROJECTS_KEY}; send a project the user "
