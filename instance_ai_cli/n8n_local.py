@@ -12,6 +12,7 @@ node-gyp against Node 24's headers.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import platform
 import secrets
@@ -110,6 +111,16 @@ def install(cache_dir: Path | None = None) -> N8nInstall:
     if (target / ".complete").exists():
         return found
     cache.mkdir(parents=True, exist_ok=True)
+    # One install at a time per cache (two checkouts' test runs on one machine): the second
+    # waits, then finds the first one's install complete.
+    with (cache / ".install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / ".complete").exists():
+            _install_into(cache, target)
+    return found
+
+
+def _install_into(cache: Path, target: Path) -> None:
     scratch = Path(tempfile.mkdtemp(prefix=".installing-", dir=cache))
     try:
         started = time.monotonic()
@@ -121,12 +132,14 @@ def install(cache_dir: Path | None = None) -> N8nInstall:
         log.info("n8n installed", seconds=round(time.monotonic() - started, 1), path=str(target))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return found
 
 
-def start(installed: N8nInstall, state_dir: Path) -> LocalN8n:
+def start(
+    installed: N8nInstall, state_dir: Path, *, extra_env: dict[str, str] | None = None
+) -> LocalN8n:
     """Start n8n on free loopback ports with `state_dir` as its home, wait until it is ready,
-    and bootstrap an owner and an API key (kept in `state_dir`, readable by this user only)."""
+    and bootstrap an owner and an API key (kept in `state_dir`, readable by this user only).
+    `extra_env`: more of n8n's settings (the tests start one in n8n's own test mode)."""
     state_dir.mkdir(parents=True, exist_ok=True)
     port, broker_port = free_port(), free_port()
     url = f"http://127.0.0.1:{port}"
@@ -148,6 +161,7 @@ def start(installed: N8nInstall, state_dir: Path) -> LocalN8n:
         "N8N_ENFORCE_SETTINGS_FILE_PERMISSIONS": "false",
         "DB_SQLITE_POOL_SIZE": "2",
         "WEBHOOK_URL": f"{url}/",
+        **(extra_env or {}),
     }
     with log_path.open("ab") as output:
         process = subprocess.Popen(

@@ -245,6 +245,13 @@ class Settings(BaseSettings):
     n8n_timeout_seconds: float = Field(
         30.0, gt=0, le=600, description="how long one call to n8n may take"
     )
+    n8n_probe_seconds: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="how often n8n's readiness (for health) and licence (which tools it "
+        "offers) are checked",
+    )
     licensed_features: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="comma-separated licensed features: workflowHistory (the version tools), "

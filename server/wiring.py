@@ -35,15 +35,18 @@ from server.domain.projects import CallerProjects, ConfiguredFeatures
 from server.domain.web import BraveSearch, SearxngSearch, WebFetcher, WebSearch
 from server.domain.work_items import WorkItemStore
 from server.domain.workflows import WorkflowStore
-from server.instance import Instance
+from server.instance import FOLDERS_FEATURE, Instance
 from server.n8n.client import N8nClient
 from server.n8n.credentials import N8nCredentials
 from server.n8n.data_tables import N8nDataTables
 from server.n8n.executions import N8nExecutions
+from server.n8n.folders import N8nFolders
+from server.n8n.licence import N8nFeatures
 from server.n8n.probe import InstanceProbe
 from server.n8n.tags import N8nTags
 from server.n8n.workflows import N8nWorkflows
 from server.pipeline.build import WorkflowBuilder
+from server.pipeline.credential_types import CredentialTypeIndex
 from server.pipeline.runs import WorkflowRunner
 from server.pipeline.verify import Verifier
 from server.pipeline.work import WorkLoop
@@ -55,7 +58,7 @@ from server.runtime.hitl import Hitl
 from server.runtime.plans import Plans
 from server.runtime.sandboxes import SandboxService
 from server.runtime.threads import Threads
-from server.settings import LICENSED_FEATURES, Settings
+from server.settings import Settings
 from server.store import Database
 from server.tools import (
     agents_module,
@@ -159,11 +162,22 @@ class Parts:
             raise
         catalog = CatalogService(sandboxes.catalog_dir)
         n8n = n8n_client(settings)
-        n8n_probe = InstanceProbe(n8n.base_url) if n8n is not None else None
+        n8n_features = N8nFeatures(n8n) if n8n is not None else None
+        n8n_probe = (
+            InstanceProbe(
+                n8n.base_url,
+                interval_s=settings.n8n_probe_seconds,
+                refresh=n8n_features.refresh if n8n_features is not None else None,
+            )
+            if n8n is not None
+            else None
+        )
         if n8n_probe is not None:
             await n8n_probe.start()
         instance = (
-            n8n_instance(settings, db, n8n) if n8n is not None else embedded_instance(settings, db)
+            n8n_instance(settings, db, n8n, n8n_features)
+            if n8n is not None and n8n_features is not None
+            else embedded_instance(settings, db)
         )
         builder = WorkflowBuilder(
             sandboxes=sandboxes.for_thread,
@@ -265,11 +279,14 @@ class Parts:
             sandbox_for=self.sandboxes.for_thread,
         )
 
+    def credential_types(self) -> CredentialTypeIndex:
+        return CredentialTypeIndex(self.catalog, self.instance.credential_types)
+
     def api_parts(self) -> ApiParts:
         return ApiParts(
             sandboxes=self.sandboxes,
             credentials=self.instance.credentials,
-            catalog=self.catalog,
+            credential_types=self.credential_types(),
             relay=self.relay,
             instance_probe=self.n8n_probe,
         )
@@ -302,6 +319,7 @@ class Parts:
                 builder=self.builder,
                 credentials=instance.credentials,
                 secrets=instance.secrets,
+                credential_types=self.credential_types(),
             ),
             data_tables.DataTableTools(data_tables=instance.data_tables),
             projects.ProjectTools(
@@ -309,6 +327,7 @@ class Parts:
                 workflows=instance.workflows,
                 executions=instance.executions,
                 folders=instance.folders,
+                features=instance.features,
                 tags=instance.tags,
             ),
             credentials.CredentialTools(
@@ -355,7 +374,8 @@ def embedded_instance(settings: Settings, db: Database) -> Instance:
         folders=FolderStore(db),
         tags=TagStore(db),
         projects=CallerProjects(),
-        features=ConfiguredFeatures(settings.licensed_features),
+        # The embedded store's folders need no licence.
+        features=ConfiguredFeatures([*settings.licensed_features, FOLDERS_FEATURE]),
     )
 
 
@@ -368,26 +388,29 @@ def n8n_client(settings: Settings) -> N8nClient | None:
     return N8nClient(settings.n8n_url, key, timeout_s=settings.n8n_timeout_seconds)
 
 
-def n8n_instance(settings: Settings, db: Database, client: N8nClient) -> Instance:
+def n8n_instance(
+    settings: Settings, db: Database, client: N8nClient, features: N8nFeatures
+) -> Instance:
     """The user's n8n as the system of record: workflows (with their versions, archive and
     publishing), tags, data tables and credentials in n8n (their secrets never come back:
     n8n tests them); executions from both sides (the sandbox's runs are recorded here).
-    Folders and projects are still kept here."""
+    Folders are n8n's where its licence allows (`features` finds out while the service
+    runs)."""
     embedded = embedded_instance(settings, db)
     credentials = N8nCredentials(client)
+    workflows = N8nWorkflows(client, db)
     return replace(
         embedded,
-        workflows=N8nWorkflows(client, db),
+        workflows=workflows,
         tags=N8nTags(client),
         data_tables=N8nDataTables(client),
         credentials=credentials,
         secrets=None,
         checks=credentials,
+        credential_types=credentials,
         executions=N8nExecutions(ExecutionStore(db), client),
-        folders=None,
-        # n8n's public API serves every workflow's history, whatever the licence; names and
-        # notes of versions are kept by the service.
-        features=ConfiguredFeatures(LICENSED_FEATURES),
+        folders=N8nFolders(client, workflows),
+        features=features,
     )
 
 

@@ -13,12 +13,35 @@ import pytest
 from instance_ai_cli import n8n_local
 from server.settings import Settings
 
-__all__ = ["N8nApi", "make_n8n_settings", "n8n"]
+__all__ = ["CUSTOM_CREDENTIAL_TYPE", "N8nApi", "make_n8n_settings", "n8n"]
+
+
+# A credential type only this n8n knows (no package in the node catalog has it): n8n loads
+# custom types from `<its user folder>/.n8n/custom`.
+CUSTOM_CREDENTIAL_TYPE = "acmeLedgerApi"
+_CUSTOM_CREDENTIAL = """
+class AcmeLedgerApi {
+  constructor() {
+    this.name = 'acmeLedgerApi';
+    this.displayName = 'Acme Ledger API';
+    this.properties = [
+      { displayName: 'API Key', name: 'apiKey', type: 'string',
+        typeOptions: { password: true }, default: '', required: true },
+      { displayName: 'Region', name: 'region', type: 'string', default: 'eu' },
+    ];
+  }
+}
+module.exports = { AcmeLedgerApi };
+"""
 
 
 @pytest.fixture(scope="session")
 def n8n(tmp_path_factory: pytest.TempPathFactory) -> Iterator[n8n_local.LocalN8n]:
-    running = n8n_local.start(n8n_local.install(), tmp_path_factory.mktemp("n8n"))
+    state_dir = tmp_path_factory.mktemp("n8n")
+    custom = state_dir / ".n8n" / "custom"
+    custom.mkdir(parents=True)
+    (custom / "AcmeLedgerApi.credentials.js").write_text(_CUSTOM_CREDENTIAL)
+    running = n8n_local.start(n8n_local.install(), state_dir)
     try:
         yield running
     finally:

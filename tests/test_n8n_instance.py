@@ -34,7 +34,7 @@ from server.store import Database
 from tests.agent_fixtures import Chat, last_tool_results, model, with_model
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, Turn, text, tool
-from tests.n8n_fixtures import N8nApi, make_n8n_settings, n8n
+from tests.n8n_fixtures import CUSTOM_CREDENTIAL_TYPE, N8nApi, make_n8n_settings, n8n
 from tests.test_agent_sandbox import result_of
 from tests.test_build import Client, graph
 from tests.test_data_tables import ALLOW as TABLES_ALLOW
@@ -453,6 +453,66 @@ async def test_a_credential_goes_to_n8n_which_uses_it_and_never_shows_it(
         assert secret not in logged and secret not in json.dumps(events, default=str)
     finally:
         await runner.cleanup()
+
+
+async def test_credential_types_only_n8n_knows_are_found_and_accepted(
+    make_docker_settings: Callable[..., Settings], n8n: n8n_local.LocalN8n
+) -> None:
+    """A type of n8n's custom nodes (not in the node catalog) is found by its exact name, with
+    its fields from n8n's schema, and accepted by CreateCredential; a misspelt one is refused
+    with the nearest names. The embedded instance knows only the catalog's types."""
+    api = N8nApi(n8n)
+    data = to_struct({"apiKey": f"k-{uuid.uuid4().hex}"})
+    on_n8n = make_docker_settings(
+        instance="n8n",
+        n8n_url=n8n.url,
+        n8n_api_key=n8n.api_key,
+        permissions={"deleteCredential": "always_allow"},
+    )
+    async with serving(on_n8n) as (_app, channel):
+        tools = ToolClient(channel, "types")
+        found = (await tools.call("search-credential-types", query=CUSTOM_CREDENTIAL_TYPE))[
+            "credentialTypes"
+        ]
+        assert found[0]["name"] == CUSTOM_CREDENTIAL_TYPE
+        assert "apiKey (required)" in found[0]["description"]
+        assert "region" in found[0]["description"]
+        assert "region (required)" not in found[0]["description"]
+        # The catalog's own types are still found by words.
+        slack = await tools.call("search-credential-types", query="slack")
+        assert "slackApi" in [c["name"] for c in slack["credentialTypes"]]
+
+        stub = credentials_pb2_grpc.CredentialsStub(channel)
+        created = await stub.CreateCredential(
+            credentials_pb2.CreateCredentialRequest(
+                name="ledger", type=CUSTOM_CREDENTIAL_TYPE, data=data
+            )
+        )
+        in_n8n = await api.call("GET", f"/credentials/{created.credential.id}")
+        assert in_n8n["type"] == CUSTOM_CREDENTIAL_TYPE
+        with pytest.raises(grpc.aio.AioRpcError) as misspelt:
+            await stub.CreateCredential(
+                credentials_pb2.CreateCredentialRequest(
+                    name="ledger", type=CUSTOM_CREDENTIAL_TYPE + "x", data=data
+                )
+            )
+        assert misspelt.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "unknown credential type" in str(misspelt.value.details())
+        await tools.call("delete-credential", credentialId=created.credential.id)
+    assert (await api.call("GET", "/credentials"))["data"] == []
+
+    async with serving(make_docker_settings()) as (_app, channel):
+        nothing = await ToolClient(channel, "types").call(
+            "search-credential-types", query=CUSTOM_CREDENTIAL_TYPE
+        )
+        assert CUSTOM_CREDENTIAL_TYPE not in [c["name"] for c in nothing["credentialTypes"]]
+        with pytest.raises(grpc.aio.AioRpcError) as embedded:
+            await credentials_pb2_grpc.CredentialsStub(channel).CreateCredential(
+                credentials_pb2.CreateCredentialRequest(
+                    name="ledger", type=CUSTOM_CREDENTIAL_TYPE, data=data
+                )
+            )
+        assert embedded.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
 async def rows_of(app: Application, table: str) -> list[tuple[Any, ...]]:

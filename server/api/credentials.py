@@ -7,18 +7,18 @@ import grpc
 from instance_ai.structs import from_struct
 from instance_ai.v1 import credentials_pb2, credentials_pb2_grpc
 from server.api.caller import caller_of
-from server.catalog import CatalogService
-from server.errors import InvalidArgumentError, NotFoundError, UnavailableError
+from server.errors import NotFoundError
 from server.instance import Credentials
 from server.instance.types import CredentialInfo
+from server.pipeline.credential_types import CredentialTypeIndex
 
 __all__ = ["CredentialsServicer"]
 
 
 class CredentialsServicer(credentials_pb2_grpc.CredentialsServicer):
-    def __init__(self, credentials: Credentials, catalog: CatalogService) -> None:
+    def __init__(self, credentials: Credentials, types: CredentialTypeIndex) -> None:
         self._credentials = credentials
-        self._catalog = catalog
+        self._types = types
 
     async def CreateCredential(
         self, request: credentials_pb2.CreateCredentialRequest, context: grpc.aio.ServicerContext
@@ -27,7 +27,7 @@ class CredentialsServicer(credentials_pb2_grpc.CredentialsServicer):
         project = request.project_id or caller.project_id
         if not caller.sees(project):
             raise NotFoundError(f"project {project!r} does not exist")
-        await self._check_type(request.type)
+        await self._types.check(request.type)
         created = await self._credentials.create(
             project_id=project,
             name=request.name,
@@ -47,17 +47,6 @@ class CredentialsServicer(credentials_pb2_grpc.CredentialsServicer):
             request.credential_id, data=from_struct(request.data), name=request.name or None
         )
         return credentials_pb2.UpdateCredentialResponse(credential=_info(updated))
-
-    async def _check_type(self, type_name: str) -> None:
-        """Known to the node catalog, when there is one to ask."""
-        try:
-            catalog = await self._catalog.get()
-        except UnavailableError:
-            return
-        if type_name not in catalog.credentials:
-            near = [c.name for c in catalog.search_credentials(type_name, limit=3)]
-            hint = f"; did you mean {', '.join(near)}?" if near else ""
-            raise InvalidArgumentError(f"type: unknown credential type {type_name!r}{hint}")
 
 
 def _info(info: CredentialInfo) -> credentials_pb2.CredentialInfo:

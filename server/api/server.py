@@ -33,9 +33,9 @@ from server.api.interceptors import ActingKeyInterceptor, AuthInterceptor, Error
 from server.api.pipeline import PipelineServicer
 from server.api.tools import ToolsServicer
 from server.api.workspace import WorkspaceServicer
-from server.catalog import CatalogService
 from server.instance import Credentials
 from server.n8n.probe import InstanceProbe
+from server.pipeline.credential_types import CredentialTypeIndex
 from server.runtime.sandboxes import SandboxService
 from server.settings import Settings
 from server.tools.registry import ToolRegistry
@@ -105,7 +105,7 @@ class ApiParts:
 
     sandboxes: SandboxService
     credentials: Credentials
-    catalog: CatalogService
+    credential_types: CredentialTypeIndex
     relay: RelayServer
     # Where the instance is n8n: whether it answers (health service INSTANCE_HEALTH).
     instance_probe: InstanceProbe | None = None
@@ -175,7 +175,7 @@ async def start_grpc_server(
     tools_pb2_grpc.add_ToolsServicer_to_server(ToolsServicer(registry), server)
     pipeline_pb2_grpc.add_PipelineServicer_to_server(PipelineServicer(registry), server)
     credentials_pb2_grpc.add_CredentialsServicer_to_server(
-        CredentialsServicer(parts.credentials, parts.catalog), server
+        CredentialsServicer(parts.credentials, parts.credential_types), server
     )
     browser_pb2_grpc.add_BrowserServicer_to_server(BrowserServicer(parts.relay), server)
     services = [

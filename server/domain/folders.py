@@ -38,9 +38,9 @@ class FolderStore:
             )
             return [_folder(row) for row in rows]
 
-    async def get(self, folder_id: str) -> Folder:
+    async def get(self, project_id: str, folder_id: str) -> Folder:
         async with self.db.engine.connect() as conn:
-            return await _require(conn, folder_id)
+            return await _require(conn, folder_id, project_id)
 
     async def create(self, project_id: str, name: str, parent_folder_id: str | None) -> Folder:
         name = name.strip()
@@ -67,12 +67,12 @@ class FolderStore:
             )
             return folder
 
-    async def delete(self, folder_id: str, transfer_to: str | None) -> int:
+    async def delete(self, project_id: str, folder_id: str, transfer_to: str | None) -> int:
         """Delete a folder and its subfolders. With `transfer_to`, its workflows and direct
         subfolders move there first; without, its workflows (at any depth) go to the
         project's root, archived. Returns how many workflows were moved or archived."""
         async with self.db.engine.begin() as conn:
-            folder = await _require(conn, folder_id)
+            folder = await _require(conn, folder_id, project_id)
             tree = await _subtree(conn, folder_id)
             if transfer_to is not None:
                 target = await _require(conn, transfer_to)
@@ -155,9 +155,10 @@ class TagStore:
         return wanted
 
 
-async def _require(conn: AsyncConnection, folder_id: str) -> Folder:
+async def _require(conn: AsyncConnection, folder_id: str, project_id: str | None = None) -> Folder:
+    """The folder (within `project_id`, when given)."""
     row = (await conn.execute(sa.select(FOLDERS).where(FOLDERS.c.id == folder_id))).first()
-    if row is None:
+    if row is None or (project_id is not None and row.project_id != project_id):
         raise NotFoundError(f"there is no folder {folder_id!r}; list-folders names them")
     return _folder(row)
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from server.instance.protocols import (
+    FOLDERS_FEATURE,
     CredentialChecks,
     Credentials,
     CredentialSecrets,
+    CredentialTypes,
     DataTables,
     Executions,
     Features,
@@ -20,8 +22,10 @@ from server.instance.protocols import (
 )
 
 __all__ = [
+    "FOLDERS_FEATURE",
     "CredentialChecks",
     "CredentialSecrets",
+    "CredentialTypes",
     "Credentials",
     "DataTables",
     "Executions",
@@ -46,6 +50,8 @@ class Instance:
     secrets: CredentialSecrets | None
     # Where secrets stay in the instance, its own credential test (else: None).
     checks: CredentialChecks | None = None
+    # Where the instance knows credential types of its own (else: the catalog's are all).
+    credential_types: CredentialTypes | None = None
     data_tables: DataTables
     # None: the instance keeps no folders the service can reach (n8n's are licensed, and its
     # public API names none without a licence): the folder tools are not offered.

@@ -37,6 +37,7 @@ from server.instance.types import (
     Binding,
     Column,
     CredentialInfo,
+    CredentialTypeSchema,
     DataTable,
     Execution,
     Folder,
@@ -50,8 +51,10 @@ from server.instance.types import (
 )
 
 __all__ = [
+    "FOLDERS_FEATURE",
     "CredentialChecks",
     "CredentialSecrets",
+    "CredentialTypes",
     "Credentials",
     "DataTables",
     "Executions",
@@ -220,6 +223,16 @@ class CredentialChecks(Protocol):
 
 
 @runtime_checkable
+class CredentialTypes(Protocol):
+    """Credential types as the instance itself knows them: an n8n instance's community or
+    custom nodes bring types the node catalog lacks."""
+
+    async def schema(self, type_name: str) -> CredentialTypeSchema | None:
+        """The type's fields; None when the instance has no such type."""
+        ...
+
+
+@runtime_checkable
 class DataTables(Protocol):
     async def all(self, project_ids: list[str] | None = None) -> list[DataTable]: ...
 
@@ -259,13 +272,18 @@ class DataTables(Protocol):
 
 @runtime_checkable
 class Folders(Protocol):
+    """Folders of workflows within a project. A folder is looked up within its project (n8n
+    addresses it by both)."""
+
     async def in_project(self, project_id: str) -> list[Folder]: ...
 
-    async def get(self, folder_id: str) -> Folder: ...
+    async def get(self, project_id: str, folder_id: str) -> Folder:
+        """NotFoundError unless the folder is in that project."""
+        ...
 
     async def create(self, project_id: str, name: str, parent_folder_id: str | None) -> Folder: ...
 
-    async def delete(self, folder_id: str, transfer_to: str | None) -> int:
+    async def delete(self, project_id: str, folder_id: str, transfer_to: str | None) -> int:
         """Returns how many workflows were moved or archived."""
         ...
 
@@ -284,6 +302,10 @@ class Projects(Protocol):
     async def visible(self, caller: Caller) -> list[str]:
         """The ids of the projects `caller` may see, in a stable order."""
         ...
+
+
+# The feature of folders: the embedded store always has them; n8n's need a licence.
+FOLDERS_FEATURE = "folders"
 
 
 @runtime_checkable

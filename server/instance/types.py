@@ -16,7 +16,9 @@ __all__ = [
     "Column",
     "ColumnType",
     "Condition",
+    "CredentialField",
     "CredentialInfo",
+    "CredentialTypeSchema",
     "DataTable",
     "Execution",
     "Filter",
@@ -160,6 +162,21 @@ class CredentialInfo:
     project_id: str
     created_at: datetime
     updated_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class CredentialField:
+    name: str
+    type: str  # a JSON-schema type name: string, number, boolean, ...
+    required: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class CredentialTypeSchema:
+    """A credential type's fields as the instance describes them."""
+
+    name: str
+    fields: list[CredentialField]
 
 
 # -- data tables -------------------------------------------------------------------------

@@ -3,15 +3,20 @@ it, so the service tests a credential with n8n's own test."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from server.core.caller import INSTANCE_SCOPED
-from server.errors import NotFoundError
-from server.instance.types import CredentialInfo
+from server.errors import InvalidArgumentError, NotFoundError
+from server.instance.types import CredentialField, CredentialInfo, CredentialTypeSchema
 from server.n8n.client import N8nClient
 from server.n8n.workflows import parse_time
 
 __all__ = ["N8nCredentials"]
+
+# What n8n names a credential type with (camelCase identifiers); anything else is not one,
+# and never becomes part of a request path.
+_TYPE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 
 
 class N8nCredentials:
@@ -62,6 +67,31 @@ class N8nCredentials:
         outcome = await self.client.post(f"/credentials/{credential_id}/test")
         success = str((outcome or {}).get("status", "")).lower() == "ok"
         return success, str((outcome or {}).get("message") or ("works" if success else "failed"))
+
+    async def schema(self, type_name: str) -> CredentialTypeSchema | None:
+        """The type's fields from n8n's credential schema (its own nodes, community and
+        custom ones included)."""
+        if not _TYPE_NAME.fullmatch(type_name):
+            return None
+        try:
+            found = await self.client.get(f"/credentials/schema/{type_name}")
+        except (NotFoundError, InvalidArgumentError):
+            return None
+        if not isinstance(found, dict):
+            return None
+        required = set(found.get("required") or [])
+        properties = found.get("properties") or {}
+        return CredentialTypeSchema(
+            name=type_name,
+            fields=[
+                CredentialField(
+                    name=name,
+                    type=str(spec.get("type", "string")) if isinstance(spec, dict) else "string",
+                    required=name in required,
+                )
+                for name, spec in properties.items()
+            ],
+        )
 
 
 def _info(found: dict[str, Any]) -> CredentialInfo:

@@ -1,5 +1,6 @@
 """Whether the n8n instance answers, watched in the background for the health service (a
-load balancer or the n8n backend sees the instance's state without calling a tool)."""
+load balancer or the n8n backend sees the instance's state without calling a tool), and what
+else to find out from it while it does (its licence)."""
 
 from __future__ import annotations
 
@@ -15,15 +16,26 @@ __all__ = ["InstanceProbe"]
 log = structlog.get_logger(__name__)
 
 Listener = Callable[[bool], Awaitable[None]]
+Refresh = Callable[[], Awaitable[None]]
 
 
 class InstanceProbe:
-    def __init__(self, base_url: str, *, interval_s: float = 10.0, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        interval_s: float = 10.0,
+        timeout_s: float = 5.0,
+        refresh: Refresh | None = None,
+    ) -> None:
+        """`refresh`: what else to find out from the instance each time it answers (its
+        licence)."""
         self.base_url = base_url
         self.interval_s = interval_s
         self.up = False
         self._http = httpx.AsyncClient(timeout=timeout_s)
         self._listeners: list[Listener] = []
+        self._refresh = refresh
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -56,3 +68,5 @@ class InstanceProbe:
             log.info("n8n instance", url=self.base_url, up=up)
             for listener in self._listeners:
                 await listener(up)
+        if up and self._refresh is not None:
+            await self._refresh()

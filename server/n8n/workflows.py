@@ -180,19 +180,16 @@ class N8nWorkflows:
     async def restore(self, workflow_id: str, version_id: str) -> str:
         _info, content = await self.version(workflow_id, version_id)
         workflow = await self._live(workflow_id)
-        saved = await self.client.put(
-            f"/workflows/{workflow_id}",
-            _body(
-                WorkflowContent(
-                    name=workflow.name,
-                    nodes=content["nodes"],
-                    connections=content["connections"],
-                    settings=workflow.settings,
-                )
-            ),
+        return await self._resave(
+            workflow,
+            nodes=content["nodes"],
+            connections=content["connections"],
+            inputs_from=version_id,
         )
-        await self._carry_inputs(workflow_id, version_id, str(saved["versionId"]))
-        return str(saved["versionId"])
+
+    async def move_to_folder(self, workflow_id: str, folder_id: str | None) -> None:
+        """Into a folder of its project (None: the project's root)."""
+        await self._resave(await self._live(workflow_id), parentFolderId=folder_id)
 
     async def label_version(
         self, workflow_id: str, version_id: str, *, label: str | None, description: str | None
@@ -252,20 +249,8 @@ class N8nWorkflows:
             node_parameters = by_name[name].setdefault("parameters", {})
             for path, value in values.items():
                 set_path(node_parameters, path, value)
-        changed = sorted(wanted)
-        saved = await self.client.put(
-            f"/workflows/{workflow_id}",
-            _body(
-                WorkflowContent(
-                    name=workflow.name,
-                    nodes=nodes,
-                    connections=workflow.connections,
-                    settings=workflow.settings,
-                )
-            ),
-        )
-        await self._carry_inputs(workflow_id, workflow.current_version_id, str(saved["versionId"]))
-        return changed
+        await self._resave(workflow, nodes=nodes)
+        return sorted(wanted)
 
     async def version_count(self, workflow_id: str) -> int:
         return len(await self._history(workflow_id))
@@ -285,6 +270,30 @@ class N8nWorkflows:
                 f"workflow {workflow_id!r} is archived; restore it with unarchive-workflow first"
             )
         return workflow
+
+    async def _resave(
+        self,
+        workflow: Workflow,
+        *,
+        nodes: list[dict[str, Any]] | None = None,
+        connections: dict[str, Any] | None = None,
+        inputs_from: str | None = None,
+        **more: Any,
+    ) -> str:
+        """Save the workflow again, changed (`nodes`, `connections`, `more` of n8n's update
+        fields); the new version verifies with the fixtures and simulation plan of
+        `inputs_from` (default: the current version). Returns the new version's id."""
+        content = WorkflowContent(
+            name=workflow.name,
+            nodes=workflow.nodes if nodes is None else nodes,
+            connections=workflow.connections if connections is None else connections,
+            settings=workflow.settings,
+        )
+        saved = await self.client.put(f"/workflows/{workflow.id}", _body(content) | more)
+        source, target = inputs_from or workflow.current_version_id, str(saved["versionId"])
+        if target != source:  # n8n keeps the version when only the folder changed
+            await self._carry_inputs(workflow.id, source, target)
+        return target
 
     async def _carry_inputs(self, workflow_id: str, source: str, target: str) -> None:
         """A version made from another (restored, credentials replaced) verifies with the same

@@ -11,6 +11,7 @@ from server.catalog import Catalog, CatalogService, NodeType
 from server.errors import NotFoundError, UnavailableError
 from server.instance import Credentials, CredentialSecrets
 from server.pipeline.build import WorkflowBuilder
+from server.pipeline.credential_types import CredentialTypeIndex
 from server.tools.scope import revealed, visible_credential
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
@@ -126,6 +127,7 @@ class NodeTools:
     builder: WorkflowBuilder
     credentials: Credentials
     secrets: CredentialSecrets | None
+    credential_types: CredentialTypeIndex
 
 
 class NodeSummary(ToolModel):
@@ -414,15 +416,11 @@ class SearchCredentialTypesOutput(ToolModel):
 async def search_credential_types(
     ctx: ToolContext[NodeTools], args: SearchCredentialTypesInput
 ) -> SearchCredentialTypesOutput:
-    catalog = await _catalog(ctx)
-    found = catalog.search_credentials(args.query)
+    found = await ctx.services.credential_types.search(args.query)
     return SearchCredentialTypesOutput(
         credential_types=[
             CredentialTypeSummary(
-                name=c.name,
-                display_name=c.display_name,
-                description=f"{c.display_name} credential"
-                + (f", used by {', '.join(c.supported_nodes[:5])}" if c.supported_nodes else ""),
+                name=c.name, display_name=c.display_name, description=c.description
             )
             for c in found
         ]

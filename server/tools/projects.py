@@ -9,8 +9,17 @@ from typing import Any
 
 from pydantic import Field
 
+from server.core.caller import INSTANCE_SCOPED
 from server.errors import NotFoundError
-from server.instance import Executions, Folders, Projects, Tags, Workflows
+from server.instance import (
+    FOLDERS_FEATURE,
+    Executions,
+    Features,
+    Folders,
+    Projects,
+    Tags,
+    Workflows,
+)
 from server.instance.types import Folder
 from server.tools.scope import check_project, visible_workflow
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
@@ -20,11 +29,11 @@ __all__ = ["GROUP", "TOOLS", "ProjectTools"]
 GROUP = "projects"
 
 
-FOLDERS_NEEDED = "folders kept where the service can reach them (the embedded instance)"
+FOLDERS_NEEDED = "an instance with folders (n8n: a licence with feat:folders)"
 
 
 def _has_folders(services: ProjectTools) -> bool:
-    return services.folders is not None
+    return services.folders is not None and services.features.enabled(FOLDERS_FEATURE)
 
 
 def _folders(ctx: ToolContext[ProjectTools]) -> Folders:
@@ -41,6 +50,7 @@ class ProjectTools:
     workflows: Workflows
     executions: Executions
     folders: Folders | None
+    features: Features
     tags: Tags
 
 
@@ -139,13 +149,13 @@ class CreateFolderInput(ProjectInput):
 async def create_folder(ctx: ToolContext[ProjectTools], args: CreateFolderInput) -> FolderModel:
     project = check_project(ctx.caller, args.project_id)
     if args.parent_folder_id is not None:  # another project's folder does not exist here
-        await _visible_folder(ctx, args.parent_folder_id)
+        await _visible_folder(ctx, project, args.parent_folder_id)
     folder = await _folders(ctx).create(project, args.name, args.parent_folder_id)
     return FolderModel.of(folder)
 
 
-async def _visible_folder(ctx: ToolContext[ProjectTools], folder_id: str) -> Folder:
-    folder = await _folders(ctx).get(folder_id)
+async def _visible_folder(ctx: ToolContext[ProjectTools], project: str, folder_id: str) -> Folder:
+    folder = await _folders(ctx).get(project, folder_id)
     if not ctx.caller.sees(folder.project_id):
         raise NotFoundError(f"there is no folder {folder_id!r}; list-folders names them")
     return folder
@@ -169,14 +179,15 @@ class DeleteFolderOutput(ToolModel):
 async def delete_folder(
     ctx: ToolContext[ProjectTools], args: DeleteFolderInput
 ) -> DeleteFolderOutput:
-    await _visible_folder(ctx, args.folder_id)
+    project = check_project(ctx.caller, args.project_id)
+    await _visible_folder(ctx, project, args.folder_id)
     if args.transfer_to_folder_id is not None:
-        await _visible_folder(ctx, args.transfer_to_folder_id)
-    affected = await _folders(ctx).delete(args.folder_id, args.transfer_to_folder_id)
+        await _visible_folder(ctx, project, args.transfer_to_folder_id)
+    affected = await _folders(ctx).delete(project, args.folder_id, args.transfer_to_folder_id)
     return DeleteFolderOutput(success=True, affected_workflows=affected)
 
 
-class MoveInput(ToolModel):
+class MoveInput(ProjectInput):
     workflow_id: str = Field(alias="workflowId", min_length=1)
     folder_id: str | None = Field(alias="folderId", description="null: the project's root")
 
@@ -188,7 +199,11 @@ class SuccessOutput(ToolModel):
 async def move_workflow(ctx: ToolContext[ProjectTools], args: MoveInput) -> SuccessOutput:
     workflow = await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
     if args.folder_id is not None:
-        folder = await _visible_folder(ctx, args.folder_id)
+        # The folder's project: the one asked for, else the workflow's (an n8n workflow's
+        # project is n8n's to know: then the caller's).
+        home = ctx.caller.project_of(workflow.project_id)
+        project = check_project(ctx.caller, args.project_id or _unless_instance(home))
+        folder = await _visible_folder(ctx, project, args.folder_id)
         if folder.project_id != ctx.caller.project_of(workflow.project_id):
             raise NotFoundError(
                 f"folder {args.folder_id!r} is not in the workflow's project; list-folders "
@@ -196,6 +211,10 @@ async def move_workflow(ctx: ToolContext[ProjectTools], args: MoveInput) -> Succ
             )
     await _folders(ctx).move_workflow(args.workflow_id, args.folder_id)
     return SuccessOutput(success=True)
+
+
+def _unless_instance(project_id: str) -> str | None:
+    return None if project_id == INSTANCE_SCOPED else project_id
 
 
 class CleanupInput(ToolModel):

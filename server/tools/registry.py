@@ -288,7 +288,8 @@ class ToolRegistry:
         that needs a person's answer cannot wait inside one request, so it is refused."""
         spec = self.get(name)
         if spec.name not in self.provider_schemas or not self.registered(spec):
-            raise NotFoundError(f"tool {name!r} is not available on this server")
+            needs = f": it needs {spec.requires}" if spec.requires else ""
+            raise NotFoundError(f"tool {name!r} is not available on this server{needs}")
         args = self.parse(spec, arguments)
         if spec.asks_user:
             raise FailedPreconditionError(
