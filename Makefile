@@ -7,7 +7,7 @@ INSTALLED := $(VENV)/.installed
 # The sandbox image's build cache (npm tree, catalogs), shared by the tests.
 SANDBOX_CACHE := .cache/sandbox
 
-.PHONY: run test setup system n8n sandbox-image lint typecheck proto proto-check bench clean
+.PHONY: run test setup system n8n contract sandbox-image lint typecheck proto proto-check bench clean
 
 ## run: set up, then serve on the embedded defaults (127.0.0.1:50051, SQLite, Docker sandboxes),
 ## building the bundled example workflow through the API once serving and printing the result
@@ -15,7 +15,7 @@ run: setup
 	$(BIN)/instance-ai serve --build-example examples/order-intake.workflow.ts
 
 ## test: set up everything the tests need, then lint, type-check and run the suite
-test: setup n8n lint typecheck
+test: setup n8n contract lint typecheck
 	$(BIN)/pytest
 
 setup: system $(INSTALLED) sandbox-image
@@ -31,6 +31,15 @@ system:
 ## the checkout, so fresh clones on one machine share it)
 n8n: $(INSTALLED)
 	$(BIN)/instance-ai n8n install
+
+## contract: n8n's event contract (@n8n/api-types, pinned in tests/contract), which every
+## event the tests' conversations stream is checked against (npm's cache makes a re-run quick)
+CONTRACT_DEPS := tests/contract/node_modules/.package-lock.json
+contract: $(CONTRACT_DEPS)
+
+$(CONTRACT_DEPS): tests/contract/package-lock.json
+	cd tests/contract && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
 
 $(INSTALLED): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11 or newer is needed")'

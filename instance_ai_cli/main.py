@@ -7,6 +7,7 @@ import ipaddress
 import json
 import signal
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,8 +18,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from browser_relay.cli import browser_relay
 from evals.cli import eval_command
+from instance_ai.events import n8n_event
 from instance_ai.metadata import RESUME_AFTER_KEY
-from instance_ai.structs import from_struct
 from instance_ai.v1 import SERVICES, agent_pb2, agent_pb2_grpc
 from instance_ai_cli.build import (
     DEFAULT_THREAD,
@@ -244,7 +245,7 @@ async def _events(client: ClientConfig, thread: str, after: int, follow: bool, e
             call = stub.StreamEvents(request, metadata=client.metadata())
             try:
                 async for response in call:
-                    event = _event_dict(response.event)
+                    event = n8n_event(response.event)
                     cursor = event.get("id") or cursor
                     emit(event)
                 return
@@ -257,21 +258,10 @@ async def _events(client: ClientConfig, thread: str, after: int, follow: bool, e
                 err.print(f"[yellow]fell behind; resuming after event {cursor}[/]")
 
 
-def _event_dict(event: Any) -> dict[str, Any]:
-    return {
-        "id": event.id if event.HasField("id") else None,
-        "type": event.type,
-        "threadId": event.thread_id,
-        "runId": event.run_id or None,
-        "agentId": event.agent_id or None,
-        "ts": event.ts.ToDatetime().isoformat() + "Z",
-        "payload": from_struct(event.payload),
-    }
-
-
 def _print_event(event: dict[str, Any]) -> None:
-    ident = f"#{event['id']}" if event["id"] is not None else "live"
+    ident = f"#{event['id']}" if "id" in event else "live"
     run = f" [dim]{event['runId']}[/]" if event["runId"] else ""
     payload = json.dumps(event["payload"], separators=(",", ":"))
-    out.print(f"[dim]{ident:>7}[/] {event['ts'][11:19]} [bold]{event['type']}[/]{run} ", end="")
+    at = datetime.fromtimestamp(event["ts"] / 1000, UTC).strftime("%H:%M:%S")
+    out.print(f"[dim]{ident:>7}[/] {at} [bold]{event['type']}[/]{run} ", end="")
     out.print(payload, markup=False)

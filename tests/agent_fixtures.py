@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from instance_ai.structs import from_struct, to_struct
-from instance_ai.v1 import agent_pb2, agent_pb2_grpc, tools_pb2_grpc
+from instance_ai.v1 import agent_pb2, agent_pb2_grpc, events_pb2, tools_pb2_grpc
 from server.settings import Settings
 from tests.fake_model import FakeMessagesAPI
 
@@ -53,6 +53,11 @@ def model_settings(
         return make_settings(**with_model(model, **overrides))
 
     return make
+
+
+# Every event a Chat received during the current test, live and durable, for the check
+# against n8n's event contract (tests/event_contract.py, autouse in conftest.py).
+STREAMED: list[events_pb2.Event] = []
 
 
 class Chat:
@@ -122,7 +127,8 @@ class Chat:
         return status
 
 
-def _event(event: Any) -> Event:
+def _event(event: events_pb2.Event) -> Event:
+    STREAMED.append(event)
     return {
         "id": event.id if event.HasField("id") else None,
         "type": event.type,

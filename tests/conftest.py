@@ -17,6 +17,8 @@ from sqlalchemy.engine import make_url
 from instance_ai.v1 import agent_pb2_grpc
 from server.app import Application
 from server.settings import Settings, load_settings
+from tests.agent_fixtures import STREAMED
+from tests.event_contract import invalid_events
 from tests.postgres import postgres_cluster
 from tests.sandbox_fixtures import docker_client, docker_engine, owner, provider, sandbox_image
 
@@ -29,6 +31,21 @@ __all__ = [
 ]  # fixtures, shared
 
 _database_numbers = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def events_keep_n8ns_contract() -> Iterator[None]:
+    """Every event a test's conversations streamed (tests/agent_fixtures.Chat) passes n8n's
+    event contract; the test fails with each refused event's type and the schema's words."""
+    STREAMED.clear()
+    yield
+    streamed, seen = list(STREAMED), len(STREAMED)
+    STREAMED.clear()
+    if streamed:
+        refused = invalid_events(streamed)
+        assert not refused, f"{len(refused)} of {seen} events break n8n's contract: " + "; ".join(
+            f"{r['type']} {r['issues']} in {r['event']}" for r in refused[:5]
+        )
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ import pytest
 
 from instance_ai.structs import from_struct, to_struct
 from instance_ai.v1 import agent_pb2, tools_pb2, tools_pb2_grpc
+from server.agent.titles import TITLE_MAX, thread_title
 from server.settings import Settings
 from tests.agent_fixtures import Chat, last_tool_results, model, model_settings, of_type
 from tests.conftest import serving
@@ -30,11 +31,19 @@ async def test_a_message_streams_text_and_finishes_with_history_kept(
         chat = Chat(channel)
         run_id = await chat.send("t1", "build me a workflow")
         events = await chat.finished("t1", run_id)
-        assert [e["type"] for e in events] == ["run-start", "text-block", "run-finish"]
+        assert [e["type"] for e in events] == [
+            "run-start",
+            "thread-title-updated",
+            "text-block",
+            "run-finish",
+        ]
+        assert of_type(events, "thread-title-updated") == [{"title": "build me a workflow"}]
         assert of_type(events, "text-block")[0]["text"] == "Hello! What should the workflow do?"
         assert of_type(events, "run-finish") == [{"status": "completed"}]
         second = await chat.send("t1", "weekly, on Mondays")
-        await chat.finished("t1", second)
+        later = await chat.finished("t1", second)
+        # The title comes from the thread's first exchange only.
+        assert len(of_type(later, "thread-title-updated")) == 1
     # The second request carries the whole conversation, in order, with the system prompt.
     messages = model.requests[1]["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant", "user"]
@@ -424,3 +433,12 @@ async def test_every_gated_action_is_declared_on_its_tool(channel: grpc.aio.Chan
     )
     gated = {t.name: t.hitl_action for t in listed.tools if t.hitl_action}
     assert gated == GATES
+
+
+def test_a_title_is_the_first_message_cut_at_a_word() -> None:
+    assert thread_title("  build\n me   a workflow ") == "build me a workflow"
+    long = "Build a workflow that posts every new order from the shop webhook to Slack and a sheet"
+    title = thread_title(long)
+    assert title.endswith("…") and len(title) <= TITLE_MAX + 1
+    assert long.startswith(title[:-1]) and not title[:-1].endswith(" ")
+    assert thread_title("   ") == "New conversation"

@@ -110,8 +110,9 @@ async def test_an_approved_plan_runs_its_tasks_in_dependency_order_then_synthesi
         run_id = await chat.send("t1", "build two linked workflows")
         card = await chat.card("t1")
         assert card["inputType"] == "plan-review" and card["severity"] == "info"
-        assert [t["id"] for t in card["tasks"]] == ["a", "b"]
-        assert all(t["status"] == "todo" for t in card["tasks"])
+        assert [t["id"] for t in card["tasks"]["tasks"]] == ["a", "b"]
+        assert all(t["status"] == "todo" for t in card["tasks"]["tasks"])
+        assert [t["id"] for t in card["planItems"]] == ["a", "b"]
         await chat.confirm("t1", card["requestId"], kind="approval", approved=True)
         events = await chat.until(
             "t1", lambda e: e["type"] == "run-finish" and e["run_id"] != run_id

@@ -186,7 +186,7 @@ async def test_cancel_kills_the_running_sandbox_command(
         cancelled = await chat.agent.CancelRun(agent_pb2.CancelRunRequest(thread_id="kill"))
         assert cancelled.run_id == run_id
         events = await chat.finished("kill", run_id)
-        assert of_type(events, "tool-error")[-1]["error"] == "cancelled"
+        assert of_type(events, "tool-interrupted")[-1]["error"] == "cancelled"
         assert of_type(events, "run-finish")[-1] == {
             "status": "cancelled",
             "reason": "user_cancelled",

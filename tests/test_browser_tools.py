@@ -69,7 +69,7 @@ async def test_every_browser_tool_on_a_real_tab(
 ) -> None:
     # Uploads come from the thread's workspace (local directories serve here).
     async with serving(make_settings(sandbox_provider="local")) as (app, channel):
-        await app.parts.events.append("browse", "note", {})
+        await app.parts.events.append("browse", "thread-title-updated", {"title": "test"})
         tools = ToolClient(channel, "browse", WHO)
         await tools.call("workspace_write_file", path="report.txt", content="numbers")
         await drive_every_tool(app, tools, chromium, site)

@@ -73,7 +73,7 @@ async def test_the_sandbox_reaches_only_approved_public_hosts_through_the_proxy(
 ) -> None:
     settings = make_docker_settings(web_fetch_allow_hosts=[f"127.0.0.1:{site.site_port}"])
     async with serving(settings) as (app, _channel):
-        await app.parts.events.append("egress", "note", {})
+        await app.parts.events.append("egress", "thread-title-updated", {"title": "test"})
         notes = site.url("/notes.txt")
         unapproved = await from_sandbox(app, "egress", "get", notes)
         assert unapproved["status"] == 403 and "not approved" in str(unapproved["body"])
@@ -123,7 +123,7 @@ async def test_explore_node_resources_runs_the_nodes_own_method_through_the_prox
     try:
         settings = make_docker_settings(web_fetch_allow_hosts=[f"127.0.0.2:{port}"])
         async with serving(settings) as (app, channel):
-            await app.parts.events.append("explore", "note", {})
+            await app.parts.events.append("explore", "thread-title-updated", {"title": "test"})
             await app.parts.hitl.allow_domain("explore", "127.0.0.2")
             credential = await app.parts.instance.credentials.create(
                 project_id="personal",

@@ -109,7 +109,7 @@ async def test_the_browser_tools_drive_the_sandboxed_browser(
     port = outside.rsplit(":", 1)[1]
     settings = make_docker_settings(browser="sandbox", web_fetch_allow_hosts=[f"127.0.0.1:{port}"])
     async with serving(settings) as (app, channel):
-        await app.parts.events.append("sbx", "note", {})
+        await app.parts.events.append("sbx", "thread-title-updated", {"title": "test"})
         tools = ToolClient(channel, "sbx")
         await tools.call("workspace_write_file", path="site/form.html", content=FORM)
         await tools.call("workspace_write_file", path="site/other.html", content=OTHER)

@@ -34,7 +34,7 @@ async def test_missing_credentials_and_placeholders_are_asked_for_and_applied(
     make_docker_settings: Callable[..., Settings], model: FakeMessagesAPI
 ) -> None:
     async with serving(make_docker_settings(**with_model(model))) as (app, channel):
-        await app.parts.events.append("s1", "note", {})
+        await app.parts.events.append("s1", "thread-title-updated", {"title": "test"})
         nodes = [
             node(
                 "Notify",
@@ -64,7 +64,10 @@ async def test_missing_credentials_and_placeholders_are_asked_for_and_applied(
         [notify] = first["setupRequests"]  # one node per card
         assert notify["nodeName"] == "Notify" and notify["credentialTypes"] == ["slackApi"]
         assert notify["parameters"] == [{"path": "channelId", "hint": "the alerts channel"}]
-        assert notify["existingCredentials"] == {"slackApi": [{"id": slack, "name": "Team Slack"}]}
+        assert notify["credentialType"] == "slackApi"
+        assert notify["existingCredentials"] == [{"id": slack, "name": "Team Slack"}]
+        assert notify["node"]["name"] == "Notify" and notify["isTrigger"] is False
+        assert notify["parameterIssues"] == {"channelId": ["the alerts channel"]}
         await chat.confirm(
             "s1",
             first["requestId"],

@@ -65,7 +65,9 @@ async def saved_workflow(
     connections: dict[str, Any] | None = None,
 ) -> str:
     """A saved build, straight into the store (no sandbox: these tools work on the store)."""
-    await app.parts.events.append(thread, "note", {})  # the thread exists
+    await app.parts.events.append(
+        thread, "thread-title-updated", {"title": "test"}
+    )  # the thread exists
     saved = await app.parts.instance.workflows.save_from_source(
         thread_id=thread,
         file_path=f"src/{name if workflow_id is None else 'same'}.workflow.ts",

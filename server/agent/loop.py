@@ -27,12 +27,13 @@ from server.agent.provider import (
     StreamCallbacks,
 )
 from server.agent.run_state import FollowUp, Outcome, RunScope, RunState, Suspension
+from server.agent.titles import thread_title
 from server.core.caller import LOCAL, Caller
 from server.core.ids import new_id
 from server.errors import FailedPreconditionError, NotFoundError
 from server.runtime.background import BackgroundTasks, TaskHandle
 from server.runtime.conversation import Conversation, estimate_tokens, repair
-from server.runtime.events import EventLog
+from server.runtime.events import ORCHESTRATOR, EventLog
 from server.runtime.hitl import DENIED_BY_TIMEOUT, Confirmation, Hitl, parse_resume
 from server.runtime.plans import Plans
 from server.runtime.threads import RunInfo, Threads
@@ -52,7 +53,6 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-ORCHESTRATOR = "orchestrator"
 ORCHESTRATION_GROUP = "orchestration"
 NO_MODEL = (
     "no model is configured: set INSTANCE_AI_MODEL (e.g. claude-sonnet-4-5) and "
@@ -165,17 +165,21 @@ class Agent(Orchestration):
     ) -> str:
         group = new_id("mg")
         threads = self.services.threads
+        conversation = self.services.conversation
+        first = kind == "chat" and await conversation.is_empty(thread_id)
         run_id = await threads.start_run(
             thread_id, message_id=message_id, kind=kind, message_group_id=group, caller=caller
         )
         try:
             content = [{"type": "text", "text": self._with_running_tasks(thread_id, text)}]
-            await self.services.conversation.append(
-                thread_id, run_id, [{"role": "user", "content": content}]
-            )
+            await conversation.append(thread_id, run_id, [{"role": "user", "content": content}])
         except BaseException:
             await threads.finish_run(thread_id, run_id, status="error", reason="store_failed")
             raise
+        if first:
+            await self.services.events.append(
+                thread_id, "thread-title-updated", {"title": thread_title(text)}, run_id=run_id
+            )
         scope = RunScope(
             thread_id=thread_id,
             run_id=run_id,
@@ -366,17 +370,23 @@ class Agent(Orchestration):
         return [
             {"name": spec.name, "description": spec.description, "input_schema": schema}
             for spec, schema in self.registry.listed()
-            if self._offers(scope, spec)
+            if self._offered(spec, background=scope.background)
         ]
 
-    def _offers(self, scope: RunScope, spec: ToolSpec[Any]) -> bool:
-        """Whether the model of this run is offered the tool (registered, expressible, and not
-        an orchestration tool for a background agent)."""
+    def _offered(self, spec: ToolSpec[Any], *, background: bool) -> bool:
+        """Whether a run's model is offered the tool (registered, expressible, and not an
+        orchestration tool for a background agent)."""
         return (
             self.registry.registered(spec)
             and spec.name in self.registry.provider_schemas
-            and not (scope.background and spec.group == ORCHESTRATION_GROUP)
+            and not (background and spec.group == ORCHESTRATION_GROUP)
         )
+
+    def _background_tools(self) -> list[str]:
+        """The tool names a background agent receives (its agent-spawned event says them)."""
+        return [
+            spec.name for spec, _ in self.registry.listed() if self._offered(spec, background=True)
+        ]
 
     async def _model_turn(self, scope: RunScope, messages: list[dict[str, Any]]) -> ModelTurn:
         """One assistant turn, streamed live; a stream that dies is retried from scratch
@@ -534,7 +544,7 @@ class Agent(Orchestration):
     ) -> tuple[ToolSpec[Any], Any] | dict[str, Any]:
         """The tool and its validated arguments, or a correctable error for the model."""
         spec = self._spec(call["name"])
-        if spec is None or not self._offers(scope, spec):
+        if spec is None or not self._offered(spec, background=scope.background):
             error = f"Unknown tool {call['name']!r}; use one of your tools."
             return await self._refuse(site, call, announce, error)
         if call.get("malformed"):
@@ -712,6 +722,7 @@ class Agent(Orchestration):
             role=role,
             body=self._background_body(role, briefing, caller),
             run_id=run_id,
+            tools=self._background_tools(),
             title=briefing[:80],
             key=key,
         )
@@ -807,6 +818,7 @@ class Agent(Orchestration):
                 role=task["kind"],
                 body=self._background_body(task["kind"], task["spec"], caller),
                 run_id=run_id,
+                tools=self._background_tools(),
                 title=task["title"],
                 key=f"planned:{task['id']}",
                 on_settled=self._planned_task_settled(task["id"], caller),

@@ -16,7 +16,7 @@ from typing import Literal
 import structlog
 
 from server.core.ids import new_id
-from server.runtime.events import EventLog
+from server.runtime.events import ORCHESTRATOR, EventLog
 from server.runtime.threads import BackgroundTaskInfo
 
 __all__ = ["BackgroundTasks", "CorrectionResult", "Settled", "Spawned", "TaskBody", "TaskHandle"]
@@ -54,6 +54,8 @@ class _Running:
     key: str | None
     started_at: datetime
     task: asyncio.Task[None] | None = None
+    # Its work is over and its completion is being recorded: too late to cancel.
+    settling: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +92,7 @@ class BackgroundTasks:
         role: str,
         body: TaskBody,
         run_id: str | None,
+        tools: list[str],
         title: str = "",
         key: str | None = None,
         on_settled: Settled | None = None,
@@ -113,7 +116,13 @@ class BackgroundTasks:
         await self.events.append(
             thread_id,
             "agent-spawned",
-            {"parentId": "orchestrator", "role": role, "taskId": handle.task_id, "title": title},
+            {
+                "parentId": ORCHESTRATOR,
+                "role": role,
+                "tools": tools,
+                "taskId": handle.task_id,
+                "title": title,
+            },
             run_id=run_id,
             agent_id=handle.agent_id,
         )
@@ -131,17 +140,22 @@ class BackgroundTasks:
         except Exception as exc:
             log.warning("background task failed", task_id=handle.task_id, error=str(exc))
             error = str(exc) or type(exc).__name__
-        self._forget(handle)
+        running.settling = True
         payload = {"role": running.role, "result": result or "", "status": "completed"}
         if error is not None:
-            payload |= {"error": error, "status": "failed"}
-        await self.events.append(
-            handle.thread_id,
-            "agent-completed",
-            payload,
-            run_id=handle.run_id,
-            agent_id=handle.agent_id,
-        )
+            payload |= {"error": error, "status": "error"}
+        try:
+            await self.events.append(
+                handle.thread_id,
+                "agent-completed",
+                payload,
+                run_id=handle.run_id,
+                agent_id=handle.agent_id,
+            )
+        finally:
+            # Only once its completion is recorded: a client that sees the task gone from the
+            # thread's status finds the agent-completed event in the stream.
+            self._forget(handle)
         if on_settled is not None:
             try:
                 await on_settled(handle, result, error)
@@ -162,7 +176,7 @@ class BackgroundTasks:
     async def cancel(self, thread_id: str, task_id: str, *, quietly: bool = False) -> bool:
         """Stop a task; `quietly`: without an event (its thread is being deleted)."""
         running = self._threads.get(thread_id, {}).get(task_id)
-        if running is None:
+        if running is None or (running.settling and not quietly):
             return False
         self._forget(running.handle)
         if running.task is not None:

@@ -47,6 +47,13 @@ class Conversation:
                 ],
             )
 
+    async def is_empty(self, thread_id: str) -> bool:
+        async with self.db.session() as session:
+            found = await session.execute(
+                select(MessageRow.seq).where(MessageRow.thread_id == thread_id).limit(1)
+            )
+            return found.first() is None
+
     async def load(self, thread_id: str) -> list[Message]:
         async with self.db.session() as session:
             rows = await session.execute(

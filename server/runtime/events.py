@@ -49,9 +49,13 @@ from server.store.database import storage_failure
 from server.store.models import EventRow
 from server.store.threads import bump_event_counters, ensure_threads, get_thread
 
-__all__ = ["Event", "EventLog"]
+__all__ = ["ORCHESTRATOR", "Event", "EventLog"]
 
 log = structlog.get_logger(__name__)
+
+# The agent an event belongs to unless a background agent emits it: n8n's event contract
+# gives every event an agent, the run's own events (run-start, run-finish) included.
+ORCHESTRATOR = "orchestrator"
 
 # Why a subscription ended, given the cursor the subscriber had reached.
 EndReason = Callable[[int], InstanceAIError]
@@ -328,7 +332,8 @@ class EventLog:
             cursor = page[-1].id or cursor
 
     async def unfinished_tool_calls(self, thread_id: str, run_id: str) -> list[str]:
-        """Tool calls of a run with a `tool-call` but no `tool-result` / `tool-error`."""
+        """Tool calls of a run with a `tool-call` but no `tool-result`, `tool-error` or
+        `tool-interrupted`."""
         column = EVENTS.c
         async with self.db.engine.connect() as conn:
             rows = await conn.execute(
@@ -336,7 +341,7 @@ class EventLog:
                 .where(
                     column.thread_id == thread_id,
                     column.run_id == run_id,
-                    column.type.in_(("tool-call", "tool-result", "tool-error")),
+                    column.type.in_(CALL_EVENTS),
                 )
                 .order_by(column.id)
             )
@@ -472,7 +477,7 @@ def _new_event(
         payload=payload,
         ts=datetime.now(UTC),
         run_id=run_id,
-        agent_id=agent_id,
+        agent_id=agent_id or ORCHESTRATOR,
     )
 
 
@@ -497,5 +502,5 @@ def _from_row(row: Row[Any]) -> Event:
         ts=ts,
         id=row.id,
         run_id=row.run_id,
-        agent_id=row.agent_id,
+        agent_id=row.agent_id or ORCHESTRATOR,
     )

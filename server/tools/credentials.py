@@ -161,7 +161,8 @@ async def setup_credentials(ctx: ToolContext[CredentialTools], args: SetupInput)
                         "existingCredentials": [{"id": c.id, "name": c.name} for c in existing],
                     }
                 ],
-                "credentialFlow": {"stage": "select"},
+                # n8n's card flow for generic HTTP auth, whose type alone says little.
+                **({"credentialFlow": {"stage": "generic"}} if kind in GENERIC_TYPES else {}),
             }
         )
     chosen = (ctx.resume.get("credentials") or {}).get(kind)

@@ -97,7 +97,8 @@ async def create_tasks(
                 "inputType": "plan-review",
                 "severity": "info",
                 "message": f"Review the plan: {args.planning_context.summary}",
-                "tasks": plan.checklist,
+                "tasks": {"tasks": plan.checklist},
+                "planItems": tasks,
             }
         )
     answer = ctx.resume

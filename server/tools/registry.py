@@ -217,10 +217,11 @@ class ToolRegistry:
             await self.announce(site, name, raw)
         await self.record_error(site, error)
 
-    async def record_error(self, site: CallSite, error: str) -> None:
+    async def record_error(self, site: CallSite, error: str, *, kind: str = "tool-error") -> None:
+        """`kind`: tool-error, or tool-interrupted for a call cut off (a cancel)."""
         await self._require(self._events).append(
             site.thread_id,
-            "tool-error",
+            kind,
             {"toolCallId": site.call_id, "error": error},
             **site.where,
         )
@@ -264,7 +265,7 @@ class ToolRegistry:
         except asyncio.CancelledError:
             # The caller went away: the log still says how the call ended, before whoever
             # cancelled goes on (e.g. to delete the thread).
-            ended = _background(self.record_error(site, "cancelled"))
+            ended = _background(self.record_error(site, "cancelled", kind="tool-interrupted"))
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.shield(ended)
             raise

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from server.catalog import CatalogService
+from server.catalog import Catalog, CatalogService
 from server.errors import UnavailableError
 from server.instance import Credentials, Features, Workflows
 from server.instance.types import VersionInfo, Workflow
@@ -439,19 +439,7 @@ async def setup_workflow(ctx: ToolContext[WorkflowTools], args: WorkflowIdInput)
                 "message": f"Set up {node.node_name} ({len(pending)} node(s) left in "
                 f"{current.name})",
                 "workflowId": current.id,
-                "setupRequests": [
-                    node.as_json()
-                    | {
-                        "existingCredentials": {
-                            kind: [
-                                {"id": c.id, "name": c.name}
-                                for c in visible.values()
-                                if c.type == kind
-                            ]
-                            for kind in node.credential_types
-                        }
-                    }
-                ],
+                "setupRequests": _setup_requests(node, current.as_json(), catalog, visible),
             }
         )
     skipped = [n for n, o in outcomes.items() if o == "skipped"] + [p.node_name for p in pending]
@@ -462,6 +450,56 @@ async def setup_workflow(ctx: ToolContext[WorkflowTools], args: WorkflowIdInput)
             {"nodeName": n, "error": o} for n, o in outcomes.items() if o not in (None, "skipped")
         ],
     )
+
+
+def _setup_requests(
+    node: NodeSetup, workflow: dict[str, Any], catalog: Catalog, visible: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """One node's card entries in n8n's shape (`workflowSetupNodeSchema`): one per credential
+    type it needs (or one for its parameters alone), each with the node itself; every entry
+    also carries this service's own description of the node (`NodeSetup.as_json`), which the
+    answered card is read back with."""
+    found = next(n for n in workflow.get("nodes") or [] if n.get("name") == node.node_name)
+    shown = {
+        "name": node.node_name,
+        "type": node.node_type,
+        "typeVersion": found.get("typeVersion", 1),
+        "parameters": found.get("parameters") or {},
+        "position": list(found.get("position") or [0, 0])[:2],
+        "id": str(found.get("id") or node.node_name),
+    }
+    bound = {
+        kind: {"id": ref["id"], "name": ref["name"]}
+        for kind, ref in (found.get("credentials") or {}).items()
+        if isinstance(ref, dict)
+        and isinstance(ref.get("id"), str)
+        and isinstance(ref.get("name"), str)
+    }
+    if bound:
+        shown["credentials"] = bound
+    common = node.as_json() | {
+        "node": shown,
+        "isTrigger": catalog.is_trigger(node.node_type),
+        "needsAction": True,
+        **(
+            {"parameterIssues": {p: [h or "a value is needed"] for p, h in node.parameters.items()}}
+            if node.parameters
+            else {}
+        ),
+    }
+    if not node.credential_types:
+        return [common | {"credentialNeedsAction": False}]
+    return [
+        common
+        | {
+            "credentialType": kind,
+            "credentialNeedsAction": True,
+            "existingCredentials": [
+                {"id": c.id, "name": c.name} for c in visible.values() if c.type == kind
+            ],
+        }
+        for kind in node.credential_types
+    ]
 
 
 def _ref(credential: Any) -> dict[str, str]:

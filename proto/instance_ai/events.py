@@ -1,0 +1,27 @@
+"""A streamed `Event` in the shape of n8n's event contract (`instanceAiEventSchema` of
+`@n8n/api-types`): `{type, runId, agentId, ts, payload}` with `ts` in milliseconds since the
+epoch, plus the service's own `id` (durable events) and `threadId`, which the contract's
+objects let through. (Written by hand; the generated modules are in `v1/`.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from instance_ai.structs import from_struct
+from instance_ai.v1 import events_pb2
+
+__all__ = ["n8n_event"]
+
+
+def n8n_event(event: events_pb2.Event) -> dict[str, Any]:
+    shaped: dict[str, Any] = {
+        "type": event.type,
+        "runId": event.run_id,
+        "agentId": event.agent_id,
+        "ts": event.ts.ToMilliseconds(),
+        "payload": from_struct(event.payload),
+        "threadId": event.thread_id,
+    }
+    if event.HasField("id"):
+        shaped["id"] = event.id
+    return shaped
