@@ -308,6 +308,7 @@ class Parts:
                 builder=self.builder,
                 catalog=self.catalog,
                 hitl=self.hitl,
+                events=self.events,
             ),
             executions.ExecutionTools(
                 workflows=instance.workflows,

@@ -10,7 +10,7 @@ from instance_ai.structs import to_struct
 from instance_ai.v1 import credentials_pb2, credentials_pb2_grpc
 from server.instance.types import WorkflowContent
 from server.settings import Settings
-from tests.agent_fixtures import Chat, last_tool_results, model, with_model
+from tests.agent_fixtures import Chat, last_tool_results, model, of_type, with_model
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, text, tool
 
@@ -61,6 +61,32 @@ async def test_missing_credentials_and_placeholders_are_asked_for_and_applied(
         chat = Chat(channel)
         run_id = await chat.send("s1", "set it up")
         first = await chat.card("s1")
+        listed = of_type(await chat.events("s1"), "setup-items")
+        assert listed == [
+            {
+                "workflowId": saved.id,
+                "items": [
+                    {
+                        "id": "credential:slackApi",
+                        "kind": "credential",
+                        "credentialType": "slackApi",
+                        "nodeBindings": [{"nodeName": "Notify"}],
+                    },
+                    {
+                        "id": "parameters:Notify",
+                        "kind": "parameters",
+                        "nodeName": "Notify",
+                        "parameterNames": ["channelId"],
+                    },
+                    {
+                        "id": "parameters:Digest",
+                        "kind": "parameters",
+                        "nodeName": "Digest",
+                        "parameterNames": ["text"],
+                    },
+                ],
+            }
+        ]
         [notify] = first["setupRequests"]  # one node per card
         assert notify["nodeName"] == "Notify" and notify["credentialTypes"] == ["slackApi"]
         assert notify["parameters"] == [{"path": "channelId", "hint": "the alerts channel"}]

@@ -16,6 +16,7 @@ from server.instance import Credentials, Features, Workflows
 from server.instance.types import VersionInfo, Workflow
 from server.pipeline.build import WorkflowBuilder
 from server.pipeline.setup import NodeSetup, needed
+from server.runtime.events import EventLog
 from server.runtime.hitl import Hitl
 from server.tools.scope import visible_workflow
 from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec
@@ -35,6 +36,8 @@ class WorkflowTools:
     builder: WorkflowBuilder
     catalog: CatalogService
     hitl: Hitl
+    # For setup-workflow's list of what a workflow still needs (n8n's `setup-items`).
+    events: EventLog
 
 
 class ListWorkflowsInput(ToolModel):
@@ -431,6 +434,14 @@ async def setup_workflow(ctx: ToolContext[WorkflowTools], args: WorkflowIdInput)
         p for p in needed(current.as_json(), catalog, set(visible)) if p.node_name not in outcomes
     ]
     if pending and not stop:
+        if not history:  # the first card: say everything the workflow still needs
+            await ctx.services.events.append(
+                ctx.thread_id,
+                "setup-items",
+                {"workflowId": current.id, "items": _setup_items(pending)},
+                run_id=ctx.run_id,
+                agent_id=ctx.agent_id,
+            )
         node = pending[0]
         raise Suspend(
             {
@@ -450,6 +461,35 @@ async def setup_workflow(ctx: ToolContext[WorkflowTools], args: WorkflowIdInput)
             {"nodeName": n, "error": o} for n, o in outcomes.items() if o not in (None, "skipped")
         ],
     )
+
+
+def _setup_items(pending: list[NodeSetup]) -> list[dict[str, Any]]:
+    """n8n's `setup-items`: one per credential type (with the nodes that need it), then one
+    per node with parameters left to fill."""
+    by_type: dict[str, list[str]] = {}
+    for node in pending:
+        for kind in node.credential_types:
+            by_type.setdefault(kind, []).append(node.node_name)
+    credentials = [
+        {
+            "id": f"credential:{kind}",
+            "kind": "credential",
+            "credentialType": kind,
+            "nodeBindings": [{"nodeName": name} for name in names],
+        }
+        for kind, names in by_type.items()
+    ]
+    parameters = [
+        {
+            "id": f"parameters:{node.node_name}",
+            "kind": "parameters",
+            "nodeName": node.node_name,
+            "parameterNames": list(node.parameters),
+        }
+        for node in pending
+        if node.parameters
+    ]
+    return credentials + parameters
 
 
 def _setup_requests(
