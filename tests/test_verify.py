@@ -163,6 +163,9 @@ async def test_the_same_failure_twice_blocks_and_budgets_hold(client: Client) ->
     item = await client.call("get-work-item", workItemId=built.work_item_id)
     assert item["status"] == "blocked"
     assert [a["action"] for a in item["attempts"]] == ["build", "rebuild", "build", "rebuild"]
+    # camelCase, as everything a client sees.
+    assert all("createdAt" in a and "created_at" not in a for a in item["attempts"])
+    assert item["attempts"][-1]["failureSignature"] == "Total:wrong product"
 
     fresh = await build(client, "switch.workflow.ts")
     for _ in range(5):

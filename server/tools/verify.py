@@ -218,6 +218,20 @@ class WorkItemInput(ToolModel):
     work_item_id: str = Field(alias="workItemId", min_length=1)
 
 
+class AttemptModel(ToolModel):
+    """One attempt of the work item's loop, in the keys a client sees everywhere (camelCase)."""
+
+    phase: str
+    attempt: int
+    action: str
+    result: str
+    workflow_id: str | None = Field(None, alias="workflowId")
+    execution_id: str | None = Field(None, alias="executionId")
+    failure_signature: str | None = Field(None, alias="failureSignature")
+    diagnosis: str | None = None
+    created_at: str = Field(alias="createdAt")
+
+
 class WorkItemOutput(ToolModel):
     work_item_id: str = Field(alias="workItemId")
     workflow_id: str | None = Field(None, alias="workflowId")
@@ -225,7 +239,7 @@ class WorkItemOutput(ToolModel):
     phase: str
     status: str
     budgets: dict[str, int]
-    attempts: list[dict[str, Any]]
+    attempts: list[AttemptModel]
     outcome: dict[str, Any]
     obligation: dict[str, Any]
 
@@ -272,7 +286,7 @@ async def get_work_item(ctx: ToolContext[VerifyTools], args: WorkItemInput) -> W
             "verifyAttempts": state.verify_attempts,
             "maxVerifyAttempts": MAX_VERIFY_ATTEMPTS,
         },
-        attempts=[dict(a) for a in item.state.get("attempts", [])],
+        attempts=[AttemptModel.model_validate(a) for a in item.state.get("attempts", [])],
         outcome=item.outcome,
         obligation=obligation(state, item.outcome),
     )
