@@ -14,6 +14,7 @@ from google.protobuf import descriptor_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from instance_ai.structs import from_struct, to_struct
 from instance_ai.v1 import (
     agent_pb2,
     agent_pb2_grpc,
@@ -125,3 +126,12 @@ async def test_an_unexpected_error_is_internal_with_a_reference_and_no_details(
     details = error.value.details() or ""
     assert "reference err_" in details
     assert "secret-internal-detail" not in details
+
+
+def test_whole_numbers_cross_the_contract_as_whole_numbers() -> None:
+    value = {"n": 3, "x": 2.5, "nested": [1, {"m": 40}], "huge": 2**60, "flag": True}
+    back = from_struct(to_struct(value))
+    assert back == value
+    assert [type(back[k]) for k in ("n", "x", "flag")] == [int, float, bool]
+    assert type(back["nested"][1]["m"]) is int
+    assert type(back["huge"]) is float  # past 2**53 a double cannot say it exactly

@@ -16,5 +16,21 @@ def to_struct(value: dict[str, Any]) -> struct_pb2.Struct:
     return struct
 
 
+# A Struct number is a double, so 3 and 3.0 arrive alike: whole numbers are given back as
+# whole numbers (360, not 360.0), as far as a double holds them exactly.
+_EXACT = 2**53
+
+
 def from_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
-    return json_format.MessageToDict(struct)
+    found: dict[str, Any] = _whole(json_format.MessageToDict(struct))
+    return found
+
+
+def _whole(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer() and abs(value) <= _EXACT:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _whole(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_whole(item) for item in value]
+    return value
