@@ -162,23 +162,17 @@ class Parts:
             raise
         catalog = CatalogService(sandboxes.catalog_dir)
         n8n = n8n_client(settings)
-        n8n_features = N8nFeatures(n8n) if n8n is not None else None
-        n8n_probe = (
-            InstanceProbe(
-                n8n.base_url,
-                interval_s=settings.n8n_probe_seconds,
-                refresh=n8n_features.refresh if n8n_features is not None else None,
+        n8n_probe: InstanceProbe | None = None
+        if n8n is None:
+            instance = embedded_instance(settings, db)
+        else:
+            # The probe watches n8n for health and refreshes what its licence allows.
+            features = N8nFeatures(n8n)
+            n8n_probe = InstanceProbe(
+                n8n.base_url, interval_s=settings.n8n_probe_seconds, refresh=features.refresh
             )
-            if n8n is not None
-            else None
-        )
-        if n8n_probe is not None:
             await n8n_probe.start()
-        instance = (
-            n8n_instance(settings, db, n8n, n8n_features)
-            if n8n is not None and n8n_features is not None
-            else embedded_instance(settings, db)
-        )
+            instance = n8n_instance(settings, db, n8n, features)
         builder = WorkflowBuilder(
             sandboxes=sandboxes.for_thread,
             catalog=catalog,
