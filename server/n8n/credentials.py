@@ -74,7 +74,10 @@ class N8nCredentials:
         if not _TYPE_NAME.fullmatch(type_name):
             return None
         try:
-            found = await self.client.get(f"/credentials/schema/{type_name}")
+            # An unknown name (a search's word) is an answer, not news: not logged.
+            found = await self.client.request(
+                "GET", f"/credentials/schema/{type_name}", expected=(400, 404)
+            )
         except (NotFoundError, InvalidArgumentError):
             return None
         if not isinstance(found, dict):

@@ -69,4 +69,7 @@ class InstanceProbe:
             for listener in self._listeners:
                 await listener(up)
         if up and self._refresh is not None:
-            await self._refresh()
+            try:
+                await self._refresh()
+            except Exception:  # the watch must go on: health depends on it
+                log.exception("n8n refresh failed", url=self.base_url)
