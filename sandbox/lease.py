@@ -20,6 +20,7 @@ from sandbox import identity
 from sandbox.engine import (
     Attached,
     ContainerEngine,
+    ContainerGoneError,
     ContainerInfo,
     ContainerSpec,
     SandboxLimits,
@@ -112,16 +113,21 @@ def _create(engine: ContainerEngine, image: str, owner: str, holder: str) -> Con
     name = identity.lease_name(owner)
     claim = uuid.uuid4().hex
     labels = {identity.LABEL_LEASE: owner, LABEL_HOLDER: holder, LABEL_CLAIM: claim}
-    container = engine.create(
-        ContainerSpec(
-            name=name,
-            image=image,
-            labels=labels,
-            limits=LEASE_LIMITS,
-            command=["cat"],
-            stdin_open=True,
-            auto_remove=True,
+    try:
+        container = engine.create(
+            ContainerSpec(
+                name=name,
+                image=image,
+                labels=labels,
+                limits=LEASE_LIMITS,
+                command=["cat"],
+                stdin_open=True,
+                auto_remove=True,
+            )
         )
-    )
+    except ContainerGoneError:
+        # The name was taken by a holder's container that went away while we looked at it
+        # (it removes itself when its holder dies): the name is free again, try once more.
+        return None
     # `create` answers the existing container when the name is taken: ours has our claim.
     return container if container.labels.get(LABEL_CLAIM) == claim else None
