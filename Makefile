@@ -7,7 +7,7 @@ INSTALLED := $(VENV)/.installed
 # The sandbox image's build cache (npm tree, catalogs), shared by the tests.
 SANDBOX_CACHE := .cache/sandbox
 
-.PHONY: run test setup system n8n contract sandbox-image lint typecheck proto proto-check bench clean
+.PHONY: run test setup system n8n contract client client-test sandbox-image lint typecheck proto proto-check bench clean
 
 ## run: set up, then serve on the embedded defaults (127.0.0.1:50051, SQLite, Docker sandboxes),
 ## building the bundled example workflow through the API once serving and printing the result
@@ -15,7 +15,7 @@ run: setup
 	$(BIN)/instance-ai serve --build-example examples/order-intake.workflow.ts
 
 ## test: set up everything the tests need, then lint, type-check and run the suite
-test: setup n8n contract lint typecheck
+test: setup n8n contract client lint typecheck
 	$(BIN)/pytest
 
 setup: system $(INSTALLED) sandbox-image
@@ -41,6 +41,19 @@ $(CONTRACT_DEPS): tests/contract/package-lock.json
 	cd tests/contract && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
 	touch $@
 
+## client: the TypeScript client's npm dependencies (clients/typescript: its generator,
+## compiler and runtime), which `make proto` and the client's tests need
+CLIENT_DEPS := clients/typescript/node_modules/.package-lock.json
+client: $(CLIENT_DEPS)
+
+$(CLIENT_DEPS): clients/typescript/package-lock.json
+	cd clients/typescript && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+
+## client-test: the TypeScript client's Node tests against a real server (also in `make test`)
+client-test: setup client
+	$(BIN)/pytest tests/test_typescript_client.py
+
 $(INSTALLED): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11 or newer is needed")'
 	$(PYTHON) -m venv $(VENV)
@@ -55,11 +68,11 @@ lint: $(INSTALLED)
 typecheck: $(INSTALLED)
 	$(BIN)/mypy
 
-## proto: regenerate the Python code of the gRPC contract (commit the result)
-proto: $(INSTALLED)
+## proto: regenerate the Python and TypeScript code of the gRPC contract (commit the result)
+proto: $(INSTALLED) client
 	$(BIN)/python proto/generate.py
 
-proto-check: $(INSTALLED)
+proto-check: $(INSTALLED) client
 	$(BIN)/python proto/generate.py --check
 
 ## bench: benchmarks, each printed beside a baseline measured in the same run
@@ -75,4 +88,4 @@ bench: setup n8n
 	$(BIN)/python -m bench.instance
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache clients/typescript/dist

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from bench.server import bench_server, time_in_sandbox
-from instance_ai.structs import to_struct
+from instance_ai.json_text import to_json
 from instance_ai.v1 import pipeline_pb2, pipeline_pb2_grpc, tools_pb2, tools_pb2_grpc
 from server.app import Application
 
@@ -48,7 +48,7 @@ async def prepare(tools: tools_pb2_grpc.ToolsStub, thread: str) -> None:
         tools_pb2.CallToolRequest(
             thread_id=thread,
             tool_name="workspace_write_file",
-            arguments=to_struct({"path": FILE, "content": SOURCE.read_text()}),
+            arguments_json=to_json({"path": FILE, "content": SOURCE.read_text()}),
         )
     )
 

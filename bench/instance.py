@@ -27,7 +27,7 @@ import httpx
 
 from bench.build import FILE, build, prepare
 from bench.server import bench_server
-from instance_ai.structs import to_struct
+from instance_ai.json_text import to_json
 from instance_ai.v1 import pipeline_pb2, pipeline_pb2_grpc, tools_pb2, tools_pb2_grpc
 from instance_ai_cli import n8n_local
 
@@ -55,7 +55,7 @@ async def measure(channel: grpc.aio.Channel, rounds: int) -> dict[str, Any]:
     async def call(name: str, **arguments: Any) -> None:
         await tools.CallTool(
             tools_pb2.CallToolRequest(
-                thread_id="bench-0", tool_name=name, arguments=to_struct(arguments)
+                thread_id="bench-0", tool_name=name, arguments_json=to_json(arguments)
             )
         )
 

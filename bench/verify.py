@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from bench.server import bench_server, time_in_sandbox
-from instance_ai.structs import from_struct, to_struct
+from instance_ai.json_text import from_json, to_json
 from instance_ai.v1 import pipeline_pb2, pipeline_pb2_grpc, tools_pb2, tools_pb2_grpc
 from server.app import Application
 
@@ -35,7 +35,7 @@ async def verify(stub: pipeline_pb2_grpc.PipelineStub, workflow_id: str) -> floa
         pipeline_pb2.VerifyWorkflowRequest(thread_id=VERIFY_THREAD, workflow_id=workflow_id)
     )
     elapsed = (time.perf_counter() - started) * 1000
-    result = from_struct(response.result)
+    result = from_json(response.result_json)
     if not result["success"]:
         raise SystemExit(f"the benchmark verification failed: {result}")
     return elapsed
@@ -59,7 +59,7 @@ async def main(rounds: int) -> None:
             tools_pb2.CallToolRequest(
                 thread_id=BUILD_THREAD,
                 tool_name="workspace_write_file",
-                arguments=to_struct({"path": FILE, "content": SOURCE.read_text()}),
+                arguments_json=to_json({"path": FILE, "content": SOURCE.read_text()}),
             )
         )
         built = await pipeline.BuildWorkflow(

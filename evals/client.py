@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import grpc
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from evals.errors import NoModelError, TransportError
+from instance_ai.json_text import from_json, to_json
 from instance_ai.v1 import (
     agent_pb2,
     agent_pb2_grpc,
@@ -26,7 +27,7 @@ from instance_ai.v1 import (
 )
 from instance_ai_cli.client import ClientConfig
 
-__all__ = ["DEFAULT_ANSWER", "Conversation", "EvalClient", "cooperative_answer", "plain", "struct"]
+__all__ = ["DEFAULT_ANSWER", "Conversation", "EvalClient", "cooperative_answer"]
 
 T = TypeVar("T")
 
@@ -41,16 +42,6 @@ class Conversation:
     built_workflow_ids: list[str] = field(default_factory=list)
     run_statuses: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-
-
-def struct(value: dict[str, Any]) -> struct_pb2.Struct:
-    message = struct_pb2.Struct()
-    json_format.ParseDict(value, message)
-    return message
-
-
-def plain(message: struct_pb2.Struct) -> dict[str, Any]:
-    return json_format.MessageToDict(message)
 
 
 class EvalClient:
@@ -78,12 +69,12 @@ class EvalClient:
         reply = await _rpc(
             lambda: self._tools.CallTool(
                 tools_pb2.CallToolRequest(
-                    thread_id=thread, tool_name=name, arguments=struct(arguments)
+                    thread_id=thread, tool_name=name, arguments_json=to_json(arguments)
                 ),
                 metadata=self.config.metadata(),
             )
         )
-        return plain(reply.result)
+        return from_json(reply.result_json)
 
     async def write_file(self, thread: str, path: str, content: str) -> None:
         # Through the tool: a tool call starts the thread when it is new.
@@ -111,16 +102,16 @@ class EvalClient:
             thread_id=thread,
             workflow_id=workflow_id,
             trigger_node_name=trigger or "",
-            fixture_overrides=struct(fixtures),
+            fixture_overrides_json=to_json(fixtures),
         )
         if input_data is not None:
-            # A Struct is an object; anything else travels as {"value": ...} like the tool's.
+            # The field holds an object; anything else travels as {"value": ...} like the tool's.
             data = input_data if isinstance(input_data, dict) else {"value": input_data}
-            request.input_data.CopyFrom(struct(data))
+            request.input_data_json = to_json(data)
         reply = await _rpc(
             lambda: self._pipeline.VerifyWorkflow(request, metadata=self.config.metadata())
         )
-        return plain(reply.result)
+        return from_json(reply.result_json)
 
     async def node_output(
         self, thread: str, execution_ids: list[str], node: str
@@ -156,7 +147,7 @@ class EvalClient:
         build_calls: set[str] = set()
         await self._send(thread, pending.pop(0))
         async for event in self._events(thread):
-            payload = plain(event.payload)
+            payload = from_json(event.payload_json)
             if event.type == "tool-call" and payload.get("toolName") == "build-workflow":
                 build_calls.add(str(payload.get("toolCallId")))
             elif event.type == "tool-result" and payload.get("toolCallId") in build_calls:
@@ -221,7 +212,7 @@ class EvalClient:
         await _rpc(
             lambda: self._agent.Confirm(
                 agent_pb2.ConfirmRequest(
-                    thread_id=thread, request_id=str(card["requestId"]), resume=struct(resume)
+                    thread_id=thread, request_id=str(card["requestId"]), resume_json=to_json(resume)
                 ),
                 metadata=self.config.metadata(),
             )

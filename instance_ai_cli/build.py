@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from google.protobuf import json_format
 
-from instance_ai.structs import from_struct, to_struct
+from instance_ai.json_text import from_json, to_json
 from instance_ai.v1 import (
     pipeline_pb2,
     pipeline_pb2_grpc,
@@ -161,7 +161,7 @@ async def upload_and_build(
             tools_pb2.CallToolRequest(
                 thread_id=thread,
                 tool_name="workspace_write_file",
-                arguments=to_struct({"path": path, "content": source}),
+                arguments_json=to_json({"path": path, "content": source}),
             ),
             metadata=client.metadata(),
         )
@@ -227,8 +227,8 @@ async def _call_tool(
     async with client.channel() as channel:
         response = await tools_pb2_grpc.ToolsStub(channel).CallTool(
             tools_pb2.CallToolRequest(
-                thread_id=thread, tool_name=tool, arguments=to_struct(arguments)
+                thread_id=thread, tool_name=tool, arguments_json=to_json(arguments)
             ),
             metadata=client.metadata(),
         )
-        return from_struct(response.result)
+        return from_json(response.result_json)

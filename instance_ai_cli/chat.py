@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import grpc
 import typer
 
-from instance_ai.structs import from_struct, to_struct
+from instance_ai.json_text import from_json, to_json
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc, tools_pb2, tools_pb2_grpc
 from instance_ai_cli.client import DEFAULT_SERVER, ClientConfig
 from instance_ai_cli.common import (
@@ -75,7 +75,7 @@ class _Chat:
             call = stub.StreamEvents(request, metadata=metadata)
             async for response in call:
                 event = response.event
-                payload = from_struct(event.payload)
+                payload = from_json(event.payload_json)
                 if self.as_json:
                     sys.stdout.write(json.dumps({"type": event.type, "payload": payload}) + "\n")
                     sys.stdout.flush()
@@ -141,7 +141,7 @@ class _Chat:
         resume = {"kind": "approval", "approved": True} if self.yes else await self._ask(card)
         await stub.Confirm(
             agent_pb2.ConfirmRequest(
-                thread_id=self.thread, request_id=card["requestId"], resume=to_struct(resume)
+                thread_id=self.thread, request_id=card["requestId"], resume_json=to_json(resume)
             ),
             metadata=self.client.metadata(),
         )
@@ -270,7 +270,7 @@ def list_tools(
             "name": t.name,
             "description": t.description,
             "group": t.group,
-            "inputSchema": from_struct(t.input_schema),
+            "inputSchema": from_json(t.input_schema_json),
         }
         | ({"hitlAction": t.hitl_action} if t.hitl_action else {})
         | {"registered": t.available}
@@ -315,14 +315,14 @@ def call_tool(
         async with client.channel() as channel:
             response: tools_pb2.CallToolResponse = await tools_pb2_grpc.ToolsStub(channel).CallTool(
                 tools_pb2.CallToolRequest(
-                    thread_id=thread, tool_name=name, arguments=to_struct(arguments)
+                    thread_id=thread, tool_name=name, arguments_json=to_json(arguments)
                 ),
                 metadata=client.metadata(),
             )
             return response
 
     response = run_client(call(), client)
-    result = from_struct(response.result)
+    result = from_json(response.result_json)
     if as_json:
         out.print_json(data={"result": result, "isError": response.is_error})
     else:

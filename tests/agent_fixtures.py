@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 import pytest
 
-from instance_ai.structs import from_struct, to_struct
+from instance_ai.json_text import from_json, to_json
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc, events_pb2, tools_pb2_grpc
 from server.settings import Settings
 from tests.fake_model import FakeMessagesAPI
@@ -74,7 +74,7 @@ class Chat:
     async def confirm(self, thread: str, request_id: str, **resume: Any) -> str:
         response = await self.agent.Confirm(
             agent_pb2.ConfirmRequest(
-                thread_id=thread, request_id=request_id, resume=to_struct(resume)
+                thread_id=thread, request_id=request_id, resume_json=to_json(resume)
             )
         )
         return str(response.run_id)
@@ -134,7 +134,7 @@ def _event(event: events_pb2.Event) -> Event:
         "type": event.type,
         "run_id": event.run_id,
         "agent_id": event.agent_id,
-        "payload": from_struct(event.payload),
+        "payload": from_json(event.payload_json),
     }
 
 

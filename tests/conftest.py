@@ -33,8 +33,12 @@ __all__ = [
 _database_numbers = itertools.count()
 
 
+# Events checked against n8n's contract, per test (reported at the end of the run).
+VALIDATED: dict[str, int] = {}
+
+
 @pytest.fixture(autouse=True)
-def events_keep_n8ns_contract() -> Iterator[None]:
+def events_keep_n8ns_contract(request: pytest.FixtureRequest) -> Iterator[None]:
     """Every event a test's conversations streamed (tests/agent_fixtures.Chat) passes n8n's
     event contract; the test fails with each refused event's type and the schema's words."""
     STREAMED.clear()
@@ -46,6 +50,19 @@ def events_keep_n8ns_contract() -> Iterator[None]:
         assert not refused, f"{len(refused)} of {seen} events break n8n's contract: " + "; ".join(
             f"{r['type']} {r['issues']} in {r['event']}" for r in refused[:5]
         )
+        VALIDATED[request.node.nodeid] = seen
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """How many events passed n8n's contract, in how many tests; the count per test is kept
+    in pytest's cache (`pytest --cache-show instance-ai/event-contract`)."""
+    if VALIDATED:
+        terminalreporter.write_line(
+            f"n8n's event contract (@n8n/api-types): {sum(VALIDATED.values())} events "
+            f"validated in {len(VALIDATED)} tests"
+        )
+        if config.cache is not None:
+            config.cache.set("instance-ai/event-contract", VALIDATED)
 
 
 @pytest.fixture(scope="session")

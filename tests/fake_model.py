@@ -88,6 +88,7 @@ class FakeMessagesAPI:
     async def start(self) -> str:
         app = web.Application()
         app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/_test/script", self._script_turns)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -99,6 +100,19 @@ class FakeMessagesAPI:
     async def close(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+
+    async def _script_turns(self, request: web.Request) -> web.Response:
+        """Test control for tests in other processes (not the Messages API): appends
+        `{"turns": [...]}`, each turn `{"text": ...}`, `{"tool": name, "args": {...}}` or
+        `{"fault": status}`; answers how many turns are left."""
+        for turn in (await request.json())["turns"]:
+            if "tool" in turn:
+                self.script(tool(turn["tool"], turn.get("args", {}), say=turn.get("text", "")))
+            elif "fault" in turn:
+                self.script(Turn(fault=turn["fault"]))
+            else:
+                self.script(text(turn["text"]))
+        return web.json_response({"remaining": self.remaining})
 
     # -- the endpoint ---------------------------------------------------------------------
 

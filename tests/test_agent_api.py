@@ -9,6 +9,7 @@ import grpc
 import pytest
 from sqlalchemy import text
 
+from instance_ai.json_text import from_json
 from instance_ai.metadata import RESUME_AFTER_KEY
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc
 from server.app import Application
@@ -38,7 +39,7 @@ async def test_stream_replays_after_the_cursor_with_the_full_envelope(
     event = responses[0].event
     assert event.type == "tool-call"
     assert (event.thread_id, event.run_id, event.agent_id) == ("t1", "run_a", "ag")
-    assert dict(event.payload) == {"n": 2.0, "name": "x"}
+    assert from_json(event.payload_json) == {"n": 2, "name": "x"}
     assert event.ts.seconds > 0
 
 
@@ -179,7 +180,7 @@ async def test_thread_status_cancel_and_delete(
 
     finish = (await read_all(agent, "t1"))[-1].event
     assert finish.type == "run-finish"
-    assert dict(finish.payload) == {"status": "cancelled", "reason": "user_cancelled"}
+    assert from_json(finish.payload_json) == {"status": "cancelled", "reason": "user_cancelled"}
 
     await agent.DeleteThread(agent_pb2.DeleteThreadRequest(thread_id="t1"))
     with pytest.raises(grpc.aio.AioRpcError) as gone:

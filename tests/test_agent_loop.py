@@ -12,7 +12,7 @@ import grpc
 import jsonschema
 import pytest
 
-from instance_ai.structs import from_struct, to_struct
+from instance_ai.json_text import from_json, to_json
 from instance_ai.v1 import agent_pb2, tools_pb2, tools_pb2_grpc
 from server.agent.titles import TITLE_MAX, thread_title
 from server.settings import Settings
@@ -65,7 +65,7 @@ async def test_every_tool_schema_passes_the_provider_rules(
             {
                 "name": t.name,
                 "description": t.description,
-                "input_schema": from_struct(t.input_schema),
+                "input_schema": from_json(t.input_schema_json),
             }
             for t in listed.tools
         ]
@@ -197,6 +197,32 @@ async def test_bad_tool_calls_become_correctable_errors_for_the_model(
     assert len(of_type(events, "tool-error")) == 3
     assert of_type(events, "tasks-update")[-1]["tasks"]["tasks"][0]["description"] == "Write it"
     assert of_type(events, "run-finish") == [{"status": "completed"}]
+
+
+async def test_json_numbers_reach_the_stream_as_the_model_sent_them(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    """A tool call's arguments cross the store and the API as JSON text: a whole number stays
+    whole, a float stays a float, and an integer past 2^53 is not rounded (live and replayed)."""
+    numbers = {"huge": 2**53 + 1, "whole": 3, "real": 3.0, "negative": -(2**60)}
+    model.script(
+        Turn(blocks=[use("update-tasks", {"tasks": [], "numbers": numbers}, "toolu_numbers")]),
+        text("done"),
+    )
+    async with serving(model_settings()) as (_app, channel):
+        chat = Chat(channel)
+        events = await chat.finished("t1", await chat.send("t1", "count"))
+        replayed = [
+            from_json(r.event.payload_json)
+            async for r in chat.agent.StreamEvents(agent_pb2.StreamEventsRequest(thread_id="t1"))
+            if r.event.type == "tool-call"
+        ]
+    for args in (
+        of_type(events, "tool-call")[0]["args"]["numbers"],
+        replayed[0]["args"]["numbers"],
+    ):
+        assert args == numbers
+        assert [type(args[k]) for k in ("huge", "whole", "real")] == [int, int, float]
 
 
 async def test_approval_gated_tool_waits_then_runs_or_is_denied(
@@ -361,7 +387,7 @@ async def test_call_tool_refuses_tools_that_ask_the_user_without_side_effects(
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await chat.tools.CallTool(
                 tools_pb2.CallToolRequest(
-                    thread_id="direct", tool_name="create-tasks", arguments=to_struct(plan)
+                    thread_id="direct", tool_name="create-tasks", arguments_json=to_json(plan)
                 )
             )
         assert refused.value.code() is grpc.StatusCode.FAILED_PRECONDITION
@@ -390,7 +416,7 @@ async def test_overload_and_rate_limit_answers_are_retried_with_backoff(
             if response.event.type in ("status", "text-delta"):
                 live.append(response.event.type)
             if response.event.type == "run-finish":
-                assert from_struct(response.event.payload) == {"status": "completed"}
+                assert from_json(response.event.payload_json) == {"status": "completed"}
                 assert response.event.run_id == run_id
                 follow.cancel()
                 break

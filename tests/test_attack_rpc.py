@@ -2,7 +2,8 @@
 
 Requests are generated from the services' own descriptors: random and hostile strings (path
 tricks, control characters, right-to-left marks, very long ids), integers at and past their
-type's edges, NaN and infinities, deep and wide JSON in every Struct, unknown enum values.
+type's edges, NaN and infinities, deep, wide, huge-numbered, malformed and non-object JSON in
+every `*_json` field, unknown enum values.
 Whatever comes in, the answer is a status a client can act on (never UNKNOWN or INTERNAL,
 which would mean an unhandled error), and the server keeps serving.
 """
@@ -10,6 +11,7 @@ which would mean an unhandled error), and the server keeps serving.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import uuid
 from collections import Counter
@@ -20,7 +22,6 @@ from typing import Any
 import docker
 import grpc
 import pytest
-from google.protobuf import struct_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
@@ -88,12 +89,20 @@ JSON_LEAF = st.one_of(
     st.booleans(),
     st.floats(allow_nan=False, allow_infinity=False),
     st.integers(min_value=-(2**53), max_value=2**53),
+    st.integers(min_value=2**53, max_value=2**80),
     TEXT,
 )
 JSON = st.recursive(
     JSON_LEAF,
     lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(TEXT, inner, max_size=4)),
     max_leaves=40,
+)
+# What a `*_json` field may hold: an object (the contract), anything else JSON, or not JSON.
+JSON_TEXT = st.one_of(
+    st.dictionaries(TEXT, JSON, max_size=5).map(json.dumps),
+    JSON.map(json.dumps),
+    st.sampled_from(["[" * 50_000, '{"a": NaN}', '{"a": 1e999}', '{"a":', "\ufeff{}"]),
+    TEXT,
 )
 INT_RANGES = {
     FieldDescriptor.TYPE_INT32: (-(2**31), 2**31 - 1),
@@ -117,7 +126,7 @@ def integers(low: int, high: int) -> st.SearchStrategy[int]:
 def field_values(field: Any, depth: int) -> st.SearchStrategy[Any]:
     kind = field.type
     if kind == FieldDescriptor.TYPE_STRING:
-        return TEXT
+        return JSON_TEXT if field.name.endswith("_json") else TEXT
     if kind == FieldDescriptor.TYPE_BYTES:
         return st.binary(max_size=2000)
     if kind == FieldDescriptor.TYPE_BOOL:
@@ -136,10 +145,6 @@ def field_values(field: Any, depth: int) -> st.SearchStrategy[Any]:
 
 def messages(descriptor: Descriptor, depth: int = 0) -> st.SearchStrategy[Message]:
     cls = GetMessageClass(descriptor)
-    if descriptor.full_name == "google.protobuf.Struct":
-        return st.dictionaries(TEXT, JSON, max_size=5).map(_struct)
-    if descriptor.full_name == "google.protobuf.Value":
-        return JSON.map(_value)
     if depth > 3:
         return st.just(cls())
     fields: dict[str, st.SearchStrategy[Any]] = {}
@@ -159,17 +164,6 @@ def messages(descriptor: Descriptor, depth: int = 0) -> st.SearchStrategy[Messag
 
 def _is_map(field: Any) -> bool:
     return field.message_type is not None and field.message_type.GetOptions().map_entry
-
-
-def _value(value: Any) -> struct_pb2.Value:
-    wrapped = _struct({"v": value})
-    return wrapped.fields["v"]
-
-
-def _struct(value: dict[str, Any]) -> struct_pb2.Struct:
-    struct = struct_pb2.Struct()
-    struct.update(value)
-    return struct
 
 
 def _build(cls: type[Message], values: dict[str, Any]) -> Message:

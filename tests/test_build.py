@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from instance_ai.structs import from_struct, to_struct
+from instance_ai.json_text import from_json, to_json
 from instance_ai.v1 import (
     agent_pb2,
     agent_pb2_grpc,
@@ -49,10 +49,10 @@ class Client:
     async def call(self, tool: str, thread: str = THREAD, **arguments: Any) -> dict[str, Any]:
         response = await self.tools.CallTool(
             tools_pb2.CallToolRequest(
-                thread_id=thread, tool_name=tool, arguments=to_struct(arguments)
+                thread_id=thread, tool_name=tool, arguments_json=to_json(arguments)
             )
         )
-        return from_struct(response.result)
+        return from_json(response.result_json)
 
     async def write(self, path: str, content: str, thread: str = THREAD) -> None:
         await self.call("workspace_write_file", thread, path=path, content=content)
@@ -420,13 +420,13 @@ async def test_the_same_file_built_twice_updates_one_workflow(client: Client) ->
         )
     ]
     builds = [
-        from_struct(e.event.payload)
+        from_json(e.event.payload_json)
         for e in events
         if e.event.type == "tool-call"
-        and from_struct(e.event.payload)["toolName"] == "build-workflow"
+        and from_json(e.event.payload_json)["toolName"] == "build-workflow"
     ]
     results = {
-        from_struct(e.event.payload)["toolCallId"]: from_struct(e.event.payload)["result"]
+        from_json(e.event.payload_json)["toolCallId"]: from_json(e.event.payload_json)["result"]
         for e in events
         if e.event.type == "tool-result"
     }
@@ -565,7 +565,7 @@ async def test_bad_requests_get_clear_statuses(client: Client) -> None:
         await client.build("src/a.workflow.ts", thread="")
     assert no_thread.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     listed = await client.tools.ListTools(tools_pb2.ListToolsRequest())
-    schemas = {tool.name: from_struct(tool.input_schema) for tool in listed.tools}
+    schemas = {tool.name: from_json(tool.input_schema_json) for tool in listed.tools}
     assert schemas["build-workflow"]["required"] == ["filePath"]
 
 

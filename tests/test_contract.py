@@ -14,7 +14,7 @@ from google.protobuf import descriptor_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from instance_ai.structs import from_struct, to_struct
+from instance_ai.json_text import from_json, to_json
 from instance_ai.v1 import (
     agent_pb2,
     agent_pb2_grpc,
@@ -128,10 +128,41 @@ async def test_an_unexpected_error_is_internal_with_a_reference_and_no_details(
     assert "secret-internal-detail" not in details
 
 
-def test_whole_numbers_cross_the_contract_as_whole_numbers() -> None:
-    value = {"n": 3, "x": 2.5, "nested": [1, {"m": 40}], "huge": 2**60, "flag": True}
-    back = from_struct(to_struct(value))
+def test_json_fields_keep_every_json_type_exactly() -> None:
+    value = {"n": 3, "x": 3.0, "nested": [1, {"m": 40}], "huge": 2**53 + 1, "flag": True}
+    back = from_json(to_json(value))
     assert back == value
     assert [type(back[k]) for k in ("n", "x", "flag")] == [int, float, bool]
     assert type(back["nested"][1]["m"]) is int
-    assert type(back["huge"]) is float  # past 2**53 a double cannot say it exactly
+    assert back["huge"] == 9007199254740993  # a double would have said ...992
+
+
+async def test_whole_numbers_in_tool_schemas_stay_whole(channel: grpc.aio.Channel) -> None:
+    listed = await tools_pb2_grpc.ToolsStub(channel).ListTools(tools_pb2.ListToolsRequest())
+    defaults = [
+        prop["default"]
+        for tool in listed.tools
+        for prop in from_json(tool.input_schema_json).get("properties", {}).values()
+        if isinstance(prop, dict) and prop.get("type") == "integer" and "default" in prop
+    ]
+    assert defaults and all(type(d) is int for d in defaults)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("[1, 2]", "must be a JSON object, not an array"),
+        ('{"a": ', "is not valid JSON"),
+        ('{"a": NaN}', "holds NaN"),
+        ("[" * 100_000, "nests arrays or objects too deeply"),
+    ],
+)
+async def test_a_json_field_that_is_not_an_object_is_refused_saying_which_and_why(
+    channel: grpc.aio.Channel, text: str, says: str
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await tools_pb2_grpc.ToolsStub(channel).CallTool(
+            tools_pb2.CallToolRequest(thread_id="t1", tool_name="search-nodes", arguments_json=text)
+        )
+    assert error.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert f"arguments_json {says}" in (error.value.details() or "")

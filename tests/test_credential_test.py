@@ -10,7 +10,7 @@ import grpc
 import pytest
 from aiohttp import web
 
-from instance_ai.structs import from_struct, to_struct
+from instance_ai.json_text import from_json, to_json
 from instance_ai.v1 import credentials_pb2, credentials_pb2_grpc, tools_pb2, tools_pb2_grpc
 from server.settings import Settings
 from tests.conftest import serving
@@ -54,7 +54,9 @@ async def github() -> AsyncIterator[FakeGitHub]:
 
 async def create(channel: grpc.aio.Channel, kind: str, data: dict[str, Any]) -> str:
     created = await credentials_pb2_grpc.CredentialsStub(channel).CreateCredential(
-        credentials_pb2.CreateCredentialRequest(name=f"my {kind}", type=kind, data=to_struct(data))
+        credentials_pb2.CreateCredentialRequest(
+            name=f"my {kind}", type=kind, data_json=to_json(data)
+        )
     )
     return str(created.credential.id)
 
@@ -64,10 +66,10 @@ async def check_credential(channel: grpc.aio.Channel, credential_id: str) -> dic
         tools_pb2.CallToolRequest(
             thread_id="t",
             tool_name="test-credential",
-            arguments=to_struct({"credentialId": credential_id}),
+            arguments_json=to_json({"credentialId": credential_id}),
         )
     )
-    return from_struct(response.result)
+    return from_json(response.result_json)
 
 
 async def test_the_declared_test_request_tells_good_from_bad(

@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 import pytest
 
-from instance_ai.structs import from_struct, to_struct
+from instance_ai.json_text import from_json, to_json
 from instance_ai.v1 import credentials_pb2, credentials_pb2_grpc, tools_pb2, tools_pb2_grpc
 from server.app import Application
 from server.domain.credentials import CredentialStore
@@ -51,7 +51,7 @@ class Client:
     async def create(self, name: str, kind: str = "slackApi", secret: str = SECRET) -> str:
         created = await self.credentials.CreateCredential(
             credentials_pb2.CreateCredentialRequest(
-                name=name, type=kind, data=to_struct({"accessToken": secret})
+                name=name, type=kind, data_json=to_json({"accessToken": secret})
             ),
             metadata=self.who,
         )
@@ -60,11 +60,11 @@ class Client:
     async def call(self, tool_name: str, **arguments: Any) -> dict[str, Any]:
         response = await self.tools.CallTool(
             tools_pb2.CallToolRequest(
-                thread_id="c1", tool_name=tool_name, arguments=to_struct(arguments)
+                thread_id="c1", tool_name=tool_name, arguments_json=to_json(arguments)
             ),
             metadata=self.who,
         )
-        return from_struct(response.result)
+        return from_json(response.result_json)
 
 
 async def test_secrets_are_sealed_at_rest_and_tools_see_metadata_only(
@@ -83,7 +83,7 @@ async def test_secrets_are_sealed_at_rest_and_tools_see_metadata_only(
         assert await embedded_store(app).reveal(credential) == {"accessToken": SECRET}
         await client.credentials.UpdateCredential(
             credentials_pb2.UpdateCredentialRequest(
-                credential_id=credential, data=to_struct({"accessToken": SECRET + "-2"})
+                credential_id=credential, data_json=to_json({"accessToken": SECRET + "-2"})
             )
         )
         assert await embedded_store(app).reveal(credential) == {"accessToken": SECRET + "-2"}
@@ -130,7 +130,7 @@ async def test_credentials_of_other_projects_and_bad_input(
         with pytest.raises(grpc.aio.AioRpcError) as update:
             await theirs.credentials.UpdateCredential(
                 credentials_pb2.UpdateCredentialRequest(
-                    credential_id=mine, data=to_struct({"a": "b"})
+                    credential_id=mine, data_json=to_json({"a": "b"})
                 ),
                 metadata=bob,
             )
@@ -143,7 +143,7 @@ async def test_credentials_of_other_projects_and_bad_input(
             with pytest.raises(grpc.aio.AioRpcError) as bad:
                 await theirs.credentials.CreateCredential(
                     credentials_pb2.CreateCredentialRequest(
-                        name=name, type=kind, data=to_struct(data)
+                        name=name, type=kind, data_json=to_json(data)
                     ),
                     metadata=bob,
                 )

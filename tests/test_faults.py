@@ -20,7 +20,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from instance_ai.structs import from_struct
+from instance_ai.json_text import from_json
 from instance_ai.v1 import (
     agent_pb2,
     agent_pb2_grpc,
@@ -192,7 +192,7 @@ async def events_of(address: str, thread: str) -> list[dict[str, Any]]:
             agent_pb2.StreamEventsRequest(thread_id=thread, follow=False)
         )
         return [
-            {"id": r.event.id, "type": r.event.type, "payload": from_struct(r.event.payload)}
+            {"id": r.event.id, "type": r.event.type, "payload": from_json(r.event.payload_json)}
             async for r in stream
         ]
 

@@ -20,7 +20,7 @@ from aiohttp import web
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from structlog.testing import capture_logs
 
-from instance_ai.structs import to_struct
+from instance_ai.json_text import to_json
 from instance_ai.v1 import agent_pb2, credentials_pb2, credentials_pb2_grpc
 from instance_ai_cli import n8n_local
 from server.api.server import INSTANCE_HEALTH
@@ -416,7 +416,7 @@ async def test_a_credential_goes_to_n8n_which_uses_it_and_never_shows_it(
                     credentials_pb2.CreateCredentialRequest(
                         name="echo key",
                         type="httpHeaderAuth",
-                        data=to_struct({"name": "X-Key", "value": secret}),
+                        data_json=to_json({"name": "X-Key", "value": secret}),
                     )
                 )
                 credential_id = created.credential.id
@@ -462,7 +462,7 @@ async def test_credential_types_only_n8n_knows_are_found_and_accepted(
     its fields from n8n's schema, and accepted by CreateCredential; a misspelt one is refused
     with the nearest names. The embedded instance knows only the catalog's types."""
     api = N8nApi(n8n)
-    data = to_struct({"apiKey": f"k-{uuid.uuid4().hex}"})
+    data = to_json({"apiKey": f"k-{uuid.uuid4().hex}"})
     on_n8n = make_docker_settings(
         instance="n8n",
         n8n_url=n8n.url,
@@ -485,7 +485,7 @@ async def test_credential_types_only_n8n_knows_are_found_and_accepted(
         stub = credentials_pb2_grpc.CredentialsStub(channel)
         created = await stub.CreateCredential(
             credentials_pb2.CreateCredentialRequest(
-                name="ledger", type=CUSTOM_CREDENTIAL_TYPE, data=data
+                name="ledger", type=CUSTOM_CREDENTIAL_TYPE, data_json=data
             )
         )
         in_n8n = await api.call("GET", f"/credentials/{created.credential.id}")
@@ -493,7 +493,7 @@ async def test_credential_types_only_n8n_knows_are_found_and_accepted(
         with pytest.raises(grpc.aio.AioRpcError) as misspelt:
             await stub.CreateCredential(
                 credentials_pb2.CreateCredentialRequest(
-                    name="ledger", type=CUSTOM_CREDENTIAL_TYPE + "x", data=data
+                    name="ledger", type=CUSTOM_CREDENTIAL_TYPE + "x", data_json=data
                 )
             )
         assert misspelt.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -509,7 +509,7 @@ async def test_credential_types_only_n8n_knows_are_found_and_accepted(
         with pytest.raises(grpc.aio.AioRpcError) as embedded:
             await credentials_pb2_grpc.CredentialsStub(channel).CreateCredential(
                 credentials_pb2.CreateCredentialRequest(
-                    name="ledger", type=CUSTOM_CREDENTIAL_TYPE, data=data
+                    name="ledger", type=CUSTOM_CREDENTIAL_TYPE, data_json=data
                 )
             )
         assert embedded.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 import pytest
 
-from instance_ai.structs import to_struct
+from instance_ai.json_text import to_json
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc, credentials_pb2, credentials_pb2_grpc
 from server.app import Application
 from server.domain.credentials import CredentialStore
@@ -161,7 +161,7 @@ async def test_only_the_user_whose_run_asked_may_answer_its_card(
         answer = agent_pb2.ConfirmRequest(
             thread_id="shared",
             request_id=card["requestId"],
-            resume=to_struct({"kind": "approval", "approved": True}),
+            resume_json=to_json({"kind": "approval", "approved": True}),
         )
         with pytest.raises(grpc.aio.AioRpcError) as stranger:
             await agent.Confirm(answer, metadata=BOB)
@@ -175,7 +175,7 @@ async def test_credentials_and_folders_of_another_project_do_not_exist(tools: To
     stub = tools.credentials
     created = await stub.CreateCredential(
         credentials_pb2.CreateCredentialRequest(
-            name="Team A Slack", type="slackApi", data=to_struct({"accessToken": "xoxb-a"})
+            name="Team A Slack", type="slackApi", data_json=to_json({"accessToken": "xoxb-a"})
         ),
         metadata=ALICE,
     )
@@ -186,7 +186,7 @@ async def test_credentials_and_folders_of_another_project_do_not_exist(tools: To
     with pytest.raises(grpc.aio.AioRpcError) as update:
         await stub.UpdateCredential(
             credentials_pb2.UpdateCredentialRequest(
-                credential_id=credential, data=to_struct({"accessToken": "xoxb-bob"})
+                credential_id=credential, data_json=to_json({"accessToken": "xoxb-bob"})
             ),
             metadata=BOB,
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from instance_ai.structs import to_struct
+from instance_ai.json_text import to_json
 from instance_ai.v1 import credentials_pb2, credentials_pb2_grpc
 from server.instance.types import WorkflowContent
 from server.settings import Settings
@@ -53,7 +53,7 @@ async def test_missing_credentials_and_placeholders_are_asked_for_and_applied(
         )
         created = await credentials_pb2_grpc.CredentialsStub(channel).CreateCredential(
             credentials_pb2.CreateCredentialRequest(
-                name="Team Slack", type="slackApi", data=to_struct({"accessToken": "xoxb-1"})
+                name="Team Slack", type="slackApi", data_json=to_json({"accessToken": "xoxb-1"})
             )
         )
         slack = created.credential.id

@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 import pytest
 
-from instance_ai.structs import from_struct, to_struct
+from instance_ai.json_text import from_json, to_json
 from instance_ai.v1 import pipeline_pb2
 from server.settings import Settings
 from tests.conftest import serving
@@ -213,7 +213,7 @@ async def test_the_pipeline_rpcs_and_bad_requests(client: Client) -> None:
     response = await client.pipeline.VerifyWorkflow(
         pipeline_pb2.VerifyWorkflowRequest(thread_id="build-thread", workflow_id=built.workflow_id)
     )
-    result = from_struct(response.result)
+    result = from_json(response.result_json)
     assert result["success"] and result["claim"]["level"] == "verified"
     verdict = await client.pipeline.ReportVerdict(
         pipeline_pb2.ReportVerdictRequest(
@@ -225,12 +225,12 @@ async def test_the_pipeline_rpcs_and_bad_requests(client: Client) -> None:
         )
     )
     assert (verdict.action, verdict.status) == ("done", "completed")
-    assert from_struct(verdict.claim)["level"] == "verified"
+    assert from_json(verdict.claim_json)["level"] == "verified"
     assert "Report completion" in verdict.guidance
     item = await client.pipeline.GetWorkItem(
         pipeline_pb2.GetWorkItemRequest(thread_id="build-thread", work_item_id=built.work_item_id)
     )
-    assert from_struct(item.work_item)["obligation"]["status"] == "verified"
+    assert from_json(item.work_item_json)["obligation"]["status"] == "verified"
 
     cases: list[tuple[Callable[[], Awaitable[Any]], str]] = [
         (lambda: client.call("verify-built-workflow", workflowId="nope"), "NOT_FOUND"),
@@ -258,7 +258,7 @@ async def test_the_pipeline_rpcs_and_bad_requests(client: Client) -> None:
                     workflow_id="another",
                     verdict="verified",
                     workflow_inspection="x",
-                    remediation=to_struct({"category": "blocked"}),
+                    remediation_json=to_json({"category": "blocked"}),
                 )
             ),
             "INVALID_ARGUMENT",

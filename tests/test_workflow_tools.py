@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 import pytest
 
-from instance_ai.structs import to_struct
+from instance_ai.json_text import to_json
 from instance_ai.v1 import tools_pb2, tools_pb2_grpc
 from server.app import Application
 from server.settings import Settings
@@ -113,7 +113,7 @@ async def test_version_tools_are_registered_only_with_the_licence(
                 tools_pb2.CallToolRequest(
                     thread_id="wf",
                     tool_name="list-workflow-versions",
-                    arguments=to_struct({"workflowId": "x"}),
+                    arguments_json=to_json({"workflowId": "x"}),
                 )
             )
         assert absent.value.code() is grpc.StatusCode.NOT_FOUND

@@ -8,7 +8,7 @@ from typing import Any
 import grpc
 import pytest
 
-from instance_ai.structs import from_struct, to_struct
+from instance_ai.json_text import from_json, to_json
 from instance_ai.v1 import tools_pb2, tools_pb2_grpc
 from server.app import Application
 from server.instance.types import WorkflowContent
@@ -30,11 +30,11 @@ class ToolClient:
     async def call(self, tool_name: str, **arguments: Any) -> dict[str, Any]:
         response = await self.stub.CallTool(
             tools_pb2.CallToolRequest(
-                thread_id=self.thread, tool_name=tool_name, arguments=to_struct(arguments)
+                thread_id=self.thread, tool_name=tool_name, arguments_json=to_json(arguments)
             ),
             metadata=self.who,
         )
-        return from_struct(response.result)
+        return from_json(response.result_json)
 
     async def refused(self, tool_name: str, **arguments: Any) -> grpc.aio.AioRpcError:
         with pytest.raises(grpc.aio.AioRpcError) as error:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from instance_ai.structs import from_struct
+from instance_ai.json_text import from_json
 from instance_ai.v1 import events_pb2
 
 __all__ = ["n8n_event"]
@@ -19,7 +19,7 @@ def n8n_event(event: events_pb2.Event) -> dict[str, Any]:
         "runId": event.run_id,
         "agentId": event.agent_id,
         "ts": event.ts.ToMilliseconds(),
-        "payload": from_struct(event.payload),
+        "payload": from_json(event.payload_json),
         "threadId": event.thread_id,
     }
     if event.HasField("id"):

@@ -7,11 +7,10 @@ from contextlib import aclosing
 
 import grpc
 
-from instance_ai.structs import from_struct
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc
 from server.agent import Agent
 from server.api.caller import caller_of
-from server.api.convert import event_to_proto, thread_status_to_proto
+from server.api.convert import event_to_proto, request_object, thread_status_to_proto
 from server.core.validation import check_chat_message, check_thread_id, parse_cursor
 from server.errors import InvalidArgumentError
 
@@ -56,7 +55,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         run_id = await self._agent.confirm(
             request.thread_id,
             request.request_id,
-            from_struct(request.resume),
+            request_object(request.resume_json, "resume_json"),
             caller=caller_of(context),
         )
         return agent_pb2.ConfirmResponse(run_id=run_id)

@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from google.protobuf import timestamp_pb2
 
-from instance_ai.structs import to_struct
+from instance_ai.json_text import from_json, to_json
 from instance_ai.v1 import agent_pb2, events_pb2
+from server.errors import InvalidArgumentError
 from server.runtime.events import Event
 from server.runtime.threads import ThreadStatus
 
-__all__ = ["event_to_proto", "thread_status_to_proto"]
+__all__ = ["event_to_proto", "optional_request_object", "request_object", "thread_status_to_proto"]
+
+
+def request_object(text: str, field: str) -> dict[str, Any]:
+    """The JSON object of a request's `*_json` field ("" is {}), or INVALID_ARGUMENT."""
+    try:
+        return from_json(text)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"{field} {exc}: send the JSON text of an object") from None
+
+
+def optional_request_object(text: str, field: str) -> dict[str, Any] | None:
+    """As request_object, but an empty field means "not given" (None) rather than {}."""
+    return request_object(text, field) if text else None
 
 
 def event_to_proto(event: Event) -> events_pb2.Event:
@@ -21,7 +37,7 @@ def event_to_proto(event: Event) -> events_pb2.Event:
         run_id=event.run_id or "",
         agent_id=event.agent_id or "",
         ts=ts,
-        payload=to_struct(event.payload),
+        payload_json=to_json(event.payload),
     )
     if event.id is not None:
         message.id = event.id

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import grpc
 
-from instance_ai.structs import from_struct
 from instance_ai.v1 import credentials_pb2, credentials_pb2_grpc
 from server.api.caller import caller_of
+from server.api.convert import request_object
 from server.errors import NotFoundError
 from server.instance import Credentials
 from server.instance.types import CredentialInfo
@@ -32,7 +32,7 @@ class CredentialsServicer(credentials_pb2_grpc.CredentialsServicer):
             project_id=project,
             name=request.name,
             type_name=request.type,
-            data=from_struct(request.data),
+            data=request_object(request.data_json, "data_json"),
         )
         return credentials_pb2.CreateCredentialResponse(credential=_info(created))
 
@@ -44,7 +44,9 @@ class CredentialsServicer(credentials_pb2_grpc.CredentialsServicer):
         if not caller.sees(current.project_id):
             raise NotFoundError(f"there is no credential {request.credential_id!r}")
         updated = await self._credentials.update(
-            request.credential_id, data=from_struct(request.data), name=request.name or None
+            request.credential_id,
+            data=request_object(request.data_json, "data_json"),
+            name=request.name or None,
         )
         return credentials_pb2.UpdateCredentialResponse(credential=_info(updated))
 

@@ -7,9 +7,10 @@ from typing import Any
 
 import grpc
 
-from instance_ai.structs import from_struct, to_struct
+from instance_ai.json_text import to_json
 from instance_ai.v1 import pipeline_pb2, pipeline_pb2_grpc
 from server.api.caller import caller_of
+from server.api.convert import optional_request_object
 from server.core.validation import check_thread_id
 from server.tools.build import BuildIssueModel, BuildWorkflowOutput
 from server.tools.registry import ToolRegistry, dump
@@ -45,18 +46,16 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServicer):
         arguments: dict[str, Any] = {
             "workflowId": request.workflow_id,
             "workItemId": request.work_item_id or None,
-            "inputData": from_struct(request.input_data)
-            if request.HasField("input_data")
-            else None,
+            "inputData": optional_request_object(request.input_data_json, "input_data_json"),
             "triggerNodeName": request.trigger_node_name or None,
             "timeout": request.timeout_ms or None,
-            "fixtureOverrides": from_struct(request.fixture_overrides)
-            if request.HasField("fixture_overrides")
-            else None,
+            "fixtureOverrides": optional_request_object(
+                request.fixture_overrides_json, "fixture_overrides_json"
+            ),
             "allowZeroItemFixtures": request.allow_zero_item_fixtures,
         }
         result = await self._call(context, request.thread_id, "verify-built-workflow", arguments)
-        return pipeline_pb2.VerifyWorkflowResponse(result=to_struct(dump(result)))
+        return pipeline_pb2.VerifyWorkflowResponse(result_json=to_json(dump(result)))
 
     async def ReportVerdict(
         self, request: pipeline_pb2.ReportVerdictRequest, context: grpc.aio.ServicerContext
@@ -74,9 +73,7 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServicer):
             "failedNodeName": request.failed_node_name or None,
             "diagnosis": request.diagnosis or None,
             "patch": request.patch or None,
-            "remediation": from_struct(request.remediation)
-            if request.HasField("remediation")
-            else None,
+            "remediation": optional_request_object(request.remediation_json, "remediation_json"),
         }
         result = await self._call(
             context, request.thread_id, "report-verification-verdict", arguments
@@ -86,7 +83,7 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServicer):
             guidance=result.guidance, action=result.action, phase=result.phase, status=result.status
         )
         if result.claim is not None:
-            response.claim.CopyFrom(to_struct(result.claim))
+            response.claim_json = to_json(result.claim)
         return response
 
     async def GetWorkItem(
@@ -96,7 +93,7 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServicer):
         result = await self._call(
             context, request.thread_id, "get-work-item", {"workItemId": request.work_item_id}
         )
-        return pipeline_pb2.GetWorkItemResponse(work_item=to_struct(dump(result)))
+        return pipeline_pb2.GetWorkItemResponse(work_item_json=to_json(dump(result)))
 
     async def _call(
         self,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import grpc
 
-from instance_ai.structs import from_struct, to_struct
+from instance_ai.json_text import to_json
 from instance_ai.v1 import tools_pb2, tools_pb2_grpc
 from server.api.caller import caller_of
+from server.api.convert import request_object
 from server.core.validation import check_thread_id
 from server.tools.registry import ToolRegistry, dump
 
@@ -26,7 +27,7 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
                     name=spec.name,
                     description=spec.description,
                     group=spec.group,
-                    input_schema=to_struct(schema),
+                    input_schema_json=to_json(schema),
                     hitl_action=spec.hitl_action or "",
                     available=available,
                     requires=spec.requires,
@@ -43,7 +44,7 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
         result = await self._registry.call(
             request.thread_id,
             request.tool_name,
-            from_struct(request.arguments),
+            request_object(request.arguments_json, "arguments_json"),
             caller=caller_of(context),
         )
-        return tools_pb2.CallToolResponse(result=to_struct(dump(result)))
+        return tools_pb2.CallToolResponse(result_json=to_json(dump(result)))

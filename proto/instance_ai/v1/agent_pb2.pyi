@@ -6,7 +6,6 @@ isort:skip_file
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf.internal import containers as _containers
 from instance_ai.v1 import events_pb2 as _events_pb2
 import builtins as _builtins
@@ -118,26 +117,24 @@ class ConfirmRequest(_message.Message):
 
     THREAD_ID_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
-    RESUME_FIELD_NUMBER: _builtins.int
+    RESUME_JSON_FIELD_NUMBER: _builtins.int
     thread_id: _builtins.str
     request_id: _builtins.str
-    @_builtins.property
-    def resume(self) -> _struct_pb2.Struct:
-        """The answer, a JSON object discriminated by "kind": approval, questions,
-        credentialSelection, credentialAutoSetup, domainAccessApprove, domainAccessDeny, planDeny,
-        resourceDecision, setupWorkflowApply, setupWorkflowTestTrigger.
-        """
-
+    resume_json: _builtins.str
+    """The answer, a JSON object discriminated by "kind": approval, questions,
+    credentialSelection, credentialAutoSetup, domainAccessApprove, domainAccessDeny, planDeny,
+    resourceDecision, setupWorkflowApply, setupWorkflowTestTrigger.
+    """
     def __init__(
         self,
         *,
         thread_id: _builtins.str = ...,
         request_id: _builtins.str = ...,
-        resume: _struct_pb2.Struct | None = ...,
+        resume_json: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["resume", b"resume"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["request_id", b"request_id", "resume", b"resume", "thread_id", b"thread_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["request_id", b"request_id", "resume_json", b"resume_json", "thread_id", b"thread_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

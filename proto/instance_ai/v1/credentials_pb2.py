@@ -22,26 +22,25 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n instance_ai/v1/credentials.proto\x12\x0einstance_ai.v1\x1a\x1cgoogle/protobuf/struct.proto\"t\n\x0e\x43redentialInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x12\n\nproject_id\x18\x04 \x01(\t\x12\x12\n\ncreated_at\x18\x05 \x01(\t\x12\x12\n\nupdated_at\x18\x06 \x01(\t\"p\n\x17\x43reateCredentialRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12%\n\x04\x64\x61ta\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x12\n\nproject_id\x18\x04 \x01(\t\"N\n\x18\x43reateCredentialResponse\x12\x32\n\ncredential\x18\x01 \x01(\x0b\x32\x1e.instance_ai.v1.CredentialInfo\"e\n\x17UpdateCredentialRequest\x12\x15\n\rcredential_id\x18\x01 \x01(\t\x12%\n\x04\x64\x61ta\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0c\n\x04name\x18\x03 \x01(\t\"N\n\x18UpdateCredentialResponse\x12\x32\n\ncredential\x18\x01 \x01(\x0b\x32\x1e.instance_ai.v1.CredentialInfo2\xdb\x01\n\x0b\x43redentials\x12\x65\n\x10\x43reateCredential\x12\'.instance_ai.v1.CreateCredentialRequest\x1a(.instance_ai.v1.CreateCredentialResponse\x12\x65\n\x10UpdateCredential\x12\'.instance_ai.v1.UpdateCredentialRequest\x1a(.instance_ai.v1.UpdateCredentialResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n instance_ai/v1/credentials.proto\x12\x0einstance_ai.v1\"t\n\x0e\x43redentialInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x12\n\nproject_id\x18\x04 \x01(\t\x12\x12\n\ncreated_at\x18\x05 \x01(\t\x12\x12\n\nupdated_at\x18\x06 \x01(\t\"h\n\x17\x43reateCredentialRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x11\n\tdata_json\x18\x05 \x01(\t\x12\x12\n\nproject_id\x18\x04 \x01(\tJ\x04\x08\x03\x10\x04R\x04\x64\x61ta\"N\n\x18\x43reateCredentialResponse\x12\x32\n\ncredential\x18\x01 \x01(\x0b\x32\x1e.instance_ai.v1.CredentialInfo\"]\n\x17UpdateCredentialRequest\x12\x15\n\rcredential_id\x18\x01 \x01(\t\x12\x11\n\tdata_json\x18\x04 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\tJ\x04\x08\x02\x10\x03R\x04\x64\x61ta\"N\n\x18UpdateCredentialResponse\x12\x32\n\ncredential\x18\x01 \x01(\x0b\x32\x1e.instance_ai.v1.CredentialInfo2\xdb\x01\n\x0b\x43redentials\x12\x65\n\x10\x43reateCredential\x12\'.instance_ai.v1.CreateCredentialRequest\x1a(.instance_ai.v1.CreateCredentialResponse\x12\x65\n\x10UpdateCredential\x12\'.instance_ai.v1.UpdateCredentialRequest\x1a(.instance_ai.v1.UpdateCredentialResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'instance_ai.v1.credentials_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CREDENTIALINFO']._serialized_start=82
-  _globals['_CREDENTIALINFO']._serialized_end=198
-  _globals['_CREATECREDENTIALREQUEST']._serialized_start=200
-  _globals['_CREATECREDENTIALREQUEST']._serialized_end=312
-  _globals['_CREATECREDENTIALRESPONSE']._serialized_start=314
-  _globals['_CREATECREDENTIALRESPONSE']._serialized_end=392
-  _globals['_UPDATECREDENTIALREQUEST']._serialized_start=394
-  _globals['_UPDATECREDENTIALREQUEST']._serialized_end=495
-  _globals['_UPDATECREDENTIALRESPONSE']._serialized_start=497
-  _globals['_UPDATECREDENTIALRESPONSE']._serialized_end=575
-  _globals['_CREDENTIALS']._serialized_start=578
-  _globals['_CREDENTIALS']._serialized_end=797
+  _globals['_CREDENTIALINFO']._serialized_start=52
+  _globals['_CREDENTIALINFO']._serialized_end=168
+  _globals['_CREATECREDENTIALREQUEST']._serialized_start=170
+  _globals['_CREATECREDENTIALREQUEST']._serialized_end=274
+  _globals['_CREATECREDENTIALRESPONSE']._serialized_start=276
+  _globals['_CREATECREDENTIALRESPONSE']._serialized_end=354
+  _globals['_UPDATECREDENTIALREQUEST']._serialized_start=356
+  _globals['_UPDATECREDENTIALREQUEST']._serialized_end=449
+  _globals['_UPDATECREDENTIALRESPONSE']._serialized_start=451
+  _globals['_UPDATECREDENTIALRESPONSE']._serialized_end=529
+  _globals['_CREDENTIALS']._serialized_start=532
+  _globals['_CREDENTIALS']._serialized_end=751
 # @@protoc_insertion_point(module_scope)

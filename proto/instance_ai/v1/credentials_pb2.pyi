@@ -5,7 +5,6 @@ isort:skip_file
 
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from google.protobuf import struct_pb2 as _struct_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -58,27 +57,25 @@ class CreateCredentialRequest(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     TYPE_FIELD_NUMBER: _builtins.int
-    DATA_FIELD_NUMBER: _builtins.int
+    DATA_JSON_FIELD_NUMBER: _builtins.int
     PROJECT_ID_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     type: _builtins.str
+    data_json: _builtins.str
+    """The secret fields, as the credential type defines them."""
     project_id: _builtins.str
     """Default: the caller's project."""
-    @_builtins.property
-    def data(self) -> _struct_pb2.Struct:
-        """The secret fields, as the credential type defines them."""
-
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         type: _builtins.str = ...,
-        data: _struct_pb2.Struct | None = ...,
+        data_json: _builtins.str = ...,
         project_id: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "name", b"name", "project_id", b"project_id", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data_json", b"data_json", "name", b"name", "project_id", b"project_id", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -109,23 +106,22 @@ class UpdateCredentialRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CREDENTIAL_ID_FIELD_NUMBER: _builtins.int
-    DATA_FIELD_NUMBER: _builtins.int
+    DATA_JSON_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
     credential_id: _builtins.str
+    data_json: _builtins.str
     name: _builtins.str
     """Empty: keep the name."""
-    @_builtins.property
-    def data(self) -> _struct_pb2.Struct: ...
     def __init__(
         self,
         *,
         credential_id: _builtins.str = ...,
-        data: _struct_pb2.Struct | None = ...,
+        data_json: _builtins.str = ...,
         name: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential_id", b"credential_id", "data", b"data", "name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential_id", b"credential_id", "data_json", b"data_json", "name", b"name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -5,7 +5,6 @@ isort:skip_file
 
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 import builtins as _builtins
 import sys
@@ -34,7 +33,7 @@ class Event(_message.Message):
     RUN_ID_FIELD_NUMBER: _builtins.int
     AGENT_ID_FIELD_NUMBER: _builtins.int
     TS_FIELD_NUMBER: _builtins.int
-    PAYLOAD_FIELD_NUMBER: _builtins.int
+    PAYLOAD_JSON_FIELD_NUMBER: _builtins.int
     THREAD_ID_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     """Per-thread event id; absent for live-only events."""
@@ -42,13 +41,13 @@ class Event(_message.Message):
     """Event type, e.g. "run-start", "tool-call", "text-delta"."""
     run_id: _builtins.str
     agent_id: _builtins.str
+    payload_json: _builtins.str
+    """Type-specific payload: the JSON text of an object, as every `*_json` field of the contract
+    holds (exact: 3 stays 3, large integers are not rounded).
+    """
     thread_id: _builtins.str
     @_builtins.property
     def ts(self) -> _timestamp_pb2.Timestamp: ...
-    @_builtins.property
-    def payload(self) -> _struct_pb2.Struct:
-        """Type-specific payload (a JSON object)."""
-
     def __init__(
         self,
         *,
@@ -57,12 +56,12 @@ class Event(_message.Message):
         run_id: _builtins.str = ...,
         agent_id: _builtins.str = ...,
         ts: _timestamp_pb2.Timestamp | None = ...,
-        payload: _struct_pb2.Struct | None = ...,
+        payload_json: _builtins.str = ...,
         thread_id: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_id", b"_id", "id", b"id", "payload", b"payload", "ts", b"ts"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_id", b"_id", "id", b"id", "ts", b"ts"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_id", b"_id", "agent_id", b"agent_id", "id", b"id", "payload", b"payload", "run_id", b"run_id", "thread_id", b"thread_id", "ts", b"ts", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_id", b"_id", "agent_id", b"agent_id", "id", b"id", "payload_json", b"payload_json", "run_id", b"run_id", "thread_id", b"thread_id", "ts", b"ts", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__id: _TypeAlias = _typing.Literal["id"]  # noqa: Y015
     _WhichOneofArgType__id: _TypeAlias = _typing.Literal["_id", b"_id"]  # noqa: Y015

@@ -22,36 +22,35 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dinstance_ai/v1/pipeline.proto\x12\x0einstance_ai.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xa9\x01\n\x14\x42uildWorkflowRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x11\n\tfile_path\x18\x02 \x01(\t\x12\x13\n\x0bworkflow_id\x18\x03 \x01(\t\x12\x12\n\nproject_id\x18\x04 \x01(\t\x12\x0c\n\x04name\x18\x05 \x01(\t\x12\x14\n\x0cwork_item_id\x18\x06 \x01(\t\x12\x1e\n\x16is_supporting_workflow\x18\x07 \x01(\x08\"\x88\x01\n\nBuildIssue\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x11\n\tnode_name\x18\x03 \x01(\t\x12\x0c\n\x04path\x18\x04 \x01(\t\x12\x0c\n\x04line\x18\x05 \x01(\x05\x12\x0e\n\x06\x63olumn\x18\x06 \x01(\x05\x12\x0c\n\x04\x63ode\x18\x07 \x01(\t\x12\x0c\n\x04\x66ile\x18\x08 \x01(\t\"V\n\x0bRemediation\x12\x10\n\x08\x63\x61tegory\x18\x01 \x01(\t\x12\x13\n\x0bshould_edit\x18\x02 \x01(\x08\x12\x10\n\x08guidance\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x9e\x02\n\x15\x42uildWorkflowResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x13\n\x0bworkflow_id\x18\x02 \x01(\t\x12\x15\n\rworkflow_name\x18\x03 \x01(\t\x12\x14\n\x0cwork_item_id\x18\x04 \x01(\t\x12\x11\n\tfile_path\x18\x05 \x01(\t\x12\x13\n\x0bsource_hash\x18\x06 \x01(\t\x12\x30\n\x0bremediation\x18\x07 \x01(\x0b\x32\x1b.instance_ai.v1.Remediation\x12*\n\x06\x65rrors\x18\x08 \x03(\x0b\x32\x1a.instance_ai.v1.BuildIssue\x12,\n\x08warnings\x18\t \x03(\x0b\x32\x1a.instance_ai.v1.BuildIssue\"\x87\x02\n\x15VerifyWorkflowRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x14\n\x0cwork_item_id\x18\x02 \x01(\t\x12\x13\n\x0bworkflow_id\x18\x03 \x01(\t\x12+\n\ninput_data\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x19\n\x11trigger_node_name\x18\x05 \x01(\t\x12\x12\n\ntimeout_ms\x18\x06 \x01(\x03\x12\x32\n\x11\x66ixture_overrides\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\x12 \n\x18\x61llow_zero_item_fixtures\x18\x08 \x01(\x08\"A\n\x16VerifyWorkflowResponse\x12\'\n\x06result\x18\x01 \x01(\x0b\x32\x17.google.protobuf.Struct\"\xbe\x02\n\x14ReportVerdictRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x14\n\x0cwork_item_id\x18\x02 \x01(\t\x12\x0f\n\x07verdict\x18\x03 \x01(\t\x12\x19\n\x11\x66\x61ilure_signature\x18\x04 \x01(\t\x12\x18\n\x10\x66\x61iled_node_name\x18\x05 \x01(\t\x12\r\n\x05patch\x18\x06 \x01(\t\x12\x11\n\tdiagnosis\x18\x07 \x01(\t\x12\x13\n\x0bworkflow_id\x18\x08 \x01(\t\x12\x1b\n\x13workflow_inspection\x18\t \x01(\t\x12\x0f\n\x07summary\x18\n \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x0b \x01(\t\x12\x0e\n\x06run_id\x18\x0c \x01(\t\x12,\n\x0bremediation\x18\r \x01(\x0b\x32\x17.google.protobuf.Struct\"\x80\x01\n\x15ReportVerdictResponse\x12\x10\n\x08guidance\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\r\n\x05phase\x18\x03 \x01(\t\x12\x0e\n\x06status\x18\x04 \x01(\t\x12&\n\x05\x63laim\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\"=\n\x12GetWorkItemRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x14\n\x0cwork_item_id\x18\x02 \x01(\t\"A\n\x13GetWorkItemResponse\x12*\n\twork_item\x18\x01 \x01(\x0b\x32\x17.google.protobuf.Struct2\xff\x02\n\x08Pipeline\x12\\\n\rBuildWorkflow\x12$.instance_ai.v1.BuildWorkflowRequest\x1a%.instance_ai.v1.BuildWorkflowResponse\x12_\n\x0eVerifyWorkflow\x12%.instance_ai.v1.VerifyWorkflowRequest\x1a&.instance_ai.v1.VerifyWorkflowResponse\x12\\\n\rReportVerdict\x12$.instance_ai.v1.ReportVerdictRequest\x1a%.instance_ai.v1.ReportVerdictResponse\x12V\n\x0bGetWorkItem\x12\".instance_ai.v1.GetWorkItemRequest\x1a#.instance_ai.v1.GetWorkItemResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dinstance_ai/v1/pipeline.proto\x12\x0einstance_ai.v1\"\xa9\x01\n\x14\x42uildWorkflowRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x11\n\tfile_path\x18\x02 \x01(\t\x12\x13\n\x0bworkflow_id\x18\x03 \x01(\t\x12\x12\n\nproject_id\x18\x04 \x01(\t\x12\x0c\n\x04name\x18\x05 \x01(\t\x12\x14\n\x0cwork_item_id\x18\x06 \x01(\t\x12\x1e\n\x16is_supporting_workflow\x18\x07 \x01(\x08\"\x88\x01\n\nBuildIssue\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x11\n\tnode_name\x18\x03 \x01(\t\x12\x0c\n\x04path\x18\x04 \x01(\t\x12\x0c\n\x04line\x18\x05 \x01(\x05\x12\x0e\n\x06\x63olumn\x18\x06 \x01(\x05\x12\x0c\n\x04\x63ode\x18\x07 \x01(\t\x12\x0c\n\x04\x66ile\x18\x08 \x01(\t\"V\n\x0bRemediation\x12\x10\n\x08\x63\x61tegory\x18\x01 \x01(\t\x12\x13\n\x0bshould_edit\x18\x02 \x01(\x08\x12\x10\n\x08guidance\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x9e\x02\n\x15\x42uildWorkflowResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x13\n\x0bworkflow_id\x18\x02 \x01(\t\x12\x15\n\rworkflow_name\x18\x03 \x01(\t\x12\x14\n\x0cwork_item_id\x18\x04 \x01(\t\x12\x11\n\tfile_path\x18\x05 \x01(\t\x12\x13\n\x0bsource_hash\x18\x06 \x01(\t\x12\x30\n\x0bremediation\x18\x07 \x01(\x0b\x32\x1b.instance_ai.v1.Remediation\x12*\n\x06\x65rrors\x18\x08 \x03(\x0b\x32\x1a.instance_ai.v1.BuildIssue\x12,\n\x08warnings\x18\t \x03(\x0b\x32\x1a.instance_ai.v1.BuildIssue\"\x8a\x02\n\x15VerifyWorkflowRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x14\n\x0cwork_item_id\x18\x02 \x01(\t\x12\x13\n\x0bworkflow_id\x18\x03 \x01(\t\x12\x17\n\x0finput_data_json\x18\t \x01(\t\x12\x19\n\x11trigger_node_name\x18\x05 \x01(\t\x12\x12\n\ntimeout_ms\x18\x06 \x01(\x03\x12\x1e\n\x16\x66ixture_overrides_json\x18\n \x01(\t\x12 \n\x18\x61llow_zero_item_fixtures\x18\x08 \x01(\x08J\x04\x08\x04\x10\x05J\x04\x08\x07\x10\x08R\ninput_dataR\x11\x66ixture_overrides\";\n\x16VerifyWorkflowResponse\x12\x13\n\x0bresult_json\x18\x02 \x01(\tJ\x04\x08\x01\x10\x02R\x06result\"\xbd\x02\n\x14ReportVerdictRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x14\n\x0cwork_item_id\x18\x02 \x01(\t\x12\x0f\n\x07verdict\x18\x03 \x01(\t\x12\x19\n\x11\x66\x61ilure_signature\x18\x04 \x01(\t\x12\x18\n\x10\x66\x61iled_node_name\x18\x05 \x01(\t\x12\r\n\x05patch\x18\x06 \x01(\t\x12\x11\n\tdiagnosis\x18\x07 \x01(\t\x12\x13\n\x0bworkflow_id\x18\x08 \x01(\t\x12\x1b\n\x13workflow_inspection\x18\t \x01(\t\x12\x0f\n\x07summary\x18\n \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x0b \x01(\t\x12\x0e\n\x06run_id\x18\x0c \x01(\t\x12\x18\n\x10remediation_json\x18\x0e \x01(\tJ\x04\x08\r\x10\x0eR\x0bremediation\"y\n\x15ReportVerdictResponse\x12\x10\n\x08guidance\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\r\n\x05phase\x18\x03 \x01(\t\x12\x0e\n\x06status\x18\x04 \x01(\t\x12\x12\n\nclaim_json\x18\x06 \x01(\tJ\x04\x08\x05\x10\x06R\x05\x63laim\"=\n\x12GetWorkItemRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x14\n\x0cwork_item_id\x18\x02 \x01(\t\">\n\x13GetWorkItemResponse\x12\x16\n\x0ework_item_json\x18\x02 \x01(\tJ\x04\x08\x01\x10\x02R\twork_item2\xff\x02\n\x08Pipeline\x12\\\n\rBuildWorkflow\x12$.instance_ai.v1.BuildWorkflowRequest\x1a%.instance_ai.v1.BuildWorkflowResponse\x12_\n\x0eVerifyWorkflow\x12%.instance_ai.v1.VerifyWorkflowRequest\x1a&.instance_ai.v1.VerifyWorkflowResponse\x12\\\n\rReportVerdict\x12$.instance_ai.v1.ReportVerdictRequest\x1a%.instance_ai.v1.ReportVerdictResponse\x12V\n\x0bGetWorkItem\x12\".instance_ai.v1.GetWorkItemRequest\x1a#.instance_ai.v1.GetWorkItemResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'instance_ai.v1.pipeline_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_BUILDWORKFLOWREQUEST']._serialized_start=80
-  _globals['_BUILDWORKFLOWREQUEST']._serialized_end=249
-  _globals['_BUILDISSUE']._serialized_start=252
-  _globals['_BUILDISSUE']._serialized_end=388
-  _globals['_REMEDIATION']._serialized_start=390
-  _globals['_REMEDIATION']._serialized_end=476
-  _globals['_BUILDWORKFLOWRESPONSE']._serialized_start=479
-  _globals['_BUILDWORKFLOWRESPONSE']._serialized_end=765
-  _globals['_VERIFYWORKFLOWREQUEST']._serialized_start=768
-  _globals['_VERIFYWORKFLOWREQUEST']._serialized_end=1031
-  _globals['_VERIFYWORKFLOWRESPONSE']._serialized_start=1033
-  _globals['_VERIFYWORKFLOWRESPONSE']._serialized_end=1098
-  _globals['_REPORTVERDICTREQUEST']._serialized_start=1101
-  _globals['_REPORTVERDICTREQUEST']._serialized_end=1419
-  _globals['_REPORTVERDICTRESPONSE']._serialized_start=1422
-  _globals['_REPORTVERDICTRESPONSE']._serialized_end=1550
-  _globals['_GETWORKITEMREQUEST']._serialized_start=1552
-  _globals['_GETWORKITEMREQUEST']._serialized_end=1613
-  _globals['_GETWORKITEMRESPONSE']._serialized_start=1615
-  _globals['_GETWORKITEMRESPONSE']._serialized_end=1680
-  _globals['_PIPELINE']._serialized_start=1683
-  _globals['_PIPELINE']._serialized_end=2066
+  _globals['_BUILDWORKFLOWREQUEST']._serialized_start=50
+  _globals['_BUILDWORKFLOWREQUEST']._serialized_end=219
+  _globals['_BUILDISSUE']._serialized_start=222
+  _globals['_BUILDISSUE']._serialized_end=358
+  _globals['_REMEDIATION']._serialized_start=360
+  _globals['_REMEDIATION']._serialized_end=446
+  _globals['_BUILDWORKFLOWRESPONSE']._serialized_start=449
+  _globals['_BUILDWORKFLOWRESPONSE']._serialized_end=735
+  _globals['_VERIFYWORKFLOWREQUEST']._serialized_start=738
+  _globals['_VERIFYWORKFLOWREQUEST']._serialized_end=1004
+  _globals['_VERIFYWORKFLOWRESPONSE']._serialized_start=1006
+  _globals['_VERIFYWORKFLOWRESPONSE']._serialized_end=1065
+  _globals['_REPORTVERDICTREQUEST']._serialized_start=1068
+  _globals['_REPORTVERDICTREQUEST']._serialized_end=1385
+  _globals['_REPORTVERDICTRESPONSE']._serialized_start=1387
+  _globals['_REPORTVERDICTRESPONSE']._serialized_end=1508
+  _globals['_GETWORKITEMREQUEST']._serialized_start=1510
+  _globals['_GETWORKITEMREQUEST']._serialized_end=1571
+  _globals['_GETWORKITEMRESPONSE']._serialized_start=1573
+  _globals['_GETWORKITEMRESPONSE']._serialized_end=1635
+  _globals['_PIPELINE']._serialized_start=1638
+  _globals['_PIPELINE']._serialized_end=2021
 # @@protoc_insertion_point(module_scope)

@@ -6,7 +6,6 @@ isort:skip_file
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf.internal import containers as _containers
 import builtins as _builtins
 import sys
@@ -188,41 +187,38 @@ class VerifyWorkflowRequest(_message.Message):
     THREAD_ID_FIELD_NUMBER: _builtins.int
     WORK_ITEM_ID_FIELD_NUMBER: _builtins.int
     WORKFLOW_ID_FIELD_NUMBER: _builtins.int
-    INPUT_DATA_FIELD_NUMBER: _builtins.int
+    INPUT_DATA_JSON_FIELD_NUMBER: _builtins.int
     TRIGGER_NODE_NAME_FIELD_NUMBER: _builtins.int
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
-    FIXTURE_OVERRIDES_FIELD_NUMBER: _builtins.int
+    FIXTURE_OVERRIDES_JSON_FIELD_NUMBER: _builtins.int
     ALLOW_ZERO_ITEM_FIXTURES_FIELD_NUMBER: _builtins.int
     thread_id: _builtins.str
     work_item_id: _builtins.str
     """Empty: the workflow's latest work item in the thread."""
     workflow_id: _builtins.str
+    input_data_json: _builtins.str
     trigger_node_name: _builtins.str
     """Empty: each trigger in turn."""
     timeout_ms: _builtins.int
     """Milliseconds per pass, 1 s to 10 min; 0 means the default of 5 min."""
+    fixture_overrides_json: _builtins.str
+    """Items for simulated nodes, by node name: {"Node": [{...}, ...]}."""
     allow_zero_item_fixtures: _builtins.bool
-    @_builtins.property
-    def input_data(self) -> _struct_pb2.Struct: ...
-    @_builtins.property
-    def fixture_overrides(self) -> _struct_pb2.Struct:
-        """Items for simulated nodes, by node name: {"Node": [{...}, ...]}."""
-
     def __init__(
         self,
         *,
         thread_id: _builtins.str = ...,
         work_item_id: _builtins.str = ...,
         workflow_id: _builtins.str = ...,
-        input_data: _struct_pb2.Struct | None = ...,
+        input_data_json: _builtins.str = ...,
         trigger_node_name: _builtins.str = ...,
         timeout_ms: _builtins.int = ...,
-        fixture_overrides: _struct_pb2.Struct | None = ...,
+        fixture_overrides_json: _builtins.str = ...,
         allow_zero_item_fixtures: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["fixture_overrides", b"fixture_overrides", "input_data", b"input_data"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_zero_item_fixtures", b"allow_zero_item_fixtures", "fixture_overrides", b"fixture_overrides", "input_data", b"input_data", "thread_id", b"thread_id", "timeout_ms", b"timeout_ms", "trigger_node_name", b"trigger_node_name", "work_item_id", b"work_item_id", "workflow_id", b"workflow_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_zero_item_fixtures", b"allow_zero_item_fixtures", "fixture_overrides_json", b"fixture_overrides_json", "input_data_json", b"input_data_json", "thread_id", b"thread_id", "timeout_ms", b"timeout_ms", "trigger_node_name", b"trigger_node_name", "work_item_id", b"work_item_id", "workflow_id", b"workflow_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -232,21 +228,19 @@ Global___VerifyWorkflowRequest: _TypeAlias = VerifyWorkflowRequest  # noqa: Y015
 class VerifyWorkflowResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    RESULT_FIELD_NUMBER: _builtins.int
-    @_builtins.property
-    def result(self) -> _struct_pb2.Struct:
-        """The full verification result as a JSON object (executionId, success, status, claim,
-        nodePreviews, simulatedNodes, coverage, ...).
-        """
-
+    RESULT_JSON_FIELD_NUMBER: _builtins.int
+    result_json: _builtins.str
+    """The full verification result as a JSON object (executionId, success, status, claim,
+    nodePreviews, simulatedNodes, coverage, ...).
+    """
     def __init__(
         self,
         *,
-        result: _struct_pb2.Struct | None = ...,
+        result_json: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["result_json", b"result_json"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -268,7 +262,7 @@ class ReportVerdictRequest(_message.Message):
     SUMMARY_FIELD_NUMBER: _builtins.int
     EXECUTION_ID_FIELD_NUMBER: _builtins.int
     RUN_ID_FIELD_NUMBER: _builtins.int
-    REMEDIATION_FIELD_NUMBER: _builtins.int
+    REMEDIATION_JSON_FIELD_NUMBER: _builtins.int
     thread_id: _builtins.str
     work_item_id: _builtins.str
     verdict: _builtins.str
@@ -283,10 +277,8 @@ class ReportVerdictRequest(_message.Message):
     summary: _builtins.str
     execution_id: _builtins.str
     run_id: _builtins.str
-    @_builtins.property
-    def remediation(self) -> _struct_pb2.Struct:
-        """{category, shouldEdit, guidance, reason?}: a remediation that says stop editing wins."""
-
+    remediation_json: _builtins.str
+    """{category, shouldEdit, guidance, reason?}: a remediation that says stop editing wins."""
     def __init__(
         self,
         *,
@@ -302,11 +294,11 @@ class ReportVerdictRequest(_message.Message):
         summary: _builtins.str = ...,
         execution_id: _builtins.str = ...,
         run_id: _builtins.str = ...,
-        remediation: _struct_pb2.Struct | None = ...,
+        remediation_json: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["remediation", b"remediation"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["diagnosis", b"diagnosis", "execution_id", b"execution_id", "failed_node_name", b"failed_node_name", "failure_signature", b"failure_signature", "patch", b"patch", "remediation", b"remediation", "run_id", b"run_id", "summary", b"summary", "thread_id", b"thread_id", "verdict", b"verdict", "work_item_id", b"work_item_id", "workflow_id", b"workflow_id", "workflow_inspection", b"workflow_inspection"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["diagnosis", b"diagnosis", "execution_id", b"execution_id", "failed_node_name", b"failed_node_name", "failure_signature", b"failure_signature", "patch", b"patch", "remediation_json", b"remediation_json", "run_id", b"run_id", "summary", b"summary", "thread_id", b"thread_id", "verdict", b"verdict", "work_item_id", b"work_item_id", "workflow_id", b"workflow_id", "workflow_inspection", b"workflow_inspection"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -320,16 +312,14 @@ class ReportVerdictResponse(_message.Message):
     ACTION_FIELD_NUMBER: _builtins.int
     PHASE_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
-    CLAIM_FIELD_NUMBER: _builtins.int
+    CLAIM_JSON_FIELD_NUMBER: _builtins.int
     guidance: _builtins.str
     action: _builtins.str
     """The loop's next step: continue_building, verify, patch, rebuild, done, blocked, ignored."""
     phase: _builtins.str
     status: _builtins.str
-    @_builtins.property
-    def claim(self) -> _struct_pb2.Struct:
-        """The claim the verification evidence supports (never upgraded by a verdict)."""
-
+    claim_json: _builtins.str
+    """The claim the verification evidence supports (never upgraded by a verdict)."""
     def __init__(
         self,
         *,
@@ -337,11 +327,11 @@ class ReportVerdictResponse(_message.Message):
         action: _builtins.str = ...,
         phase: _builtins.str = ...,
         status: _builtins.str = ...,
-        claim: _struct_pb2.Struct | None = ...,
+        claim_json: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["claim", b"claim"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "claim", b"claim", "guidance", b"guidance", "phase", b"phase", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "claim_json", b"claim_json", "guidance", b"guidance", "phase", b"phase", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -373,17 +363,16 @@ Global___GetWorkItemRequest: _TypeAlias = GetWorkItemRequest  # noqa: Y015
 class GetWorkItemResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    WORK_ITEM_FIELD_NUMBER: _builtins.int
-    @_builtins.property
-    def work_item(self) -> _struct_pb2.Struct: ...
+    WORK_ITEM_JSON_FIELD_NUMBER: _builtins.int
+    work_item_json: _builtins.str
     def __init__(
         self,
         *,
-        work_item: _struct_pb2.Struct | None = ...,
+        work_item_json: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["work_item", b"work_item"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["work_item", b"work_item"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["work_item_json", b"work_item_json"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

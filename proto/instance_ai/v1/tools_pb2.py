@@ -22,26 +22,25 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ainstance_ai/v1/tools.proto\x12\x0einstance_ai.v1\x1a\x1cgoogle/protobuf/struct.proto\"/\n\x10ListToolsRequest\x12\x1b\n\x13include_unavailable\x18\x01 \x01(\x08\"\xa5\x01\n\x08ToolInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\r\n\x05group\x18\x03 \x01(\t\x12-\n\x0cinput_schema\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x13\n\x0bhitl_action\x18\x05 \x01(\t\x12\x11\n\tavailable\x18\x06 \x01(\x08\x12\x10\n\x08requires\x18\x07 \x01(\t\"<\n\x11ListToolsResponse\x12\'\n\x05tools\x18\x01 \x03(\x0b\x32\x18.instance_ai.v1.ToolInfo\"c\n\x0f\x43\x61llToolRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12*\n\targuments\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\"M\n\x10\x43\x61llToolResponse\x12\'\n\x06result\x18\x01 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x10\n\x08is_error\x18\x02 \x01(\x08\x32\xa8\x01\n\x05Tools\x12P\n\tListTools\x12 .instance_ai.v1.ListToolsRequest\x1a!.instance_ai.v1.ListToolsResponse\x12M\n\x08\x43\x61llTool\x12\x1f.instance_ai.v1.CallToolRequest\x1a .instance_ai.v1.CallToolResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ainstance_ai/v1/tools.proto\x12\x0einstance_ai.v1\"/\n\x10ListToolsRequest\x12\x1b\n\x13include_unavailable\x18\x01 \x01(\x08\"\xa5\x01\n\x08ToolInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\r\n\x05group\x18\x03 \x01(\t\x12\x19\n\x11input_schema_json\x18\x08 \x01(\t\x12\x13\n\x0bhitl_action\x18\x05 \x01(\t\x12\x11\n\tavailable\x18\x06 \x01(\x08\x12\x10\n\x08requires\x18\x07 \x01(\tJ\x04\x08\x04\x10\x05R\x0cinput_schema\"<\n\x11ListToolsResponse\x12\'\n\x05tools\x18\x01 \x03(\x0b\x32\x18.instance_ai.v1.ToolInfo\"`\n\x0f\x43\x61llToolRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x04 \x01(\tJ\x04\x08\x03\x10\x04R\targuments\"G\n\x10\x43\x61llToolResponse\x12\x13\n\x0bresult_json\x18\x03 \x01(\t\x12\x10\n\x08is_error\x18\x02 \x01(\x08J\x04\x08\x01\x10\x02R\x06result2\xa8\x01\n\x05Tools\x12P\n\tListTools\x12 .instance_ai.v1.ListToolsRequest\x1a!.instance_ai.v1.ListToolsResponse\x12M\n\x08\x43\x61llTool\x12\x1f.instance_ai.v1.CallToolRequest\x1a .instance_ai.v1.CallToolResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'instance_ai.v1.tools_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LISTTOOLSREQUEST']._serialized_start=76
-  _globals['_LISTTOOLSREQUEST']._serialized_end=123
-  _globals['_TOOLINFO']._serialized_start=126
-  _globals['_TOOLINFO']._serialized_end=291
-  _globals['_LISTTOOLSRESPONSE']._serialized_start=293
-  _globals['_LISTTOOLSRESPONSE']._serialized_end=353
-  _globals['_CALLTOOLREQUEST']._serialized_start=355
-  _globals['_CALLTOOLREQUEST']._serialized_end=454
-  _globals['_CALLTOOLRESPONSE']._serialized_start=456
-  _globals['_CALLTOOLRESPONSE']._serialized_end=533
-  _globals['_TOOLS']._serialized_start=536
-  _globals['_TOOLS']._serialized_end=704
+  _globals['_LISTTOOLSREQUEST']._serialized_start=46
+  _globals['_LISTTOOLSREQUEST']._serialized_end=93
+  _globals['_TOOLINFO']._serialized_start=96
+  _globals['_TOOLINFO']._serialized_end=261
+  _globals['_LISTTOOLSRESPONSE']._serialized_start=263
+  _globals['_LISTTOOLSRESPONSE']._serialized_end=323
+  _globals['_CALLTOOLREQUEST']._serialized_start=325
+  _globals['_CALLTOOLREQUEST']._serialized_end=421
+  _globals['_CALLTOOLRESPONSE']._serialized_start=423
+  _globals['_CALLTOOLRESPONSE']._serialized_end=494
+  _globals['_TOOLS']._serialized_start=497
+  _globals['_TOOLS']._serialized_end=665
 # @@protoc_insertion_point(module_scope)

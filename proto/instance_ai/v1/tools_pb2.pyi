@@ -6,7 +6,6 @@ isort:skip_file
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf.internal import containers as _containers
 import builtins as _builtins
 import sys
@@ -48,7 +47,7 @@ class ToolInfo(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     DESCRIPTION_FIELD_NUMBER: _builtins.int
     GROUP_FIELD_NUMBER: _builtins.int
-    INPUT_SCHEMA_FIELD_NUMBER: _builtins.int
+    INPUT_SCHEMA_JSON_FIELD_NUMBER: _builtins.int
     HITL_ACTION_FIELD_NUMBER: _builtins.int
     AVAILABLE_FIELD_NUMBER: _builtins.int
     REQUIRES_FIELD_NUMBER: _builtins.int
@@ -56,30 +55,28 @@ class ToolInfo(_message.Message):
     """Tool name as in the tool reference, e.g. "build-workflow"."""
     description: _builtins.str
     group: _builtins.str
+    input_schema_json: _builtins.str
+    """The JSON schema of the arguments, as sent to model providers."""
     hitl_action: _builtins.str
     """The HITL action gating the tool, if any (e.g. "deleteWorkflow")."""
     available: _builtins.bool
     """false: not registered on this server (only listed with include_unavailable)."""
     requires: _builtins.str
     """For a conditional tool: what it needs to be registered (e.g. a setting)."""
-    @_builtins.property
-    def input_schema(self) -> _struct_pb2.Struct:
-        """The JSON schema of the arguments, as sent to model providers."""
-
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         description: _builtins.str = ...,
         group: _builtins.str = ...,
-        input_schema: _struct_pb2.Struct | None = ...,
+        input_schema_json: _builtins.str = ...,
         hitl_action: _builtins.str = ...,
         available: _builtins.bool = ...,
         requires: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["input_schema", b"input_schema"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["available", b"available", "description", b"description", "group", b"group", "hitl_action", b"hitl_action", "input_schema", b"input_schema", "name", b"name", "requires", b"requires"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["available", b"available", "description", b"description", "group", b"group", "hitl_action", b"hitl_action", "input_schema_json", b"input_schema_json", "name", b"name", "requires", b"requires"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -111,21 +108,20 @@ class CallToolRequest(_message.Message):
 
     THREAD_ID_FIELD_NUMBER: _builtins.int
     TOOL_NAME_FIELD_NUMBER: _builtins.int
-    ARGUMENTS_FIELD_NUMBER: _builtins.int
+    ARGUMENTS_JSON_FIELD_NUMBER: _builtins.int
     thread_id: _builtins.str
     tool_name: _builtins.str
-    @_builtins.property
-    def arguments(self) -> _struct_pb2.Struct: ...
+    arguments_json: _builtins.str
     def __init__(
         self,
         *,
         thread_id: _builtins.str = ...,
         tool_name: _builtins.str = ...,
-        arguments: _struct_pb2.Struct | None = ...,
+        arguments_json: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["arguments", b"arguments"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arguments", b"arguments", "thread_id", b"thread_id", "tool_name", b"tool_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arguments_json", b"arguments_json", "thread_id", b"thread_id", "tool_name", b"tool_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -135,21 +131,20 @@ Global___CallToolRequest: _TypeAlias = CallToolRequest  # noqa: Y015
 class CallToolResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    RESULT_FIELD_NUMBER: _builtins.int
+    RESULT_JSON_FIELD_NUMBER: _builtins.int
     IS_ERROR_FIELD_NUMBER: _builtins.int
+    result_json: _builtins.str
     is_error: _builtins.bool
     """true when the tool reported a correctable error (the result then describes it)."""
-    @_builtins.property
-    def result(self) -> _struct_pb2.Struct: ...
     def __init__(
         self,
         *,
-        result: _struct_pb2.Struct | None = ...,
+        result_json: _builtins.str = ...,
         is_error: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_error", b"is_error", "result", b"result"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_error", b"is_error", "result_json", b"result_json"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

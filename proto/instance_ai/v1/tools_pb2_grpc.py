@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class ToolsStub:
-    """The agent's tools, callable directly. Arguments and results are JSON objects.
+    """The agent's tools, callable directly. Arguments and results are JSON objects, as JSON text.
     """
 
     def __init__(self, channel):
@@ -48,7 +48,7 @@ class ToolsStub:
 
 
 class ToolsServicer:
-    """The agent's tools, callable directly. Arguments and results are JSON objects.
+    """The agent's tools, callable directly. Arguments and results are JSON objects, as JSON text.
     """
 
     def ListTools(self, request, context):
@@ -85,7 +85,7 @@ def add_ToolsServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Tools:
-    """The agent's tools, callable directly. Arguments and results are JSON objects.
+    """The agent's tools, callable directly. Arguments and results are JSON objects, as JSON text.
     """
 
     @staticmethod

@@ -27,7 +27,7 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class ToolsStub:
-    """The agent's tools, callable directly. Arguments and results are JSON objects."""
+    """The agent's tools, callable directly. Arguments and results are JSON objects, as JSON text."""
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -38,14 +38,14 @@ class ToolsStub:
 
 @_typing.type_check_only
 class ToolsAsyncStub(ToolsStub):
-    """The agent's tools, callable directly. Arguments and results are JSON objects."""
+    """The agent's tools, callable directly. Arguments and results are JSON objects, as JSON text."""
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     ListTools: _aio.UnaryUnaryMultiCallable[_tools_pb2.ListToolsRequest, _tools_pb2.ListToolsResponse]  # type: ignore[assignment]
     CallTool: _aio.UnaryUnaryMultiCallable[_tools_pb2.CallToolRequest, _tools_pb2.CallToolResponse]  # type: ignore[assignment]
 
 class ToolsServicer(metaclass=_abc_1.ABCMeta):
-    """The agent's tools, callable directly. Arguments and results are JSON objects."""
+    """The agent's tools, callable directly. Arguments and results are JSON objects, as JSON text."""
 
     @_abc_1.abstractmethod
     def ListTools(
