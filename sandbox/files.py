@@ -161,16 +161,16 @@ def replace_text(text: str, old: str, new: str, *, replace_all: bool, path: str)
     """The edit rules every backend shares: `old` must be non-empty and found, and unique
     unless `replace_all`. Returns the new text and how many places changed."""
     if not old:
-        raise EditMismatchError("old_str is empty: give the exact text to replace")
+        raise EditMismatchError("the text to replace is empty: give the exact text to replace")
     count = text.count(old)
     if count == 0:
         raise EditMismatchError(
-            f"old_str was not found in {path!r}; read the file and copy the text exactly"
+            f"the text to replace was not found in {path!r}; read the file and copy it exactly"
         )
     if count > 1 and not replace_all:
         raise EditMismatchError(
-            f"old_str matches {count} places in {path!r}; include more surrounding text so it "
-            "matches once, or set replace_all"
+            f"the text to replace matches {count} places in {path!r}; include more surrounding "
+            "text so it matches once, or replace every match"
         )
     return text.replace(old, new), count
 

@@ -164,6 +164,12 @@ class Settings(BaseSettings):
     )
     anthropic_base_url: str | None = Field(None, description="Messages API base URL")
     model_max_tokens: int = Field(8192, ge=1, le=200_000, description="per model turn")
+    model_thinking_budget_tokens: int = Field(
+        0,
+        ge=0,
+        description="extended thinking per model turn (at least 1024, below "
+        "model_max_tokens), streamed as reasoning events; 0: no thinking",
+    )
     model_timeout_seconds: float = Field(600, gt=0, le=3600, description="per model request")
     model_max_retries: int = Field(
         3, ge=0, le=10, description="retries of a failed model request (429/5xx, dead stream)"
@@ -346,6 +352,16 @@ class Settings(BaseSettings):
         return None
 
     @model_validator(mode="after")
+    def _thinking_budget(self) -> Settings:
+        budget = self.model_thinking_budget_tokens
+        if budget and not 1024 <= budget < self.model_max_tokens:
+            raise ValueError(
+                f"model_thinking_budget_tokens {budget} must be at least 1024 and below "
+                f"model_max_tokens ({self.model_max_tokens}), or 0 for no thinking"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _tls_pair(self) -> Settings:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("set both tls_cert_file and tls_key_file, or neither")
@@ -418,6 +434,9 @@ def _describe(exc: ValidationError) -> str:
         if error["type"] == "extra_forbidden":
             known = ", ".join(sorted(Settings.model_fields))
             lines.append(f"unknown setting {field}: check the spelling (known: {known})")
+            continue
+        if not field:  # a rule across settings: its message names them
+            lines.append(f"invalid settings: {error['msg'].removeprefix('Value error, ')}")
             continue
         env_name = ENV_PREFIX + field.split(".")[0].upper()
         lines.append(f"invalid setting {field} ({env_name}): {error['msg']}")

@@ -6,7 +6,13 @@ API refuses, with the real error shape:
 * a tool whose `input_schema` is not `type: object`, or has `anyOf`/`oneOf`/`allOf` at the root;
 * a tool name outside `^[a-zA-Z0-9_-]{1,64}$`, or two tools with one name;
 * a `tool_use` without its `tool_result` in the next message, or a `tool_result` whose
-  `tool_use` is not in the previous message; empty messages or text blocks.
+  `tool_use` is not in the previous message; empty messages or text blocks;
+* with extended thinking on: a budget under 1024 or not below `max_tokens`; a tool-use loop
+  whose last assistant message does not start with its thinking block; a thinking block
+  whose signature is not one this stand-in issued (thinking sent back must be unchanged).
+
+A turn's `thinking` blocks are streamed (thinking and signature deltas) only to a request
+that turned thinking on, as the real model thinks only then.
 
 Turns can also fail on purpose: an HTTP error status, a stream that dies midway, or a stream
 that waits (held) until the test releases it or the client goes away.
@@ -19,7 +25,7 @@ import itertools
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiohttp import web
@@ -45,6 +51,11 @@ class Turn:
 
 def text(value: str) -> Turn:
     return Turn(blocks=[{"type": "text", "text": value}])
+
+
+def thinking(value: str) -> dict[str, Any]:
+    """A thinking block for a Turn (its signature is issued when it is streamed)."""
+    return {"type": "thinking", "thinking": value}
 
 
 def tool(name: str, arguments: dict[str, Any], *, say: str = "", call_id: str = "") -> Turn:
@@ -77,6 +88,7 @@ class FakeMessagesAPI:
         self.responder: Responder | None = None
         self._runner: web.AppRunner | None = None
         self.url = ""
+        self._signatures: set[str] = set()
 
     def script(self, *turns: Turn) -> None:
         self._script.extend(turns)
@@ -124,7 +136,7 @@ class FakeMessagesAPI:
             body = await request.json()
         except json.JSONDecodeError:
             return _error(400, "invalid_request_error", "the request body is not valid JSON")
-        problem = request_problem(body)
+        problem = request_problem(body) or self._signature_problem(body)
         if problem is not None:
             self.rejected.append(problem)
             return _error(400, "invalid_request_error", problem)
@@ -134,12 +146,34 @@ class FakeMessagesAPI:
             if not self._script:
                 return _error(400, "invalid_request_error", "fake: no scripted turn left")
             turn = self._script.pop(0)
+        if not body.get("thinking"):  # the model thinks only when asked to
+            turn = replace(turn, blocks=[b for b in turn.blocks if b["type"] != "thinking"])
+        turn = replace(turn, blocks=[self._signed(b) for b in turn.blocks])
         if isinstance(turn.fault, int):
             kinds = {429: "rate_limit_error", 529: "overloaded_error"}
             return _error(turn.fault, kinds.get(turn.fault, "api_error"), "scripted failure")
         if not body.get("stream"):
             return web.json_response(_message(body, turn))
         return await self._stream(request, body, turn)
+
+    def _signed(self, block: dict[str, Any]) -> dict[str, Any]:
+        if block["type"] != "thinking":
+            return block
+        signature = f"sig_{next(_ids):06d}"
+        self._signatures.add(signature)
+        return block | {"signature": signature}
+
+    def _signature_problem(self, body: dict[str, Any]) -> str | None:
+        for index, message in enumerate(body["messages"]):
+            content = message.get("content")
+            for position, block in enumerate(content if isinstance(content, list) else []):
+                signed = block.get("signature") in self._signatures
+                if block.get("type") == "thinking" and not signed:
+                    return (
+                        f"messages.{index}.content.{position}: Invalid `signature` in "
+                        "`thinking` block"
+                    )
+        return None
 
     async def _stream(
         self, request: web.Request, body: dict[str, Any], turn: Turn
@@ -172,6 +206,16 @@ class FakeMessagesAPI:
                             assert request.transport is not None
                             request.transport.close()  # mid-stream, no message_stop
                             return response
+                elif block["type"] == "thinking":
+                    await send(
+                        "content_block_start",
+                        {"index": index, "content_block": {"type": "thinking", "thinking": ""}},
+                    )
+                    for piece in _pieces(block["thinking"]):
+                        delta = {"type": "thinking_delta", "thinking": piece}
+                        await send("content_block_delta", {"index": index, "delta": delta})
+                    delta = {"type": "signature_delta", "signature": block["signature"]}
+                    await send("content_block_delta", {"index": index, "delta": delta})
                 else:
                     start = {
                         "type": "tool_use",
@@ -271,7 +315,39 @@ def request_problem(body: Any) -> str | None:
             return f"{key}: Field required"
     if not isinstance(body["max_tokens"], int) or body["max_tokens"] < 1:
         return "max_tokens: Input should be greater than or equal to 1"
-    return tool_problem(body.get("tools", [])) or message_problem(body["messages"])
+    return (
+        tool_problem(body.get("tools", []))
+        or message_problem(body["messages"])
+        or thinking_problem(body)
+    )
+
+
+def thinking_problem(body: dict[str, Any]) -> str | None:
+    config = body.get("thinking")
+    if not config:
+        return None
+    budget = config.get("budget_tokens")
+    if config.get("type") != "enabled" or not isinstance(budget, int):
+        return "thinking: Input tag does not match the expected tags ('enabled', 'disabled')"
+    if budget < 1024:
+        return "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+    if body["max_tokens"] <= budget:
+        return "`max_tokens` must be greater than `thinking.budget_tokens`"
+    messages = body["messages"]
+    last = messages[-1]
+    in_tool_loop = isinstance(last.get("content"), list) and any(
+        b.get("type") == "tool_result" for b in last["content"]
+    )
+    if in_tool_loop and len(messages) > 1:
+        index = len(messages) - 2
+        first = messages[index]["content"][0]
+        if first.get("type") not in ("thinking", "redacted_thinking"):
+            return (
+                f"messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`, "
+                f"but found `{first.get('type')}`. When `thinking` is enabled, a final "
+                "`assistant` message must start with a thinking block."
+            )
+    return None
 
 
 def tool_problem(tools: list[dict[str, Any]]) -> str | None:

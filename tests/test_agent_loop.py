@@ -15,10 +15,10 @@ import pytest
 from instance_ai.json_text import from_json, to_json
 from instance_ai.v1 import agent_pb2, tools_pb2, tools_pb2_grpc
 from server.agent.titles import TITLE_MAX, thread_title
-from server.settings import Settings
+from server.settings import Settings, SettingsError
 from tests.agent_fixtures import Chat, last_tool_results, model, model_settings, of_type
 from tests.conftest import serving
-from tests.fake_model import FakeMessagesAPI, Turn, text, tool, tool_problem, use
+from tests.fake_model import FakeMessagesAPI, Turn, text, thinking, tool, tool_problem, use
 
 __all__ = ["model", "model_settings"]  # fixtures, shared
 
@@ -223,6 +223,60 @@ async def test_json_numbers_reach_the_stream_as_the_model_sent_them(
     ):
         assert args == numbers
         assert [type(args[k]) for k in ("huge", "whole", "real")] == [int, int, float]
+
+
+async def test_thinking_streams_as_reasoning_and_goes_back_with_the_tool_results(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    """With a thinking budget the model's thinking is streamed live (reasoning-delta) and
+    kept (reasoning-block, before the turn's text); the thinking block, signature unchanged,
+    leads the assistant message the tool results answer (the stand-in refuses otherwise)."""
+    tasks = {"tasks": [{"id": "a", "description": "Draft it", "status": "todo"}]}
+    model.script(
+        text("Hello."),
+        Turn(blocks=[thinking("A plan first: one task."), use("update-tasks", tasks)]),
+        Turn(blocks=[thinking("The task list is set."), {"type": "text", "text": "Planned."}]),
+    )
+    async with serving(model_settings(model_thinking_budget_tokens=2048)) as (app, channel):
+        chat = Chat(channel)
+        await chat.finished("t1", await chat.send("t1", "hi"))
+        cursor = str((await chat.status("t1")).last_event_id)
+        follow = chat.agent.StreamEvents(
+            agent_pb2.StreamEventsRequest(thread_id="t1", after=cursor, follow=True)
+        )
+        for _ in range(500):
+            if app.parts.events.subscriber_count("t1"):
+                break
+            await asyncio.sleep(0.01)
+        run_id = await chat.send("t1", "plan it")
+        deltas: list[str] = []
+        async for response in follow:
+            if response.event.type == "reasoning-delta":
+                deltas.append(from_json(response.event.payload_json)["text"])
+            if response.event.type == "run-finish":
+                follow.cancel()
+                break
+        events = await chat.finished("t1", run_id)
+    assert not model.rejected, model.rejected
+    assert of_type(events, "reasoning-block") == [
+        {"text": "A plan first: one task."},
+        {"text": "The task list is set."},
+    ]
+    kinds = [e["type"] for e in events if e["run_id"] == run_id]
+    assert kinds.index("reasoning-block") < kinds.index("tool-call")
+    assert kinds[-3:] == ["reasoning-block", "text-block", "run-finish"]
+    assert "".join(deltas) == "A plan first: one task.The task list is set."
+    answered = model.requests[2]
+    assert answered["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert [b["type"] for b in answered["messages"][-2]["content"]] == ["thinking", "tool_use"]
+
+
+def test_a_thinking_budget_outside_what_the_api_takes_is_refused(
+    make_settings: Callable[..., Settings],
+) -> None:
+    for budget in (512, 8192):
+        with pytest.raises(SettingsError, match=r"^invalid settings: .* at least 1024 and below"):
+            make_settings(model_thinking_budget_tokens=budget, model_max_tokens=8192)
 
 
 async def test_approval_gated_tool_waits_then_runs_or_is_denied(

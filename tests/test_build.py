@@ -400,7 +400,10 @@ async def test_the_same_file_built_twice_updates_one_workflow(client: Client) ->
     first = await client.upload_and_build("manual-set-if.workflow.ts")
     path = "src/manual-set-if.workflow.ts"
     await client.call(
-        "workspace_str_replace_file", old_str="'Small Order'", new_str="'Minor Order'", path=path
+        "workspace_str_replace_file",
+        oldString="'Small Order'",
+        newString="'Minor Order'",
+        path=path,
     )
     second = await client.build(path)
     assert second.success and second.workflow_id == first.workflow_id

@@ -4,6 +4,7 @@ effects simulated by the build's plan, claims from evidence, verdicts moving wor
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import grpc
 import pytest
 
 from instance_ai.json_text import from_json, to_json
-from instance_ai.v1 import pipeline_pb2
+from instance_ai.v1 import agent_pb2, pipeline_pb2
 from server.settings import Settings
 from tests.conftest import serving
 from tests.test_build import WORKFLOWS, Client
@@ -29,6 +30,24 @@ async def build(client: Client, name: str) -> pipeline_pb2.BuildWorkflowResponse
     assert built.success, built.errors
     assert built.work_item_id.startswith("wi_")
     return built
+
+
+SNAKE_CASE = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)+$")
+# Where the user's own data sits (node parameters, items, the model's arguments): any keys.
+USER_DATA = {"parameters", "json", "pinData", "connections", "args", "inputData", "data"}
+
+
+def snake_case_keys(value: Any, path: str = "") -> list[str]:
+    """Paths of the snake_case keys in `value`, outside the user's own data."""
+    if isinstance(value, list):
+        return [k for i, item in enumerate(value) for k in snake_case_keys(item, f"{path}[{i}]")]
+    if not isinstance(value, dict):
+        return []
+    found = [f"{path}.{key}" for key in value if SNAKE_CASE.match(key)]
+    for key, item in value.items():
+        if key not in USER_DATA:
+            found += snake_case_keys(item, f"{path}.{key}")
+    return found
 
 
 def previews(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -230,7 +249,17 @@ async def test_the_pipeline_rpcs_and_bad_requests(client: Client) -> None:
     item = await client.pipeline.GetWorkItem(
         pipeline_pb2.GetWorkItemRequest(thread_id="build-thread", work_item_id=built.work_item_id)
     )
-    assert from_json(item.work_item_json)["obligation"]["status"] == "verified"
+    work_item = from_json(item.work_item_json)
+    assert work_item["obligation"]["status"] == "verified"
+    # One key style, n8n's, in all a client reads (not inside the user's own data).
+    events = [
+        from_json(r.event.payload_json)
+        async for r in client.agent.StreamEvents(
+            agent_pb2.StreamEventsRequest(thread_id="build-thread")
+        )
+    ]
+    seen = [result, from_json(verdict.claim_json), work_item, *events]
+    assert snake_case_keys(seen) == []
 
     cases: list[tuple[Callable[[], Awaitable[Any]], str]] = [
         (lambda: client.call("verify-built-workflow", workflowId="nope"), "NOT_FOUND"),

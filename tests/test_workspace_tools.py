@@ -49,9 +49,9 @@ def test_the_tool_names_are_the_reference_ones() -> None:
 async def test_write_edit_read(ctx: ToolContext[WorkspaceTools]) -> None:
     await call(ctx, "workspace_write_file", path="src/x.ts", content="a\nb\nb\nc\n")
     with pytest.raises(EditMismatchError, match="matches 2 places"):
-        await call(ctx, "workspace_str_replace_file", path="src/x.ts", old_str="b", new_str="B")
+        await call(ctx, "workspace_str_replace_file", path="src/x.ts", oldString="b", newString="B")
     edited = await call(
-        ctx, "workspace_str_replace_file", path="src/x.ts", old_str="a", new_str="A"
+        ctx, "workspace_str_replace_file", path="src/x.ts", oldString="a", newString="A"
     )
     assert edited == {"path": "src/x.ts", "replacements": 1}
     read = await call(ctx, "workspace_read_file", path="src/x.ts", offset=2, limit=2)

@@ -44,6 +44,8 @@ class AnthropicProvider:
                 "messages": request.messages,
                 "tools": request.tools,
             }
+            if request.thinking_budget:
+                params["thinking"] = {"type": "enabled", "budget_tokens": request.thinking_budget}
             stream = cast(
                 "anthropic.AsyncStream[RawMessageStreamEvent]",
                 await self._client.messages.create(**params, stream=True),
@@ -103,6 +105,11 @@ class _Accumulator:
     def _start(self, index: int, block: dict[str, Any]) -> None:
         if block["type"] == "text":
             self._blocks[index] = {"type": "text", "text": block.get("text", "")}
+        elif block["type"] == "thinking":
+            self._blocks[index] = {"type": "thinking", "thinking": "", "signature": ""}
+        elif block["type"] == "redacted_thinking":
+            # Encrypted thinking: nothing to show, but it goes back to the API as it came.
+            self._blocks[index] = {"type": "redacted_thinking", "data": block["data"]}
         elif block["type"] == "tool_use":
             self._blocks[index] = {"type": "tool_use", "id": block["id"], "name": block["name"]}
             self._json[index] = ""
@@ -112,6 +119,11 @@ class _Accumulator:
         if delta["type"] == "text_delta" and index in self._blocks:
             self._blocks[index]["text"] += delta["text"]
             self._callbacks.on_text(delta["text"])
+        elif delta["type"] == "thinking_delta" and index in self._blocks:
+            self._blocks[index]["thinking"] += delta["thinking"]
+            self._callbacks.on_reasoning(delta["thinking"])
+        elif delta["type"] == "signature_delta" and index in self._blocks:
+            self._blocks[index]["signature"] += delta["signature"]
         elif delta["type"] == "input_json_delta" and index in self._json:
             self._json[index] += delta["partial_json"]
 

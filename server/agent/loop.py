@@ -403,6 +403,7 @@ class Agent(Orchestration):
             messages=messages,
             tools=self._tools_for(scope),
             max_tokens=self.settings.model_max_tokens,
+            thinking_budget=self.settings.model_thinking_budget_tokens,
         )
         events = self.services.events
         where = {"run_id": scope.run_id, "agent_id": scope.agent_id}
@@ -417,6 +418,9 @@ class Agent(Orchestration):
                 scope.thread_id, "text-delta", {"text": text, "responseId": response_id}, **where
             )
 
+        def on_reasoning(text: str) -> None:
+            events.publish_live(scope.thread_id, "reasoning-delta", {"text": text}, **where)
+
         def on_tool_start(call_id: str, name: str) -> None:
             events.publish_live(
                 scope.thread_id,
@@ -425,7 +429,12 @@ class Agent(Orchestration):
                 **where,
             )
 
-        callbacks = StreamCallbacks(on_start=on_start, on_text=on_text, on_tool_start=on_tool_start)
+        callbacks = StreamCallbacks(
+            on_start=on_start,
+            on_text=on_text,
+            on_tool_start=on_tool_start,
+            on_reasoning=on_reasoning,
+        )
         events.publish_live(scope.thread_id, "status", {"message": "Thinking…"}, **where)
         attempts = self.settings.model_max_retries + 1
         for attempt in range(1, attempts + 1):
@@ -439,6 +448,15 @@ class Agent(Orchestration):
         raise AssertionError("unreachable")
 
     async def _publish_text(self, scope: RunScope, turn: ModelTurn) -> None:
+        """The turn's durable blocks: what the model thought (reasoning-block), then said."""
+        if turn.reasoning:
+            await self.services.events.append(
+                scope.thread_id,
+                "reasoning-block",
+                {"text": turn.reasoning},
+                run_id=scope.run_id,
+                agent_id=scope.agent_id,
+            )
         if turn.text:
             await self.services.events.append(
                 scope.thread_id,

@@ -1,7 +1,8 @@
 """The model provider interface the agent loop talks to.
 
 Messages, content blocks and tool definitions use the Messages API shapes (`role`, `content`
-blocks of `text` / `tool_use` / `tool_result`), which is what the loop persists as history."""
+blocks of `text` / `thinking` / `tool_use` / `tool_result`), which is what the loop persists as
+history (thinking blocks with their signatures: the API wants them back with tool results)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ class ModelRequest:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
     max_tokens: int
+    # Extended thinking: the tokens the model may think with per turn; 0: no thinking.
+    thinking_budget: int = 0
 
 
 @dataclass(kw_only=True)
@@ -33,6 +36,11 @@ class ModelTurn:
     @property
     def text(self) -> str:
         return "".join(b["text"] for b in self.content if b["type"] == "text")
+
+    @property
+    def reasoning(self) -> str:
+        """What the model thought before answering (its thinking blocks, not redacted ones)."""
+        return "\n\n".join(b["thinking"] for b in self.content if b["type"] == "thinking")
 
     @property
     def tool_uses(self) -> list[dict[str, Any]]:
@@ -51,11 +59,12 @@ class ModelError(Exception):
 
 @dataclass(frozen=True, kw_only=True)
 class StreamCallbacks:
-    """Live progress of a turn: text as it arrives, and the start of each tool call."""
+    """Live progress of a turn: text and thinking as they arrive, the start of each tool call."""
 
     on_start: Callable[[str], None]
     on_text: Callable[[str], None]
     on_tool_start: Callable[[str, str], None]
+    on_reasoning: Callable[[str], None]
 
 
 class ModelProvider(Protocol):

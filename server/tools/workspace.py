@@ -69,9 +69,13 @@ async def write_file(ctx: ToolContext[WorkspaceTools], args: WriteFileInput) -> 
 
 class StrReplaceInput(ToolModel):
     path: str
-    old_str: str = Field(description="Exact text to replace; must match exactly once")
-    new_str: str
-    replace_all: bool = Field(False, description="Replace every match instead of one")
+    old_string: str = Field(
+        alias="oldString", description="Exact text to replace; must match exactly once"
+    )
+    new_string: str = Field(alias="newString", description="The text to put in its place")
+    replace_all: bool = Field(
+        False, alias="replaceAll", description="Replace every match instead of one"
+    )
 
 
 class StrReplaceOutput(ToolModel):
@@ -83,7 +87,7 @@ async def str_replace_file(
     ctx: ToolContext[WorkspaceTools], args: StrReplaceInput
 ) -> StrReplaceOutput:
     count = await (await _manager(ctx)).str_replace(
-        ctx.thread_id, args.path, args.old_str, args.new_str, replace_all=args.replace_all
+        ctx.thread_id, args.path, args.old_string, args.new_string, replace_all=args.replace_all
     )
     return StrReplaceOutput(path=args.path, replacements=count)
 
@@ -182,7 +186,7 @@ TOOLS: list[ToolSpec[Any]] = [
     ),
     ToolSpec(
         name="workspace_str_replace_file",
-        description="Replace exact text in a workspace file (must match once unless replace_all).",
+        description="Replace exact text in a workspace file (must match once unless replaceAll).",
         group=GROUP,
         services=WorkspaceTools,
         input_model=StrReplaceInput,

@@ -587,16 +587,16 @@ export const handlers = {
     bytes: await writeFile(p, Buffer.from(content, 'base64'), maxBytes),
   }),
   strReplace: async ({ path: p, old, new: replacement, replaceAll, maxBytes }) => {
-    if (!old) throw new WorkerError('mismatch', 'old_str is empty: give the exact text to replace');
+    if (!old) throw new WorkerError('mismatch', 'the text to replace is empty: give the exact text to replace');
     const text = await readRegularFile(p, maxBytes, 'utf8');
     const count = text.split(old).length - 1;
     if (count === 0) {
-      throw new WorkerError('mismatch', `old_str was not found in '${p}'; read the file and copy the text exactly`);
+      throw new WorkerError('mismatch', `the text to replace was not found in '${p}'; read the file and copy it exactly`);
     }
     if (count > 1 && !replaceAll) {
       throw new WorkerError(
         'mismatch',
-        `old_str matches ${count} places in '${p}'; include more surrounding text so it matches once, or set replace_all`,
+        `the text to replace matches ${count} places in '${p}'; include more surrounding text so it matches once, or replace every match`,
       );
     }
     await writeFile(p, Buffer.from(text.split(old).join(replacement)), maxBytes);
