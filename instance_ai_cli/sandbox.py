@@ -150,6 +150,7 @@ def garbage_collect(as_json: JsonOption = False) -> None:
         return {
             "removedSandboxes": report.removed_sandboxes,
             "removedVolumes": report.removed_volumes,
+            "removedEgressDirs": report.removed_egress_dirs,
         }
 
     try:

@@ -107,6 +107,7 @@ class _Entry:
 class JanitorReport:
     removed_sandboxes: list[str] = field(default_factory=list)
     removed_volumes: list[str] = field(default_factory=list)
+    removed_egress_dirs: list[str] = field(default_factory=list)
 
 
 class SandboxManager:
@@ -671,8 +672,8 @@ class SandboxManager:
         return reaped
 
     async def janitor(self) -> JanitorReport:
-        """One pass: remove sandboxes of vanished threads, expired sandboxes and orphaned
-        workspace volumes of this owner."""
+        """One pass: remove sandboxes of vanished threads, expired sandboxes, orphaned
+        workspace volumes of this owner and egress directories no container names."""
         report = JanitorReport()
         for info in await _call(self.provider.list_sandboxes):
             if await self._should_remove(info):
@@ -684,7 +685,9 @@ class SandboxManager:
         for volume in await _call(self.provider.orphan_volumes):
             await _call(self.provider.remove_volume, volume)
             report.removed_volumes.append(volume)
-        if report.removed_sandboxes or report.removed_volumes:
+        report.removed_egress_dirs.extend(await _call(self.provider.orphan_egress_dirs))
+        await _call(self.provider.remove_egress_dirs, report.removed_egress_dirs)
+        if report.removed_sandboxes or report.removed_volumes or report.removed_egress_dirs:
             log.info("sandbox janitor", **report.__dict__)
         return report
 
@@ -724,6 +727,7 @@ class SandboxManager:
         self._entries.clear()
         if self.egress is not None:
             await self.egress.close()
+        await _call(self.provider.close)
 
 
 async def _call(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -14,7 +14,10 @@ PID 1 (without it orphans become zombies that exhaust the pids limit), uid 1000,
 from __future__ import annotations
 
 import contextlib
+import re
+import shutil
 import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,7 +35,16 @@ from sandbox.errors import SandboxNotFoundError, SandboxUnavailableError
 from sandbox.image.rootfs import WORKSPACE
 from sandbox.workspace_disk import WorkspaceDisks
 
-__all__ = ["ORPHAN_GRACE", "SandboxInfo", "SandboxProvider", "remove_owner"]
+__all__ = [
+    "ORPHAN_GRACE",
+    "SandboxInfo",
+    "SandboxProvider",
+    "remove_egress_dir",
+    "remove_owner",
+]
+
+# The name of a container's egress directory (16 hex digits, its label).
+EGRESS_NAME = re.compile(r"[0-9a-f]{16}")
 
 # A volume is made (and its filesystem formatted) before the container that mounts it: one
 # younger than this is being set up, not left behind.
@@ -166,12 +178,16 @@ class SandboxProvider:
         volume = identity.volume_name(self.owner, sid)
         if container is not None:
             volume = container.workspace_volume or volume
-        return self._remove(container.id if container else None, volume)
+        return self._remove(container, volume)
 
-    def _remove(self, container_id: str | None, volume: str) -> bool:
+    def _remove(self, container: ContainerInfo | SandboxInfo | None, volume: str) -> bool:
+        """Remove the container, its egress directory and the workspace volume."""
         removed = False
-        if container_id is not None:
-            self.engine.remove(container_id)
+        if container is not None:
+            self.engine.remove(
+                container.container_id if isinstance(container, SandboxInfo) else container.id
+            )
+            remove_egress_dir(self.egress_root, container.labels)
             removed = True
         if volume and self.engine.volume(volume) is not None:
             self._detach_disk(volume)
@@ -206,7 +222,7 @@ class SandboxProvider:
         return self.engine.inspect(container.id)
 
     def discard(self, container: ContainerInfo) -> None:
-        self._remove(container.id, container.workspace_volume or "")
+        self._remove(container, container.workspace_volume or "")
 
     def list_sandboxes(self) -> list[SandboxInfo]:
         """This owner's sandboxes that belong to a thread (not the unclaimed pool)."""
@@ -216,7 +232,7 @@ class SandboxProvider:
 
     def remove(self, info: SandboxInfo) -> None:
         """Remove a listed sandbox and its workspace (whether or not it has a thread label)."""
-        self._remove(info.container_id, info.volume_name)
+        self._remove(info, info.volume_name)
 
     def orphan_volumes(self) -> list[str]:
         """Workspace volumes of this owner with no container. Found by label and by name:
@@ -235,6 +251,33 @@ class SandboxProvider:
             if v.name not in mounted
             and not (v.created_at is not None and now - v.created_at < self.orphan_grace)
         ]
+
+    def orphan_egress_dirs(self) -> list[str]:
+        """Egress directories no container names (their container was removed by someone
+        else: `docker rm`, a test's clean-up). One younger than ORPHAN_GRACE may be for a
+        container being made."""
+        if self.egress_root is None or not self.egress_root.is_dir():
+            return []
+        named = {
+            c.labels.get(identity.LABEL_EGRESS)
+            for c in self.engine.containers({identity.LABEL_EGRESS: None})
+        }
+        oldest = (datetime.now(UTC) - self.orphan_grace).timestamp()
+        return sorted(
+            d.name
+            for d in self.egress_root.iterdir()
+            if EGRESS_NAME.fullmatch(d.name) and d.name not in named and d.stat().st_mtime < oldest
+        )
+
+    def remove_egress_dirs(self, names: Iterable[str]) -> None:
+        for name in names:
+            remove_egress_dir(self.egress_root, {identity.LABEL_EGRESS: name})
+
+    def close(self) -> None:
+        """The egress root goes when nothing is left in it (it may be in /tmp)."""
+        if self.egress_root is not None:
+            with contextlib.suppress(OSError):
+                self.egress_root.rmdir()
 
     def remove_volume(self, name: str) -> None:
         self._detach_disk(name)
@@ -265,7 +308,7 @@ class SandboxProvider:
         nothing when egress is off."""
         if self.egress_root is None:
             return {}, {}
-        name = uuid.uuid4().hex[:16]
+        name = uuid.uuid4().hex[:16]  # EGRESS_NAME
         directory = self.egress_root / name
         directory.mkdir(parents=True, exist_ok=True)
         directory.chmod(0o755)
@@ -313,11 +356,23 @@ class SandboxProvider:
         )
 
 
-def remove_owner(engine: ContainerEngine, owner: str) -> None:
-    """Remove every container and workspace volume of an owner, labelled or only named
-    (a deployment's uninstall; tests and benchmarks clean up with it)."""
+def remove_egress_dir(root: Path | None, labels: Mapping[str, str]) -> None:
+    """Remove the egress directory a container's labels name under `root` (nothing else uses
+    it once the container is gone). A label that is not one of ours names nothing."""
+    name = labels.get(identity.LABEL_EGRESS, "")
+    if root is not None and EGRESS_NAME.fullmatch(name):
+        shutil.rmtree(root / name, ignore_errors=True)
+
+
+def remove_owner(engine: ContainerEngine, owner: str, egress_roots: Iterable[Path] = ()) -> None:
+    """Remove every container (with its egress directory under any of `egress_roots`) and
+    workspace volume of an owner, labelled or only named (a deployment's uninstall; tests
+    and benchmarks clean up with it)."""
+    roots = list(egress_roots)
     for container in engine.containers({identity.LABEL_OWNER: owner}):
         engine.remove(container.id)
+        for root in roots:
+            remove_egress_dir(root, container.labels)
     prefix = identity.volume_name(owner, "")
     volumes = engine.volumes(labels={identity.LABEL_OWNER: owner})
     volumes += engine.volumes(name_prefix=prefix)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,7 @@ from sandbox.provider import SandboxProvider, remove_owner
 ROOT = Path(__file__).resolve().parents[1]
 # Shared with `make sandbox-image`, so the suite reuses what the set-up step built.
 BUILD_CACHE = Path(os.environ.get("INSTANCE_AI_SANDBOX_CACHE", ROOT / ".cache" / "sandbox"))
+EGRESS_ROOTS = "instance-ai-egress-*"  # server/runtime/egress.py, for deep data directories
 
 
 @pytest.fixture(scope="session")
@@ -44,8 +47,14 @@ def owner(docker_client: docker.DockerClient) -> Iterator[str]:
 
 
 def remove_owned(docker_client: docker.DockerClient, name: str) -> None:
-    """Remove every container and workspace volume of an owner, and check none is left."""
-    remove_owner(DockerEngine(docker_client), name)
+    """Remove every container, egress directory and workspace volume of an owner, and check
+    none is left. (A server whose data directory is deep keeps its egress directories in
+    /tmp, EGRESS_ROOTS; one in the test's own directory goes with it.)"""
+    roots = sorted(Path(tempfile.gettempdir()).glob(EGRESS_ROOTS))
+    remove_owner(DockerEngine(docker_client), name, roots)
+    for root in roots:  # emptied: nothing else of that server is left
+        with contextlib.suppress(OSError):
+            root.rmdir()
     # Nothing of this test may be left behind, labelled or not.
     selector = {"label": f"{identity.LABEL_OWNER}={name}"}
     assert not docker_client.containers.list(all=True, filters=selector)

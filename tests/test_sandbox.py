@@ -203,6 +203,50 @@ async def test_the_janitor_removes_orphans_and_keeps_live_threads(
     assert [i.thread_id for i in provider.list_sandboxes()] == ["alive"]
 
 
+async def test_egress_directories_go_with_their_sandboxes_and_orphans_are_swept(
+    docker_engine: DockerEngine, sandbox_image: BuiltImage, owner: str, tmp_path: Path
+) -> None:
+    root = tmp_path / "egress"
+    provider = SandboxProvider(
+        docker_engine, image=sandbox_image.tag, owner=owner, egress_root=root
+    )
+
+    async def thread_exists(thread_id: str) -> bool:
+        return True
+
+    manager = SandboxManager(provider, thread_exists=thread_exists)
+    await manager.acquire("kept")
+    await manager.acquire("deleted")
+    kept, deleted = provider.get("kept"), provider.get("deleted")
+    assert kept is not None and deleted is not None
+    kept_dir, deleted_dir = (root / i.labels[identity.LABEL_EGRESS] for i in (kept, deleted))
+    assert kept_dir.is_dir() and deleted_dir.is_dir()
+
+    await manager.destroy("deleted")
+    assert not deleted_dir.exists() and kept_dir.is_dir()
+
+    # Left behind by containers removed from outside: swept once older than the grace.
+    hour_ago = time.time() - 3600
+    stale, young, foreign = root / "0123456789abcdef", root / "fedcba9876543210", root / "notes"
+    for directory in (stale, young, foreign):
+        directory.mkdir()
+    os.utime(stale, (hour_ago, hour_ago))
+    os.utime(foreign, (hour_ago, hour_ago))
+    report = await manager.janitor()
+    assert report.removed_egress_dirs == [stale.name]
+    assert young.is_dir() and foreign.is_dir() and kept_dir.is_dir()
+    docker_engine.remove(kept.container_id)
+    provider.orphan_grace = timedelta(0)
+    report = await manager.janitor()
+    assert sorted(report.removed_egress_dirs) == sorted([kept_dir.name, young.name])
+
+    await manager.close()
+    assert root.is_dir()  # something not its own is still in it
+    foreign.rmdir()
+    provider.close()
+    assert not root.exists()
+
+
 async def test_the_deadline_kills_the_whole_tree_including_setsid_escapees(
     provider: SandboxProvider,
 ) -> None:
