@@ -15,6 +15,7 @@ import pytest
 from instance_ai.json_text import from_json, to_json
 from instance_ai.v1 import agent_pb2, tools_pb2, tools_pb2_grpc
 from server.agent.titles import TITLE_MAX, thread_title
+from server.app import Application
 from server.settings import Settings, SettingsError
 from tests.agent_fixtures import Chat, last_tool_results, model, model_settings, of_type
 from tests.conftest import serving
@@ -240,14 +241,7 @@ async def test_thinking_streams_as_reasoning_and_goes_back_with_the_tool_results
     async with serving(model_settings(model_thinking_budget_tokens=2048)) as (app, channel):
         chat = Chat(channel)
         await chat.finished("t1", await chat.send("t1", "hi"))
-        cursor = str((await chat.status("t1")).last_event_id)
-        follow = chat.agent.StreamEvents(
-            agent_pb2.StreamEventsRequest(thread_id="t1", after=cursor, follow=True)
-        )
-        for _ in range(500):
-            if app.parts.events.subscriber_count("t1"):
-                break
-            await asyncio.sleep(0.01)
+        follow = await _following(app, chat, "t1")
         run_id = await chat.send("t1", "plan it")
         deltas: list[str] = []
         async for response in follow:
@@ -336,6 +330,20 @@ async def test_approval_gated_tool_waits_then_runs_or_is_denied(
         events = await chat.finished("t1", remembered)
         assert not of_type([e for e in events if e["run_id"] == remembered], "confirmation-request")
         assert "wf-fourth" in last_tool_results(model.requests[7])[0]["content"]
+
+
+async def _following(app: Application, chat: Chat, thread: str) -> Any:
+    """A live follower of the thread from its newest event, once the service has it
+    registered (live-only events reach only registered followers)."""
+    cursor = str((await chat.status(thread)).last_event_id)
+    follow = chat.agent.StreamEvents(
+        agent_pb2.StreamEventsRequest(thread_id=thread, after=cursor, follow=True)
+    )
+    for _ in range(500):
+        if app.parts.events.subscriber_count(thread):
+            break
+        await asyncio.sleep(0.01)
+    return follow
 
 
 async def _nth_card(chat: Chat, thread: str, n: int) -> dict[str, Any]:
@@ -456,14 +464,7 @@ async def test_overload_and_rate_limit_answers_are_retried_with_backoff(
     async with serving(model_settings(model_max_retries=2)) as (app, channel):
         chat = Chat(channel)
         await chat.finished("t1", await chat.send("t1", "first"))
-        cursor = str((await chat.status("t1")).last_event_id)
-        follow = chat.agent.StreamEvents(
-            agent_pb2.StreamEventsRequest(thread_id="t1", after=cursor, follow=True)
-        )
-        for _ in range(500):  # live-only events reach only registered followers
-            if app.parts.events.subscriber_count("t1"):
-                break
-            await asyncio.sleep(0.01)
+        follow = await _following(app, chat, "t1")
         run_id = await chat.send("t1", "hello")
         live: list[str] = []
         async for response in follow:
