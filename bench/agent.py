@@ -6,6 +6,10 @@ and history write. The baseline, in the same run, is the same two streamed reque
 directly with the SDK against the same local Messages API stand-in. The difference is the
 loop's own cost per turn (history, state, events, validation, tool).
 
+It also weighs the tool definitions of a thread's first model request: every tool (loading
+on demand off) beside the core the orchestrator starts with (the default), in bytes and in
+tokens estimated at four bytes each.
+
     python -m bench.agent [--rounds N]
 """
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import statistics
 import tempfile
 import time
@@ -35,7 +40,9 @@ CHECKLIST = {"tasks": [{"id": "a", "description": "Draft the workflow", "status"
 
 
 @contextlib.asynccontextmanager
-async def agent_server(model: FakeMessagesAPI) -> AsyncIterator[grpc.aio.Channel]:
+async def agent_server(
+    model: FakeMessagesAPI, *, deferred_tools: bool = True
+) -> AsyncIterator[grpc.aio.Channel]:
     configure_logging(level="warning")
     with tempfile.TemporaryDirectory() as data_dir:
         settings = load_settings(
@@ -45,6 +52,7 @@ async def agent_server(model: FakeMessagesAPI) -> AsyncIterator[grpc.aio.Channel
             model="claude-bench",
             anthropic_api_key="sk-bench",
             anthropic_base_url=model.url,
+            agent_deferred_tools=deferred_tools,
         )
         async with (
             Application(settings) as app,
@@ -91,10 +99,30 @@ async def direct_run(client: anthropic.AsyncAnthropic, tools: list[dict[str, obj
     return (time.perf_counter() - started) * 1000
 
 
+async def first_request_tools(model: FakeMessagesAPI, *, deferred_tools: bool) -> list[Any]:
+    """The tool definitions of a new thread's first model request."""
+    async with agent_server(model, deferred_tools=deferred_tools) as channel:
+        model.script(text("Hello."))
+        seen = len(model.requests)
+        await agent_run(agent_pb2_grpc.AgentStub(channel), "tools")
+    tools: list[Any] = model.requests[seen]["tools"]
+    return tools
+
+
+def print_tool_weight(every: list[Any], core: list[Any]) -> None:
+    every_bytes, core_bytes = len(json.dumps(every)), len(json.dumps(core))
+    print("tool definitions in a thread's first model request:")
+    print(f"  every tool  {len(every):4d} tools {every_bytes:8d} B  (~{every_bytes // 4} tokens)")
+    print(f"  core only   {len(core):4d} tools {core_bytes:8d} B  (~{core_bytes // 4} tokens)")
+    print(f"  core / every (ratio) {core_bytes / every_bytes:.2f}")
+
+
 async def main(rounds: int) -> None:
     model = FakeMessagesAPI()
     await model.start()
     try:
+        every = await first_request_tools(model, deferred_tools=False)
+        core = await first_request_tools(model, deferred_tools=True)
         async with agent_server(model) as channel:
             stub = agent_pb2_grpc.AgentStub(channel)
             model.script(*turn_script())
@@ -118,6 +146,7 @@ async def main(rounds: int) -> None:
     print(f"  SDK alone (baseline)  {direct_p50:8.1f} ms")
     overhead, ratio = agent_p50 - direct_p50, agent_p50 / direct_p50
     print(f"  loop overhead         {overhead:8.1f} ms  (ratio {ratio:.1f})")
+    print_tool_weight(every, core)
 
 
 if __name__ == "__main__":

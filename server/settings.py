@@ -175,6 +175,11 @@ class Settings(BaseSettings):
         3, ge=0, le=10, description="retries of a failed model request (429/5xx, dead stream)"
     )
     agent_max_steps: int = Field(50, ge=1, le=1000, description="model turns per run")
+    agent_deferred_tools: bool = Field(
+        True,
+        description="offer the orchestrator a core of tools and let it load the rest "
+        "(search_tools, load_tool); false: every tool from the first request",
+    )
     agent_history_token_budget: int = Field(
         150_000, ge=1000, description="history sent with each model request, in tokens"
     )

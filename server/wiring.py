@@ -8,7 +8,7 @@ services class (see `tool_services`), the servicers `ApiParts`. `Parts` itself s
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -67,6 +67,7 @@ from server.tools import (
     credentials,
     data_tables,
     executions,
+    loading,
     nodes,
     orchestration,
     projects,
@@ -76,6 +77,7 @@ from server.tools import (
     workspace,
 )
 from server.tools.registry import ToolRegistry
+from server.tools.skills import SkillLibrary
 from server.tools.spec import ToolSpec
 
 if TYPE_CHECKING:
@@ -96,6 +98,7 @@ log = structlog.get_logger(__name__)
 
 # Every tool of the service, group by group (each group's services: `Parts.tool_services`).
 ALL_TOOLS: list[ToolSpec[Any]] = [
+    *loading.TOOLS,
     *orchestration.TOOLS,
     *workspace.TOOLS,
     *build.TOOLS,
@@ -139,6 +142,8 @@ class Parts:
     drivers: Drivers | None
     n8n: N8nClient | None
     n8n_probe: InstanceProbe | None
+    # The skills the orchestrator loads (they ship with the service).
+    skills: SkillLibrary = field(default_factory=SkillLibrary)
 
     @classmethod
     async def open(cls, settings: Settings) -> Parts:
@@ -271,6 +276,7 @@ class Parts:
             plans=self.plans,
             background=self.background,
             sandbox_for=self.sandboxes.for_thread,
+            skills=self.skills,
         )
 
     def credential_types(self) -> CredentialTypeIndex:
@@ -289,6 +295,7 @@ class Parts:
         """One services object per tool group: what that group's handlers may touch."""
         instance = self.instance
         return [
+            loading.ToolLoadingTools(skills=self.skills, conversation=self.conversation),
             orchestration.OrchestrationTools(plans=self.plans, background=self.background),
             workspace.WorkspaceTools(sandbox_for=self.sandboxes.for_thread),
             build.BuildTools(builder=self.builder, loop=self.loop),
@@ -347,14 +354,27 @@ class Parts:
 
 
 def tool_registry(parts: Parts) -> ToolRegistry:
-    """Every tool, bound to its group's services, the event log and the permission rule."""
-    return ToolRegistry(
+    """Every tool, bound to its group's services, the event log and the permission rule;
+    the tools that load tools learn which they may load (the registered ones outside the
+    core) once the registry exists."""
+    services = parts.tool_services()
+    registry = ToolRegistry(
         ALL_TOOLS,
-        parts.tool_services(),
+        services,
         events=parts.events,
         hitl=parts.hitl,
         thread_exists=parts.threads.exists,
     )
+    for group in services:
+        if isinstance(group, loading.ToolLoadingTools):
+            group.offer(
+                lambda: (
+                    (spec.name, spec.description)
+                    for spec, _ in registry.listed()
+                    if spec.name not in loading.CORE_TOOLS and spec.group != loading.GROUP
+                )
+            )
+    return registry
 
 
 def embedded_instance(settings: Settings, db: Database) -> Instance:

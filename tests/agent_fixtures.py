@@ -33,6 +33,9 @@ def with_model(fake: FakeMessagesAPI, **overrides: Any) -> dict[str, Any]:
         "anthropic_api_key": "sk-test-key",
         "anthropic_base_url": fake.url,
         "model_max_retries": 1,
+        # Scripts call the tool under test straight away; loading tools on demand (the
+        # default) has tests of its own (tests/test_tool_loading.py).
+        "agent_deferred_tools": False,
     } | overrides
 
 
@@ -42,6 +45,7 @@ def model_env(fake: FakeMessagesAPI) -> dict[str, str]:
         "INSTANCE_AI_MODEL": "claude-test",
         "INSTANCE_AI_ANTHROPIC_API_KEY": "sk-test-key",
         "INSTANCE_AI_ANTHROPIC_BASE_URL": fake.url,
+        "INSTANCE_AI_AGENT_DEFERRED_TOOLS": "false",
     }
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_fixtures import model
+from tests.agent_fixtures import model, model_env
 from tests.fake_model import FakeMessagesAPI, text, tool
 from tests.test_cli import CLI, ServerProcess, start_server, stop_server
 from tests.web_servers import Servers
@@ -22,12 +22,7 @@ __all__ = ["model"]  # fixtures, shared
 
 @pytest.fixture
 async def served(tmp_path: Path, model: FakeMessagesAPI) -> AsyncIterator[ServerProcess]:
-    env = {
-        "INSTANCE_AI_MODEL": "claude-test",
-        "INSTANCE_AI_ANTHROPIC_API_KEY": "sk-test-key",
-        "INSTANCE_AI_ANTHROPIC_BASE_URL": model.url,
-    }
-    server = await asyncio.to_thread(start_server, tmp_path / "data", env=env)
+    server = await asyncio.to_thread(start_server, tmp_path / "data", env=model_env(model))
     yield server
     stop_server(server)
 
@@ -104,12 +99,7 @@ async def test_chat_answers_a_domain_card_with_the_choice_typed(
 ) -> None:
     site = Servers()
     await site.start()
-    env = {
-        "INSTANCE_AI_MODEL": "claude-test",
-        "INSTANCE_AI_ANTHROPIC_API_KEY": "sk-test-key",
-        "INSTANCE_AI_ANTHROPIC_BASE_URL": model.url,
-        "INSTANCE_AI_WEB_FETCH_ALLOW_HOSTS": f"127.0.0.1:{site.site_port}",
-    }
+    env = model_env(model) | {"INSTANCE_AI_WEB_FETCH_ALLOW_HOSTS": f"127.0.0.1:{site.site_port}"}
     server = await asyncio.to_thread(start_server, tmp_path / "data", env=env)
     try:
         model.script(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -38,7 +38,10 @@ from server.runtime.hitl import DENIED_BY_TIMEOUT, Confirmation, Hitl, parse_res
 from server.runtime.plans import Plans
 from server.runtime.threads import RunInfo, Threads
 from server.settings import Settings
+from server.tools.loading import CORE_TOOLS, TOOL_LOADERS, loaded_tools
+from server.tools.loading import GROUP as LOADING_GROUP
 from server.tools.registry import CallSite, ToolInputError, ToolRegistry, describe, dump
+from server.tools.skills import SkillLibrary
 from server.tools.spec import Orchestration, SandboxFor, Suspend, ToolSpec, blocked_message
 
 __all__ = [
@@ -54,6 +57,8 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 ORCHESTRATION_GROUP = "orchestration"
+# Groups only the orchestrator gets: background agents neither plan nor load tools.
+ORCHESTRATOR_ONLY_GROUPS = (ORCHESTRATION_GROUP, LOADING_GROUP)
 NO_MODEL = (
     "no model is configured: set INSTANCE_AI_MODEL (e.g. claude-sonnet-4-5) and "
     "INSTANCE_AI_ANTHROPIC_API_KEY (or ANTHROPIC_API_KEY); everything else works without one"
@@ -75,6 +80,7 @@ class AgentServices:
     plans: Plans
     background: BackgroundTasks
     sandbox_for: SandboxFor
+    skills: SkillLibrary
 
 
 class Agent(Orchestration):
@@ -366,21 +372,33 @@ class Agent(Orchestration):
 
     # -- the model ------------------------------------------------------------------------
 
-    def _tools_for(self, scope: RunScope) -> list[dict[str, Any]]:
+    def _tools_for(self, scope: RunScope, loaded: Collection[str] | None) -> list[dict[str, Any]]:
         return [
             {"name": spec.name, "description": spec.description, "input_schema": schema}
             for spec, schema in self.registry.listed()
-            if self._offered(spec, background=scope.background)
+            if self._offered(spec, background=scope.background, loaded=loaded)
         ]
 
-    def _offered(self, spec: ToolSpec[Any], *, background: bool) -> bool:
-        """Whether a run's model is offered the tool (registered, expressible, and not an
-        orchestration tool for a background agent)."""
-        return (
-            self.registry.registered(spec)
-            and spec.name in self.registry.provider_schemas
-            and not (background and spec.group == ORCHESTRATION_GROUP)
-        )
+    def _offered(
+        self, spec: ToolSpec[Any], *, background: bool, loaded: Collection[str] | None = None
+    ) -> bool:
+        """Whether a run's model is offered the tool: registered and expressible; for a
+        background agent, not one of the orchestrator's own groups; for the orchestrator, a
+        core tool or one the thread loaded (`loaded` None: whether it could be loaded)."""
+        if not (self.registry.registered(spec) and spec.name in self.registry.provider_schemas):
+            return False
+        if background:
+            return spec.group not in ORCHESTRATOR_ONLY_GROUPS
+        if not self.settings.agent_deferred_tools:
+            return spec.name not in TOOL_LOADERS
+        return loaded is None or spec.name in CORE_TOOLS or spec.name in loaded
+
+    async def _loaded(self, scope: RunScope) -> set[str] | None:
+        """The tools the orchestrator loaded in this thread (None for a background agent,
+        which is offered its whole set)."""
+        if scope.background or not self.settings.agent_deferred_tools:
+            return None
+        return loaded_tools(await self.services.conversation.load(scope.thread_id))
 
     def _background_tools(self) -> list[str]:
         """The tool names a background agent receives (its agent-spawned event says them)."""
@@ -393,15 +411,16 @@ class Agent(Orchestration):
         (its live deltas are superseded by the durable text-block of the attempt that
         succeeds, keyed by responseId)."""
         provider = self._require_provider()
+        skills = self.services.skills
         system = (
-            background_prompt(scope.kind)
+            background_prompt(skills, scope.kind)
             if scope.background
-            else orchestrator_prompt(self.settings.browser)
+            else orchestrator_prompt(skills, self.settings.browser)
         )
         request = ModelRequest(
             system=system,
             messages=messages,
-            tools=self._tools_for(scope),
+            tools=self._tools_for(scope, await self._loaded(scope)),
             max_tokens=self.settings.model_max_tokens,
             thinking_budget=self.settings.model_thinking_budget_tokens,
         )
@@ -564,6 +583,12 @@ class Agent(Orchestration):
         spec = self._spec(call["name"])
         if spec is None or not self._offered(spec, background=scope.background):
             error = f"Unknown tool {call['name']!r}; use one of your tools."
+            return await self._refuse(site, call, announce, error)
+        if not self._offered(spec, background=scope.background, loaded=await self._loaded(scope)):
+            error = (
+                f"{spec.name} is not loaded: call load_tool with toolName {spec.name!r}, then "
+                "call it from your next turn on."
+            )
             return await self._refuse(site, call, announce, error)
         if call.get("malformed"):
             error = f"{call['malformed']}. Call {spec.name} again with a JSON object."

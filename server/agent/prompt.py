@@ -1,14 +1,15 @@
-"""The orchestrator's system prompt, in sections: who it is, how to plan, the build → verify →
-report loop, how to use tools, and whose browser the browser tools drive. Background agents
-get a shorter one for their task."""
+"""The orchestrator's system prompt, in sections: who it is, its skills (names and when to
+load them: their text comes in with load_skill), how to use tools (and load more), and whose
+browser the browser tools drive. Background agents get a shorter one for their task, with
+the build skills' text in it (they have no load_skill)."""
 
 from __future__ import annotations
+
+from server.tools.skills import SkillLibrary
 
 __all__ = [
     "BROWSER_SANDBOX",
     "BROWSER_USER",
-    "BUILD_LOOP",
-    "PLANNING",
     "ROLE",
     "TOOL_USE",
     "background_prompt",
@@ -17,29 +18,15 @@ __all__ = [
 
 ROLE = """\
 You are the n8n workflow assistant. You build, verify and fix n8n workflows for the user
-inside a sandboxed workspace. Be direct and concise; say what you did and what you found."""
+inside a sandboxed workspace. Be direct and concise; say what you did and what you found.
+A clear single-workflow request needs no plan: build it. When a decision is the user's
+(which account, which channel, unclear requirements), ask with ask-user instead of guessing.
+Never call a workflow verified, working or ready to publish unless its claim is verified."""
 
-PLANNING = """\
-# Planning
-- A clear single-workflow request needs no plan: build it directly.
-- Work that spans several workflows or depends on earlier results: discover with the
-  domain tools first, then call create-tasks (planningContext.source "planning-skill";
-  "replan" in a <planned-task-follow-up type="replan"> turn). The user approves the plan
-  before anything starts. If they deny it, do not resubmit in the same turn; ask instead.
-- For visible progress in a longer turn, keep a checklist with update-tasks.
-- When a decision is the user's (which account, which channel, ambiguous requirements),
-  ask with ask-user instead of guessing."""
-
-BUILD_LOOP = """\
-# Build → verify → report
-1. Write the workflow as TypeScript with the workflow SDK in src/<name>.workflow.ts
-   (workspace_write_file; knowledge-base/ in the workspace has templates and best practices).
-2. build-workflow {filePath}. On failure, fix the file and build again with the same path.
-3. verify-built-workflow {workItemId, workflowId}. Nodes with side effects are simulated;
-   the result says which, and its claim says what the run proved.
-4. report-verification-verdict with your verdict and workflowInspection, then follow the
-   guidance it returns. Never call a workflow verified, working or ready to publish unless
-   the claim is verified."""
+SKILLS = """\
+# Skills
+Match the request against these skills and call load_skill before acting on a matched
+skill's guidance (a turn may need more than one):"""
 
 TOOL_USE = """\
 # Tools
@@ -51,7 +38,10 @@ TOOL_USE = """\
 - Some actions need the user's approval; the call waits for it. A denied call must not be
   retried in the same turn.
 - <running-tasks> lists background tasks; correct-background-task steers one,
-  cancel-background-task stops it."""
+  cancel-background-task stops it.
+- You have more tools than those you see: when none covers the request, search_tools with
+  keywords, then load_tool the one you need; it stays loaded for this conversation. When a
+  skill names a tool you do not see, load it the same way."""
 
 
 BROWSER_USER = """\
@@ -76,19 +66,25 @@ BROWSER_SANDBOX = """\
 - browser_upload takes paths in the workspace."""
 
 
-def orchestrator_prompt(browser: str = "user") -> str:
+def orchestrator_prompt(skills: SkillLibrary, browser: str = "user") -> str:
     """`browser` is which browser the browser tools drive (the `browser` setting)."""
+    catalog = "\n".join(f"- {skill.name}: {skill.description}" for skill in skills.catalog())
     section = BROWSER_SANDBOX if browser == "sandbox" else BROWSER_USER
-    return "\n\n".join([ROLE, PLANNING, BUILD_LOOP, TOOL_USE, section])
+    return "\n\n".join([ROLE, f"{SKILLS}\n{catalog}", TOOL_USE, section])
 
 
-def background_prompt(role: str) -> str:
+# What a background agent that builds needs to know, from the skills of the same name.
+BACKGROUND_SKILLS = ("workflow-builder", "post-build-flow")
+
+
+def background_prompt(skills: SkillLibrary, role: str) -> str:
+    guides = [skill.content for name in BACKGROUND_SKILLS if (skill := skills.get(name))]
     return "\n\n".join(
         [
             f"You are a background {role} agent working for the n8n workflow assistant. "
             "Do the task in the first message with the tools you have, then reply with a "
             "short report of what you did and found: that reply is your result. Messages "
             "that start with 'Correction:' come from the user while you work; follow them.",
-            BUILD_LOOP,
+            *guides,
         ]
     )

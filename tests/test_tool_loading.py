@@ -1,0 +1,131 @@
+"""Skills and tools loaded on demand, through the real agent loop and the Messages API
+stand-in: the first request offers the core, search_tools finds the rest, load_tool adds a
+tool for the rest of the thread (across a restart), load_skill brings a skill's text in."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+
+from instance_ai.v1 import tools_pb2
+from server.settings import Settings
+from server.tools.loading import CORE_TOOLS
+from server.tools.skills import SkillLibrary
+from tests.agent_fixtures import Chat, last_tool_results, model, model_settings, of_type
+from tests.conftest import serving
+from tests.fake_model import FakeMessagesAPI, text, tool
+
+__all__ = ["model", "model_settings"]  # fixtures, shared
+
+
+def offered(request: dict[str, object]) -> set[str]:
+    return {t["name"] for t in request["tools"]}  # type: ignore[attr-defined]
+
+
+async def test_the_core_comes_first_and_a_found_tool_stays_loaded_across_a_restart(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    settings = model_settings(agent_deferred_tools=True)
+    model.script(
+        tool("search_tools", {"query": "insert rows into a data table"}),
+        tool("load_tool", {"toolName": "insert-data-table-rows"}),
+        text("Ready to insert."),
+        text("Still here."),
+    )
+    async with serving(settings) as (_app, channel):
+        chat = Chat(channel)
+        await chat.finished("t1", await chat.send("t1", "add rows to my table"))
+        listed = {t.name for t in (await chat.tools.ListTools(tools_pb2.ListToolsRequest())).tools}
+    first, after_search, after_load = model.requests[0], model.requests[1], model.requests[2]
+    assert offered(first) <= CORE_TOOLS
+    assert {"load_skill", "search_tools", "load_tool", "build-workflow"} <= offered(first)
+    assert "insert-data-table-rows" not in offered(first)
+    assert not any(name.startswith("browser_") for name in offered(first))
+    assert len(offered(first)) < len(listed) / 2  # ListTools still lists everything
+    found = json.loads(last_tool_results(after_search)[0]["content"])["results"]
+    assert found[0] == {
+        "name": "insert-data-table-rows",
+        "description": found[0]["description"],
+        "loaded": False,
+    }
+    assert json.loads(last_tool_results(after_load)[0]["content"])["status"] == "loaded"
+    assert "insert-data-table-rows" in offered(after_load)
+
+    async with serving(settings) as (_app, channel):  # the same state, a new process
+        chat = Chat(channel)
+        await chat.finished("t1", await chat.send("t1", "and now?"))
+    assert "insert-data-table-rows" in offered(model.requests[3])
+    assert model.rejected == []
+
+
+async def test_a_tool_called_before_it_is_loaded_is_a_correctable_error(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    model.script(
+        tool("delete-data-table", {"dataTableId": "dt-1"}),
+        tool("load_tool", {"toolName": "no-such-tool"}),
+        text("Understood."),
+    )
+    async with serving(model_settings(agent_deferred_tools=True)) as (_app, channel):
+        chat = Chat(channel)
+        events = await chat.finished("t1", await chat.send("t1", "drop the table"))
+    refused = last_tool_results(model.requests[1])[0]
+    assert refused["is_error"]
+    assert "delete-data-table is not loaded: call load_tool" in refused["content"]
+    assert of_type(events, "tool-error")[0]["toolCallId"]
+    missing = json.loads(last_tool_results(model.requests[2])[0]["content"])
+    assert missing["status"] == "not_found" and missing["candidates"]
+
+
+async def test_a_skill_is_listed_in_the_prompt_and_its_text_comes_with_load_skill(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    planning = SkillLibrary().get("planning")
+    assert planning is not None
+    model.script(
+        tool("load_skill", {"name": "planning"}),
+        tool("load_skill", {"name": "plans"}),
+        text("Planned."),
+    )
+    async with serving(model_settings(agent_deferred_tools=True)) as (_app, channel):
+        chat = Chat(channel)
+        await chat.finished("t1", await chat.send("t1", "three workflows that feed each other"))
+    system = model.requests[0]["system"]
+    assert f"- planning: {planning.description}" in system
+    assert planning.content not in system  # only when loaded
+    loaded = json.loads(last_tool_results(model.requests[1])[0]["content"])
+    assert loaded["content"] == planning.content and loaded["success"]
+    unknown = last_tool_results(model.requests[2])[0]
+    assert unknown["is_error"] and "there is no skill 'plans'" in unknown["content"]
+    assert "workflow-builder" in unknown["content"]
+
+
+# Words that read as tool names (a verb, then what it acts on).
+TOOL_LIKE = re.compile(
+    r"(?<![\w-])(?:(?:list|get|create|delete|update|search|build|verify|report|setup|apply|test|insert|"
+    r"run|load|debug)-[a-z-]+[a-z]|(?:workspace|browser|load|search)_[a-z_]+[a-z])(?![\w-])"
+)
+
+
+def test_the_skills_ship_and_name_only_tools_that_exist() -> None:
+    from server.wiring import ALL_TOOLS
+
+    names = {spec.name for spec in ALL_TOOLS}
+    library = SkillLibrary()
+    assert {s.name for s in library.catalog()} >= {
+        "workflow-builder",
+        "post-build-flow",
+        "planning",
+        "data-table-manager",
+        "debugging-executions",
+        "credential-setup-with-computer-use",
+    }
+    skills = {s.name for s in library.catalog()}
+    for skill in library.catalog():
+        mentioned = set(TOOL_LIKE.findall(skill.content)) - skills
+        assert mentioned, f"{skill.name} names no tool"
+        assert mentioned <= names, (
+            f"{skill.name} names tools that do not exist: {mentioned - names}"
+        )
+    assert names >= CORE_TOOLS
