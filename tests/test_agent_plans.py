@@ -210,6 +210,55 @@ async def test_a_failed_task_cancels_its_dependents_and_asks_for_a_replan(
     assert 'type="replan"' in replan["messages"][-1]["content"][0]["text"]
 
 
+async def test_cancelling_a_planned_task_settles_its_plan(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    """A person cancels one running task: it and what depends on it are cancelled, the
+    others finish, and the plan ends (its synthesize follow-up runs) instead of waiting on
+    the cancelled task for ever."""
+    never = asyncio.Event()
+
+    def respond(request: dict[str, Any]) -> Turn | None:
+        if not is_background(request):
+            return None
+        if briefing(request) == "do a":
+            return Turn(blocks=[{"type": "text", "text": "working on a"}], hold=never)
+        return text(f"finished {briefing(request)}")
+
+    model.responder = respond
+    model.script(
+        tool(
+            "create-tasks",
+            {"tasks": [task("a"), task("b", "a"), task("c")], "planningContext": CONTEXT},
+        ),
+        text("The plan is running."),
+        text("c is done; a was cancelled, and b with it."),  # the synthesize follow-up
+    )
+    async with serving(model_settings()) as (_app, channel):
+        chat = Chat(channel)
+        run_id = await chat.send("t1", "plan it")
+        card = await chat.card("t1")
+        await chat.confirm("t1", card["requestId"], kind="approval", approved=True)
+        spawned = await chat.until(
+            "t1",
+            lambda e: e["type"] == "agent-spawned" and e["payload"]["title"] == "Task a",
+        )
+        task_a = spawned[-1]["payload"]["taskId"]
+        cancelled = await chat.agent.CancelTask(
+            agent_pb2.CancelTaskRequest(thread_id="t1", task_id=task_a)
+        )
+        assert cancelled.cancelled
+        events = await chat.until(
+            "t1", lambda e: e["type"] == "run-finish" and e["run_id"] != run_id
+        )
+    final = {t["id"]: t for t in of_type(events, "tasks-update")[-1]["tasks"]["tasks"]}
+    assert final["a"]["status"] == "cancelled"
+    assert final["b"]["status"] == "cancelled" and "dependency a cancelled" in final["b"]["detail"]
+    assert final["c"]["status"] == "done"
+    synthesize = main_requests(model)[-1]["messages"][-1]["content"][0]["text"]
+    assert 'type="synthesize"' in synthesize
+
+
 async def test_background_tasks_limit_corrections_and_cancellation(
     model_settings: Callable[..., Settings], model: FakeMessagesAPI
 ) -> None:

@@ -31,7 +31,7 @@ from server.agent.titles import thread_title
 from server.core.caller import LOCAL, Caller
 from server.core.ids import new_id
 from server.errors import FailedPreconditionError, NotFoundError
-from server.runtime.background import BackgroundTasks, TaskHandle
+from server.runtime.background import BackgroundTasks, Settled, TaskHandle, TaskOutcome
 from server.runtime.conversation import Conversation, estimate_tokens, repair
 from server.runtime.events import ORCHESTRATOR, EventLog
 from server.runtime.hitl import DENIED_BY_TIMEOUT, Confirmation, Hitl, parse_resume
@@ -264,7 +264,8 @@ class Agent(Orchestration):
         if drive is not None:
             drive.cancel()
             await asyncio.gather(drive, return_exceptions=True)
-        await self.services.background.cancel_thread(thread_id)
+        # Not settled one by one: the plan as a whole is cancelled just below.
+        await self.services.background.cancel_thread(thread_id, settle=False)
         self._follow_ups.pop(thread_id, None)
         plan = await self.services.plans.get(thread_id)
         if plan is not None and plan.status in ("active", "awaiting_approval"):
@@ -874,15 +875,15 @@ class Agent(Orchestration):
                 )
         return started
 
-    def _planned_task_settled(
-        self, task_id: str, caller: Caller
-    ) -> Callable[[TaskHandle, str | None, str | None], Awaitable[None]]:
-        async def settled(handle: TaskHandle, result: str | None, error: str | None) -> None:
-            changes: dict[str, Any] = (
-                {"status": "failed", "error": error}
-                if error
-                else {"status": "succeeded", "result": result or ""}
-            )
+    def _planned_task_settled(self, task_id: str, caller: Caller) -> Settled:
+        async def settled(handle: TaskHandle, outcome: TaskOutcome) -> None:
+            changes: dict[str, Any]
+            if outcome.status == "completed":
+                changes = {"status": "succeeded", "result": outcome.result}
+            elif outcome.status == "error":
+                changes = {"status": "failed", "error": outcome.error}
+            else:
+                changes = {"status": "cancelled", "error": "Cancelled by the user"}
             await self.services.plans.update_task(
                 handle.thread_id, task_id, run_id=handle.run_id, **changes
             )

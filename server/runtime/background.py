@@ -3,7 +3,9 @@
 At most `limit` run per thread. A task may be deduplicated by key (its planned task id, else
 role and workflow), corrected while it runs (the corrections queue wakes it), and cancelled
 from the tool, `Agent.CancelTask`, `CancelRun` or shutdown. Cancelling removes the task at
-once and calls no completion callback, so cleanup belongs in the task's own `finally`."""
+once; a person's cancel settles it like a finish (its completion hook hears `cancelled`, so a
+plan moves on), while shutdown and thread deletion call no hook. Cleanup belongs in the
+task's own `finally`."""
 
 from __future__ import annotations
 
@@ -19,7 +21,15 @@ from server.core.ids import new_id
 from server.runtime.events import ORCHESTRATOR, EventLog
 from server.runtime.threads import BackgroundTaskInfo
 
-__all__ = ["BackgroundTasks", "CorrectionResult", "Settled", "Spawned", "TaskBody", "TaskHandle"]
+__all__ = [
+    "BackgroundTasks",
+    "CorrectionResult",
+    "Settled",
+    "Spawned",
+    "TaskBody",
+    "TaskHandle",
+    "TaskOutcome",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -43,8 +53,17 @@ class TaskHandle:
         return drained
 
 
+@dataclass(frozen=True, kw_only=True)
+class TaskOutcome:
+    """How a task ended: its result, its error, or cancelled by a person."""
+
+    status: Literal["completed", "error", "cancelled"]
+    result: str = ""
+    error: str | None = None
+
+
 TaskBody = Callable[[TaskHandle], Awaitable[str]]
-Settled = Callable[[TaskHandle, str | None, str | None], Awaitable[None]]
+Settled = Callable[[TaskHandle, TaskOutcome], Awaitable[None]]
 
 
 @dataclass(kw_only=True)
@@ -54,6 +73,7 @@ class _Running:
     key: str | None
     started_at: datetime
     task: asyncio.Task[None] | None = None
+    on_settled: Settled | None = None
     # Its work is over and its completion is being recorded: too late to cancel.
     settling: bool = False
 
@@ -111,7 +131,13 @@ class BackgroundTasks:
         handle = TaskHandle(
             task_id=new_id("task"), agent_id=new_id("agent"), thread_id=thread_id, run_id=run_id
         )
-        running = _Running(handle=handle, role=role, key=key, started_at=datetime.now(UTC))
+        running = _Running(
+            handle=handle,
+            role=role,
+            key=key,
+            started_at=datetime.now(UTC),
+            on_settled=on_settled,
+        )
         tasks[handle.task_id] = running
         await self.events.append(
             thread_id,
@@ -126,10 +152,10 @@ class BackgroundTasks:
             run_id=run_id,
             agent_id=handle.agent_id,
         )
-        running.task = asyncio.create_task(self._run(running, body, on_settled))
+        running.task = asyncio.create_task(self._run(running, body))
         return Spawned(status="started", task_id=handle.task_id, agent_id=handle.agent_id)
 
-    async def _run(self, running: _Running, body: TaskBody, on_settled: Settled | None) -> None:
+    async def _run(self, running: _Running, body: TaskBody) -> None:
         handle = running.handle
         result: str | None = None
         error: str | None = None
@@ -156,11 +182,22 @@ class BackgroundTasks:
             # Only once its completion is recorded: a client that sees the task gone from the
             # thread's status finds the agent-completed event in the stream.
             self._forget(handle)
-        if on_settled is not None:
-            try:
-                await on_settled(handle, result, error)
-            except Exception:
-                log.exception("a background task's completion hook failed", task_id=handle.task_id)
+        outcome = (
+            TaskOutcome(status="error", error=error)
+            if error is not None
+            else TaskOutcome(status="completed", result=result or "")
+        )
+        await self._settled(running, outcome)
+
+    async def _settled(self, running: _Running, outcome: TaskOutcome) -> None:
+        if running.on_settled is None:
+            return
+        try:
+            await running.on_settled(running.handle, outcome)
+        except Exception:
+            log.exception(
+                "a background task's completion hook failed", task_id=running.handle.task_id
+            )
 
     def _forget(self, handle: TaskHandle) -> None:
         self._threads.get(handle.thread_id, {}).pop(handle.task_id, None)
@@ -173,8 +210,11 @@ class BackgroundTasks:
         running.handle.corrections.put_nowait(correction)
         return "queued"
 
-    async def cancel(self, thread_id: str, task_id: str, *, quietly: bool = False) -> bool:
-        """Stop a task; `quietly`: without an event (its thread is being deleted)."""
+    async def cancel(
+        self, thread_id: str, task_id: str, *, quietly: bool = False, settle: bool = True
+    ) -> bool:
+        """Stop a task; `quietly`: without an event or hook (its thread is being deleted);
+        `settle` false: without the hook (shutdown: the task is interrupted, not ended)."""
         running = self._threads.get(thread_id, {}).get(task_id)
         if running is None or (running.settling and not quietly):
             return False
@@ -191,12 +231,22 @@ class BackgroundTasks:
             run_id=running.handle.run_id,
             agent_id=running.handle.agent_id,
         )
+        if settle:
+            await self._settled(running, TaskOutcome(status="cancelled"))
         return True
 
-    async def cancel_thread(self, thread_id: str, *, quietly: bool = False) -> int:
+    async def cancel_thread(
+        self, thread_id: str, *, quietly: bool = False, settle: bool = True
+    ) -> int:
         ids = list(self._threads.get(thread_id, {}))
-        return sum([await self.cancel(thread_id, task_id, quietly=quietly) for task_id in ids])
+        return sum(
+            [
+                await self.cancel(thread_id, task_id, quietly=quietly, settle=settle)
+                for task_id in ids
+            ]
+        )
 
     async def cancel_all(self) -> None:
+        """Shutdown: every task stops, none is settled (they were interrupted)."""
         for thread_id in list(self._threads):
-            await self.cancel_thread(thread_id)
+            await self.cancel_thread(thread_id, settle=False)

@@ -155,12 +155,13 @@ class Plans:
     async def _update_task_locked(
         self, thread_id: str, task_id: str, *, run_id: str | None, **changes: Any
     ) -> Plan:
-        """Change one task; a failure cancels every task that depends on it, transitively."""
+        """Change one task; a failure or a cancel cancels every task that depends on it,
+        transitively."""
         plan = await self._require(thread_id)
         tasks = [dict(t) for t in plan.tasks]
         by_id = {t["id"]: t for t in tasks}
         by_id[task_id].update(changes)
-        if changes.get("status") == "failed":
+        if changes.get("status") in ("failed", "cancelled"):
             failed = {task_id}
             grew = True
             while grew:
@@ -168,7 +169,7 @@ class Plans:
                 for task in tasks:
                     if task["status"] in ("planned", "running") and failed & set(task["deps"]):
                         task["status"] = "cancelled"
-                        task["error"] = f"Cancelled: dependency {task_id} failed"
+                        task["error"] = f"Cancelled: dependency {task_id} {changes['status']}"
                         failed.add(task["id"])
                         grew = True
         updated = await self._write(thread_id, status=plan.status, tasks=tasks)
