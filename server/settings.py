@@ -187,6 +187,9 @@ class Settings(BaseSettings):
         50_000, ge=100, description="larger tool results go to the workspace, by reference"
     )
     background_task_limit: int = Field(5, ge=1, le=100, description="running per thread")
+    background_task_timeout_seconds: float = Field(
+        3600, gt=0, description="a background task not finished by then is stopped (an error)"
+    )
     confirmation_timeout_seconds: float = Field(
         86_400, ge=0, description="unanswered confirmations are denied after this; 0: never"
     )

@@ -150,7 +150,11 @@ class Parts:
         db = await Database.open(settings.resolved_database_url)
         events = EventLog(db=db, subscriber_buffer=settings.subscriber_buffer)
         events.start()
-        background = BackgroundTasks(events=events, limit=settings.background_task_limit)
+        background = BackgroundTasks(
+            events=events,
+            limit=settings.background_task_limit,
+            timeout_s=settings.background_task_timeout_seconds,
+        )
         threads = Threads(db=db, events=events, background=background.running)
         hitl = Hitl(db=db, events=events, modes=dict(settings.permissions))
         sandboxes = SandboxService(

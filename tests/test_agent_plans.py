@@ -259,6 +259,39 @@ async def test_cancelling_a_planned_task_settles_its_plan(
     assert 'type="synthesize"' in synthesize
 
 
+async def test_a_stuck_planned_task_times_out_and_the_plan_replans(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    never = asyncio.Event()
+
+    def respond(request: dict[str, Any]) -> Turn | None:
+        if not is_background(request):
+            return None
+        return Turn(blocks=[{"type": "text", "text": "thinking hard"}], hold=never)
+
+    model.responder = respond
+    model.script(
+        tool("create-tasks", {"tasks": [task("a"), task("b", "a")], "planningContext": CONTEXT}),
+        text("The plan is running."),
+        text("Task a got stuck; a new plan."),  # the replan follow-up
+    )
+    settings = model_settings(background_task_timeout_seconds=1)
+    async with serving(settings) as (_app, channel):
+        chat = Chat(channel)
+        run_id = await chat.send("t1", "plan it")
+        card = await chat.card("t1")
+        await chat.confirm("t1", card["requestId"], kind="approval", approved=True)
+        events = await chat.until(
+            "t1", lambda e: e["type"] == "run-finish" and e["run_id"] != run_id
+        )
+    [completed] = of_type(events, "agent-completed")
+    assert completed["status"] == "error" and "no result within 1 s" in completed["error"]
+    final = {t["id"]: t for t in of_type(events, "tasks-update")[-1]["tasks"]["tasks"]}
+    assert (final["a"]["status"], final["b"]["status"]) == ("failed", "cancelled")
+    replan = main_requests(model)[-1]["messages"][-1]["content"][0]["text"]
+    assert 'type="replan"' in replan and "no result within 1 s" in replan
+
+
 async def test_background_tasks_limit_corrections_and_cancellation(
     model_settings: Callable[..., Settings], model: FakeMessagesAPI
 ) -> None:

@@ -89,6 +89,9 @@ class Spawned:
 class BackgroundTasks:
     events: EventLog
     limit: int = 5
+    # A task still working after this long is stopped and settles as an error (a stuck model
+    # stream or tool would otherwise hold its slot, and its plan, for ever).
+    timeout_s: float = 3600.0
     _threads: dict[str, dict[str, _Running]] = field(default_factory=dict)
     _finished: set[str] = field(default_factory=set)
 
@@ -159,13 +162,21 @@ class BackgroundTasks:
         handle = running.handle
         result: str | None = None
         error: str | None = None
+        deadline = asyncio.timeout(self.timeout_s)
         try:
-            result = await body(handle)
+            async with deadline:
+                result = await body(handle)
         except asyncio.CancelledError:
             raise  # cancel() already removed the task and said so
         except Exception as exc:
-            log.warning("background task failed", task_id=handle.task_id, error=str(exc))
-            error = str(exc) or type(exc).__name__
+            if deadline.expired():
+                error = (
+                    f"stopped: no result within {self.timeout_s:g} s "
+                    "(INSTANCE_AI_BACKGROUND_TASK_TIMEOUT_SECONDS)"
+                )
+            else:
+                error = str(exc) or type(exc).__name__
+            log.warning("background task failed", task_id=handle.task_id, error=error)
         running.settling = True
         payload = {"role": running.role, "result": result or "", "status": "completed"}
         if error is not None:
