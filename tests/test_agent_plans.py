@@ -13,7 +13,7 @@ import pytest
 from instance_ai.v1 import agent_pb2
 from server.runtime.plans import PlanValidationError, validate_plan
 from server.settings import Settings
-from tests.agent_fixtures import Chat, last_tool_results, model, model_settings, of_type
+from tests.agent_fixtures import Chat, Event, last_tool_results, model, model_settings, of_type
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, Turn, text, tool, use
 
@@ -43,6 +43,19 @@ def main_requests(model: FakeMessagesAPI) -> list[dict[str, Any]]:
 
 def briefing(request: dict[str, Any]) -> str:
     return str(request["messages"][0]["content"][0]["text"])
+
+
+async def approved_plan(chat: Chat, message: str = "plan it") -> str:
+    """Send the message whose run proposes the plan, and approve the plan card."""
+    run_id = await chat.send("t1", message)
+    card = await chat.card("t1")
+    await chat.confirm("t1", card["requestId"], kind="approval", approved=True)
+    return run_id
+
+
+async def follow_up_finished(chat: Chat, run_id: str) -> list[Event]:
+    """The thread's events until a run other than `run_id` (the plan's follow-up) ends."""
+    return await chat.until("t1", lambda e: e["type"] == "run-finish" and e["run_id"] != run_id)
 
 
 @pytest.mark.parametrize(
@@ -114,9 +127,7 @@ async def test_an_approved_plan_runs_its_tasks_in_dependency_order_then_synthesi
         assert all(t["status"] == "todo" for t in card["tasks"]["tasks"])
         assert [t["id"] for t in card["planItems"]] == ["a", "b"]
         await chat.confirm("t1", card["requestId"], kind="approval", approved=True)
-        events = await chat.until(
-            "t1", lambda e: e["type"] == "run-finish" and e["run_id"] != run_id
-        )
+        events = await follow_up_finished(chat, run_id)
     approved = json.loads(last_tool_results(main_requests(model)[1])[0]["content"])
     assert approved["result"] == "Plan approved. Started 1 tasks."
     spawned = [p["taskId"] for p in of_type(events, "agent-spawned")]
@@ -196,12 +207,8 @@ async def test_a_failed_task_cancels_its_dependents_and_asks_for_a_replan(
     )
     async with serving(model_settings()) as (_app, channel):
         chat = Chat(channel)
-        run_id = await chat.send("t1", "plan it")
-        card = await chat.card("t1")
-        await chat.confirm("t1", card["requestId"], kind="approval", approved=True)
-        events = await chat.until(
-            "t1", lambda e: e["type"] == "run-finish" and e["run_id"] != run_id
-        )
+        run_id = await approved_plan(chat)
+        events = await follow_up_finished(chat, run_id)
     final = {t["id"]: t for t in of_type(events, "tasks-update")[-1]["tasks"]["tasks"]}
     assert final["a"]["status"] == "failed"
     assert final["b"]["status"] == "cancelled" and "dependency a failed" in final["b"]["detail"]
@@ -236,9 +243,7 @@ async def test_cancelling_a_planned_task_settles_its_plan(
     )
     async with serving(model_settings()) as (_app, channel):
         chat = Chat(channel)
-        run_id = await chat.send("t1", "plan it")
-        card = await chat.card("t1")
-        await chat.confirm("t1", card["requestId"], kind="approval", approved=True)
+        run_id = await approved_plan(chat)
         spawned = await chat.until(
             "t1",
             lambda e: e["type"] == "agent-spawned" and e["payload"]["title"] == "Task a",
@@ -248,9 +253,7 @@ async def test_cancelling_a_planned_task_settles_its_plan(
             agent_pb2.CancelTaskRequest(thread_id="t1", task_id=task_a)
         )
         assert cancelled.cancelled
-        events = await chat.until(
-            "t1", lambda e: e["type"] == "run-finish" and e["run_id"] != run_id
-        )
+        events = await follow_up_finished(chat, run_id)
     final = {t["id"]: t for t in of_type(events, "tasks-update")[-1]["tasks"]["tasks"]}
     assert final["a"]["status"] == "cancelled"
     assert final["b"]["status"] == "cancelled" and "dependency a cancelled" in final["b"]["detail"]
@@ -278,12 +281,8 @@ async def test_a_stuck_planned_task_times_out_and_the_plan_replans(
     settings = model_settings(background_task_timeout_seconds=1)
     async with serving(settings) as (_app, channel):
         chat = Chat(channel)
-        run_id = await chat.send("t1", "plan it")
-        card = await chat.card("t1")
-        await chat.confirm("t1", card["requestId"], kind="approval", approved=True)
-        events = await chat.until(
-            "t1", lambda e: e["type"] == "run-finish" and e["run_id"] != run_id
-        )
+        run_id = await approved_plan(chat)
+        events = await follow_up_finished(chat, run_id)
     [completed] = of_type(events, "agent-completed")
     assert completed["status"] == "error" and "no result within 1 s" in completed["error"]
     final = {t["id"]: t for t in of_type(events, "tasks-update")[-1]["tasks"]["tasks"]}

@@ -12,11 +12,18 @@ from instance_ai.v1 import tools_pb2
 from server.settings import Settings
 from server.tools.loading import CORE_TOOLS
 from server.tools.skills import SkillLibrary
-from tests.agent_fixtures import Chat, last_tool_results, model, model_settings, of_type
+from tests.agent_fixtures import Chat, Event, last_tool_results, model, model_settings, of_type
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, text, tool
 
 __all__ = ["model", "model_settings"]  # fixtures, shared
+
+
+async def one_message(settings: Settings, message: str) -> list[Event]:
+    """A server for one message: its run's events."""
+    async with serving(settings) as (_app, channel):
+        chat = Chat(channel)
+        return await chat.finished("t1", await chat.send("t1", message))
 
 
 def offered(request: dict[str, object]) -> set[str]:
@@ -67,9 +74,7 @@ async def test_a_tool_called_before_it_is_loaded_is_a_correctable_error(
         tool("load_tool", {"toolName": "no-such-tool"}),
         text("Understood."),
     )
-    async with serving(model_settings(agent_deferred_tools=True)) as (_app, channel):
-        chat = Chat(channel)
-        events = await chat.finished("t1", await chat.send("t1", "drop the table"))
+    events = await one_message(model_settings(agent_deferred_tools=True), "drop the table")
     refused = last_tool_results(model.requests[1])[0]
     assert refused["is_error"]
     assert "delete-data-table is not loaded: call load_tool" in refused["content"]
@@ -88,9 +93,7 @@ async def test_a_skill_is_listed_in_the_prompt_and_its_text_comes_with_load_skil
         tool("load_skill", {"name": "plans"}),
         text("Planned."),
     )
-    async with serving(model_settings(agent_deferred_tools=True)) as (_app, channel):
-        chat = Chat(channel)
-        await chat.finished("t1", await chat.send("t1", "three workflows that feed each other"))
+    await one_message(model_settings(agent_deferred_tools=True), "three linked workflows")
     system = model.requests[0]["system"]
     assert f"- planning: {planning.description}" in system
     assert planning.content not in system  # only when loaded
