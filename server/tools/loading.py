@@ -30,7 +30,9 @@ __all__ = [
 ]
 
 GROUP = "loading"
-LOAD_SKILL, SEARCH_TOOLS, LOAD_TOOL = "load_skill", "search_tools", "load_tool"
+LOAD_SKILL = "load_skill"
+SEARCH_TOOLS = "search_tools"
+LOAD_TOOL = "load_tool"
 TOOL_LOADERS = frozenset({SEARCH_TOOLS, LOAD_TOOL})
 TOP_K = 5
 
