@@ -320,21 +320,25 @@ class SandboxProvider:
 
     def _create_container(self, name: str, volume: str, labels: dict[str, str]) -> ContainerInfo:
         binds, environment = self._egress_mount(labels)
-        if self.engine.volume(volume) is None:  # else kept from an earlier container: reattach
-            self.engine.create_volume(volume, labels)
-        self._attach_disk(volume)
-        return self.engine.create(
-            ContainerSpec(
-                name=name,
-                image=self.image,
-                labels=labels,
-                limits=self.limits,
-                workspace_volume=volume,
-                binds=binds,
-                environment=environment,
-                working_dir=WORKSPACE,
+        try:
+            if self.engine.volume(volume) is None:  # else kept from earlier: reattach
+                self.engine.create_volume(volume, labels)
+            self._attach_disk(volume)
+            return self.engine.create(
+                ContainerSpec(
+                    name=name,
+                    image=self.image,
+                    labels=labels,
+                    limits=self.limits,
+                    workspace_volume=volume,
+                    binds=binds,
+                    environment=environment,
+                    working_dir=WORKSPACE,
+                )
             )
-        )
+        except BaseException:
+            remove_egress_dir(self.egress_root, labels)  # no container will name it
+            raise
 
     def _info(self, container: ContainerInfo) -> SandboxInfo:
         labels = container.labels

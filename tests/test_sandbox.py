@@ -25,6 +25,7 @@ from sandbox.errors import (
     EditMismatchError,
     FileTooLargeError,
     PathEscapeError,
+    SandboxError,
     WorkspaceFileNotFoundError,
     WorkspaceFullError,
 )
@@ -245,6 +246,17 @@ async def test_egress_directories_go_with_their_sandboxes_and_orphans_are_swept(
     foreign.rmdir()
     provider.close()
     assert not root.exists()
+
+
+def test_a_container_that_could_not_be_made_leaves_no_egress_directory(
+    docker_engine: DockerEngine, owner: str, tmp_path: Path
+) -> None:
+    root = tmp_path / "egress"
+    missing = f"instance-ai-sandbox:missing-{uuid.uuid4().hex[:8]}"
+    provider = SandboxProvider(docker_engine, image=missing, owner=owner, egress_root=root)
+    with pytest.raises(SandboxError):
+        provider.ensure("t1")  # the engine has no such image
+    assert list(root.iterdir()) == []
 
 
 async def test_the_deadline_kills_the_whole_tree_including_setsid_escapees(
