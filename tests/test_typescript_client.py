@@ -48,7 +48,7 @@ async def test_the_typescript_client_passes_its_node_tests_against_the_real_serv
     print(report)  # the Node report, for the record (pytest -s shows it)
     assert node.returncode == 0, report[-8000:]
     totals = dict(re.findall(r"^# (tests|pass|fail|skipped|todo|cancelled) (\d+)$", report, re.M))
-    assert int(totals["tests"]) >= 12 and totals["tests"] == totals["pass"], totals
+    assert int(totals["tests"]) >= 11 and totals["tests"] == totals["pass"], totals
     assert (totals["fail"], totals["skipped"], totals["todo"], totals["cancelled"]) == (
         "0",
         "0",
