@@ -585,7 +585,9 @@ class Agent(Orchestration):
         if spec is None or not self._offered(spec, background=scope.background):
             error = f"Unknown tool {call['name']!r}; use one of your tools."
             return await self._refuse(site, call, announce, error)
-        if not self._offered(spec, background=scope.background, loaded=await self._loaded(scope)):
+        # Only a tool outside the core needs the thread's loads (read from its history).
+        loaded = None if spec.name in CORE_TOOLS else await self._loaded(scope)
+        if not self._offered(spec, background=scope.background, loaded=loaded):
             error = (
                 f"{spec.name} is not loaded: call load_tool with toolName {spec.name!r}, then "
                 "call it from your next turn on."
