@@ -186,6 +186,7 @@ class Parts:
             sandboxes=sandboxes.for_thread,
             catalog=catalog,
             workflows=instance.workflows,
+            credentials=lambda caller: instance.credentials.all(sorted(caller.project_ids)),
             max_source_bytes=settings.build_max_source_bytes,
             compile_timeout_s=settings.build_compile_timeout_seconds,
             diagnostics_timeout_s=settings.build_diagnostics_timeout_seconds,
@@ -304,7 +305,10 @@ class Parts:
             workspace.WorkspaceTools(sandbox_for=self.sandboxes.for_thread),
             build.BuildTools(builder=self.builder, loop=self.loop),
             verify.VerifyTools(
-                workflows=instance.workflows, verifier=self.verifier, loop=self.loop
+                workflows=instance.workflows,
+                verifier=self.verifier,
+                loop=self.loop,
+                builder=self.builder,
             ),
             workflows.WorkflowTools(
                 workflows=instance.workflows,

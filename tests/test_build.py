@@ -206,11 +206,11 @@ async def test_workflows_of_several_shapes_build_to_their_graphs(client: Client)
         t["index"] for n in ("Prices", "Counts") for t in combine["connections"][n]["main"][0]
     )
     assert inputs == [0, 1]
-    # The Code node keeps its program, the Slack node its credential slot.
+    # The source names credentials the user does not have: the slots are mocked (taken off).
     webhook = next(w for w in await client.workflows() if w["name"] == "Webhook to Slack")
     slack_flow = await client.call("get-workflow", workflowId=webhook["id"])
     announce = next(n for n in slack_flow["nodes"] if n["name"] == "Announce")
-    assert announce["credentials"]["slackApi"]["id"] == "cred-2"
+    assert "credentials" not in announce
     assert len(await client.workflows()) == len(SHAPES)
 
 
@@ -231,7 +231,7 @@ async def test_a_build_stores_its_fixtures_and_simulation_plan_beside_the_workfl
     assert verdicts == {
         "Prioritise": ("execute", "rule"),
         "Urgent?": ("execute", "rule"),
-        "Announce": ("simulate", "rule"),  # posts a Slack message
+        "Announce": ("simulate", "mocked"),  # no Slack credential yet (it also posts)
         "Queue": ("execute", "rule"),
     }
     ai = await client.upload_and_build("ai-agent.workflow.ts")
@@ -243,9 +243,9 @@ async def test_a_build_stores_its_fixtures_and_simulation_plan_beside_the_workfl
         {
             "nodeName": "Assistant",
             "verdict": "simulate",
-            "reason": "its code is not installed in the sandbox",
+            "reason": "its chat model has no usable credentials",
             "confidence": "high",
-            "source": "sandbox",
+            "source": "ai_root",  # the model's credential was mocked
         }
     ]
 

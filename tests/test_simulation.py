@@ -6,7 +6,13 @@ from typing import Any
 
 import pytest
 
-from server.pipeline.simulation import Ambiguous, classify, main_flow_nodes, plan_simulation
+from server.pipeline.simulation import (
+    Ambiguous,
+    classify,
+    main_flow_nodes,
+    mocked_nodes,
+    plan_simulation,
+)
 
 
 def node(type_: str, name: str = "N", **parameters: Any) -> dict[str, Any]:
@@ -17,8 +23,8 @@ def node(type_: str, name: str = "N", **parameters: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("subject", "expected"),
     [
-        # 1. Credentials first: even a safe type is simulated.
-        ({**node("set"), "credentials": {"x": {"id": "1"}}}, "simulate"),
+        # 1. Real credentials alone decide nothing (mocked ones are the plan's rule).
+        ({**node("set"), "credentials": {"x": {"id": "1"}}}, "execute"),
         # 2. Safe types.
         (node("set"), "execute"),
         (node("if"), "execute"),
@@ -139,3 +145,29 @@ def test_an_ai_root_with_a_credentialed_model_is_left_to_the_sandbox_rule() -> N
     )
     # The model has credentials, but the AI nodes' code is not in the sandbox.
     assert plan_of(flow) == {"Agent": ("simulate", "sandbox")}
+
+
+def test_mocked_credentials_simulate_their_node_and_survive_a_saved_plan() -> None:
+    reader = {**node("httpRequest", "Fetch"), "credentials": {"httpHeaderAuth": {"id": "c1"}}}
+    flow = workflow(
+        [node("manualTrigger", "Start"), reader, node("googleSheets", "Read", operation="read")],
+        link("Start", "Fetch"),
+        link("Fetch", "Read"),
+    )
+    entries = plan_simulation(
+        flow,
+        declared_outputs=("Fetch",),
+        mocked={"Fetch": ["httpHeaderAuth"], "Read": ["googleSheetsOAuth2Api"]},
+        is_trigger=is_trigger,
+        runs_in_sandbox=runs_in_sandbox,
+    )
+    # A declared output still wins; a read with mocked credentials is simulated, not run.
+    assert {e.node_name: (e.verdict, e.source) for e in entries} == {
+        "Fetch": ("simulate", "declared"),
+        "Read": ("simulate", "mocked"),
+    }
+    saved = [e.as_json() for e in entries]
+    assert mocked_nodes(saved) == {"Read": ["googleSheetsOAuth2Api"]}
+    assert "mockedCredentialTypes" not in saved[0]
+    # Without the mock, the same read runs for real with its (real) credentials.
+    assert plan_of(flow) == {"Fetch": ("execute", "rule"), "Read": ("execute", "rule")}

@@ -301,14 +301,18 @@ async def test_the_pipeline_rpcs_and_bad_requests(client: Client) -> None:
 
 async def test_real_credentials_replace_mocked_ones_all_or_none(client: Client) -> None:
     built = await build(client, "slack-then-set.workflow.ts")
+    assert list(built.mocked_credential_types) == ["slackApi"]  # no Slack credential yet
+    slack = await client.app.parts.instance.credentials.create(
+        project_id="personal", name="Slack", type_name="slackApi", data={"accessToken": "x"}
+    )
     with pytest.raises(grpc.aio.AioRpcError) as unknown:
         await client.call(
             "apply-workflow-credentials",
             workflowId=built.workflow_id,
             workItemId=built.work_item_id,
             credentials={
-                "Post": {"slackApi": {"id": "c1", "name": "Slack"}},
-                "Nope": {"x": {"id": "c2", "name": "X"}},
+                "Post": {"slackApi": {"id": slack.id, "name": "Slack"}},
+                "Nope": {"slackApi": {"id": slack.id, "name": "Slack"}},
             },
         )
     assert unknown.value.code() is grpc.StatusCode.INVALID_ARGUMENT
@@ -317,11 +321,14 @@ async def test_real_credentials_replace_mocked_ones_all_or_none(client: Client) 
         "apply-workflow-credentials",
         workflowId=built.workflow_id,
         workItemId=built.work_item_id,
-        credentials={"Post": {"slackApi": {"id": "c1", "name": "Slack"}}},
+        credentials={"Post": {"slackApi": {"id": slack.id, "name": "Slack"}}},
     )
     assert applied == {"updatedNodes": ["Post"]}
     after = await client.call("get-workflow", workflowId=built.workflow_id)
     post = next(n for n in after["nodes"] if n["name"] == "Post")
-    assert post["credentials"] == {"slackApi": {"id": "c1", "name": "Slack"}}
+    assert post["credentials"] == {"slackApi": {"id": slack.id, "name": "Slack"}}
     assert after["versionId"] != before["versionId"]
     assert "credentials" not in next(n for n in before["nodes"] if n["name"] == "Post")
+    # Real now, but posting is still a write: verification keeps simulating it.
+    result = await client.call("verify-built-workflow", workflowId=built.workflow_id)
+    assert result["simulatedNodes"] == ["Post"]

@@ -129,6 +129,9 @@ def _response(result: BuildWorkflowOutput) -> pipeline_pb2.BuildWorkflowResponse
         source_hash=result.source_hash or "",
         errors=[_issue(i) for i in result.errors],
         warnings=[_issue(i) for i in result.warnings],
+        mocked_credential_types=result.mocked_credential_types,
+        mocked_node_names=result.mocked_node_names,
+        credential_note=result.credential_note or "",
     )
     if result.remediation is not None:
         response.remediation.CopyFrom(

@@ -161,6 +161,38 @@ class Catalog:
         node_type = self.nodes.get(type_name)
         return node_type.is_trigger if node_type else type_name.endswith("Trigger")
 
+    def credential_types_needed(self, node: dict[str, Any]) -> list[str]:
+        """The credential types a node needs to run, given its parameters: its required
+        slots shown for them, or the type an HTTP-style node picks by parameter."""
+        parameters = node.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            return []
+        authentication = parameters.get("authentication")
+        chosen = {
+            "genericCredentialType": parameters.get("genericAuthType"),
+            "predefinedCredentialType": parameters.get("nodeCredentialType"),
+        }.get(str(authentication))
+        if isinstance(chosen, str) and chosen:
+            return [chosen]
+        node_type = self.nodes.get(str(node.get("type", "")))
+        try:
+            entry = node_type.entry(float(node.get("typeVersion", 1))) if node_type else None
+        except (TypeError, ValueError):
+            entry = None
+        if entry is None:
+            return []
+        defaults = {
+            p["name"]: p.get("default")
+            for p in reversed(entry.get("properties") or [])
+            if isinstance(p, dict) and "name" in p
+        }
+        return [
+            slot["name"]
+            for slot in entry.get("credentials") or []
+            if slot.get("required")
+            and _shown(slot.get("displayOptions") or {}, {**defaults, **parameters})
+        ]
+
     def triggers(self, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The enabled trigger nodes of a workflow, in order."""
         return [
@@ -379,3 +411,21 @@ def _check_parameters(
                 node_name=name,
                 path=f"parameters.{key}",
             )
+
+
+def _shown(display_options: dict[str, Any], values: dict[str, Any]) -> bool:
+    """n8n's displayOptions for plain values (conditions on versions or with operators
+    count as met: the slot is then judged needed, which at worst mocks one more node)."""
+
+    def matches(key: str, wanted: Any) -> bool:
+        if key.startswith("@") or not isinstance(wanted, list):
+            return True
+        plain = [w for w in wanted if not isinstance(w, dict)]
+        return len(plain) < len(wanted) or values.get(key) in plain
+
+    show = display_options.get("show") or {}
+    hide = display_options.get("hide") or {}
+    return all(matches(k, v) for k, v in show.items()) and not any(
+        not k.startswith("@") and isinstance(v, list) and values.get(k) in v
+        for k, v in hide.items()
+    )

@@ -317,10 +317,11 @@ class WorkflowStore:
         workflow_id: str,
         credentials: dict[str, dict[str, Any]],
         parameters: dict[str, dict[str, Any]] | None = None,
+        simulation_plan: list[dict[str, Any]] | None = None,
     ) -> list[str]:
         """Set credentials (and parameter values, by dotted path) on named nodes, all or none,
-        as a new version (fixtures and plan carried over). Unknown node names are refused
-        before anything changes. Returns the names of the nodes changed."""
+        as a new version (fixtures carried over; the plan too, unless a new one is given).
+        Unknown node names are refused before anything changes. Returns the nodes changed."""
         parameters = parameters or {}
         now = datetime.now(UTC)
         version_id = new_id("ver")
@@ -371,7 +372,9 @@ class WorkflowStore:
                 ),
                 source_hash=current["source_hash"],
                 fixtures=current["fixtures"],
-                simulation_plan=current["simulation_plan"],
+                simulation_plan=current["simulation_plan"]
+                if simulation_plan is None
+                else simulation_plan,
                 now=now,
             )
             await conn.execute(

@@ -145,9 +145,11 @@ class Workflows(Protocol):
         workflow_id: str,
         credentials: dict[str, dict[str, Any]],
         parameters: dict[str, dict[str, Any]] | None = None,
+        simulation_plan: list[dict[str, Any]] | None = None,
     ) -> list[str]:
-        """Set credentials (and parameter values) on named nodes as a new version; returns the
-        nodes changed."""
+        """Set credentials (and parameter values) on named nodes as a new version that
+        verifies with the current fixtures and `simulation_plan` (None: the current plan);
+        returns the nodes changed."""
         ...
 
     async def version_count(self, workflow_id: str) -> int: ...

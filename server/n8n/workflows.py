@@ -235,6 +235,7 @@ class N8nWorkflows:
         workflow_id: str,
         credentials: dict[str, dict[str, Any]],
         parameters: dict[str, dict[str, Any]] | None = None,
+        simulation_plan: list[dict[str, Any]] | None = None,
     ) -> list[str]:
         workflow = await self._live(workflow_id)
         nodes = copy.deepcopy(workflow.nodes)
@@ -249,7 +250,7 @@ class N8nWorkflows:
             node_parameters = by_name[name].setdefault("parameters", {})
             for path, value in values.items():
                 set_path(node_parameters, path, value)
-        await self._resave(workflow, nodes=nodes)
+        await self._resave(workflow, nodes=nodes, simulation_plan=simulation_plan)
         return sorted(wanted)
 
     async def version_count(self, workflow_id: str) -> int:
@@ -278,11 +279,13 @@ class N8nWorkflows:
         nodes: list[dict[str, Any]] | None = None,
         connections: dict[str, Any] | None = None,
         inputs_from: str | None = None,
+        simulation_plan: list[dict[str, Any]] | None = None,
         **more: Any,
     ) -> str:
         """Save the workflow again, changed (`nodes`, `connections`, `more` of n8n's update
         fields); the new version verifies with the fixtures and simulation plan of
-        `inputs_from` (default: the current version). Returns the new version's id."""
+        `inputs_from` (default: the current version; `simulation_plan` replaces its plan).
+        Returns the new version's id."""
         content = WorkflowContent(
             name=workflow.name,
             nodes=workflow.nodes if nodes is None else nodes,
@@ -292,10 +295,16 @@ class N8nWorkflows:
         saved = await self.client.put(f"/workflows/{workflow.id}", _body(content) | more)
         source, target = inputs_from or workflow.current_version_id, str(saved["versionId"])
         if target != source:  # n8n keeps the version when only the folder changed
-            await self._carry_inputs(workflow.id, source, target)
+            await self._carry_inputs(workflow.id, source, target, simulation_plan)
         return target
 
-    async def _carry_inputs(self, workflow_id: str, source: str, target: str) -> None:
+    async def _carry_inputs(
+        self,
+        workflow_id: str,
+        source: str,
+        target: str,
+        simulation_plan: list[dict[str, Any]] | None = None,
+    ) -> None:
         """A version made from another (restored, credentials replaced) verifies with the same
         fixtures and simulation plan."""
         earlier = (await self._notes([source])).get(source)
@@ -306,7 +315,9 @@ class N8nWorkflows:
                 workflow_id=workflow_id,
                 values={
                     "fixtures": earlier.fixtures if earlier else None,
-                    "simulation_plan": earlier.simulation_plan if earlier else None,
+                    "simulation_plan": simulation_plan
+                    if simulation_plan is not None
+                    else (earlier.simulation_plan if earlier else None),
                 },
             )
 

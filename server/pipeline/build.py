@@ -29,11 +29,18 @@ from sandbox.protocol import Sandboxes, WorkflowToolchain
 from server.catalog import CatalogService
 from server.catalog.catalog import Catalog, Finding
 from server.core.caller import LOCAL, Caller
-from server.errors import UnavailableError
+from server.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from server.instance import Workflows
-from server.instance.types import Binding, WorkflowContent, WorkflowGoneError
+from server.instance.types import (
+    Binding,
+    CredentialInfo,
+    Workflow,
+    WorkflowContent,
+    WorkflowGoneError,
+)
+from server.pipeline.credentials import resolve_credentials
 from server.pipeline.loop import Remediation
-from server.pipeline.simulation import BASE, PlanEntry, plan_simulation
+from server.pipeline.simulation import BASE, PlanEntry, mocked_nodes, plan_simulation
 
 __all__ = [
     "SOURCE_SUFFIXES",
@@ -49,6 +56,8 @@ log = structlog.get_logger(__name__)
 SOURCE_SUFFIXES = (".ts", ".tsx", ".mts", ".json")
 
 SandboxLookup = Callable[[str], Awaitable[Sandboxes]]
+# The credentials a caller may use (their projects'), to bind at build.
+CredentialLookup = Callable[[Caller], Awaitable[list[CredentialInfo]]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +88,13 @@ class BuildOutcome:
     version_id: str | None = None
     fixtures: dict[str, Any] = field(default_factory=dict)
     simulation_plan: list[PlanEntry] | None = None
+    # Node name → credential types mocked on it (no single matching credential to bind).
+    mocked_credentials: dict[str, list[str]] = field(default_factory=dict)
+    credential_note: str | None = None
+
+    @property
+    def mocked_credential_types(self) -> list[str]:
+        return sorted({kind for kinds in self.mocked_credentials.values() for kind in kinds})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +117,7 @@ class WorkflowBuilder:
         sandboxes: SandboxLookup,
         catalog: CatalogService,
         workflows: Workflows,
+        credentials: CredentialLookup | None = None,
         max_source_bytes: int = 1024 * 1024,
         compile_timeout_s: float = 5.0,
         diagnostics_timeout_s: float = 5.0,
@@ -111,6 +128,7 @@ class WorkflowBuilder:
         self._diagnostics_timeout_s = diagnostics_timeout_s
         self._catalog = catalog
         self._workflows = workflows
+        self._credentials = credentials
         # One build of a file at a time: two first builds racing must not make two workflows.
         # Each entry counts its users, so it goes when the last one leaves.
         self._file_locks: dict[tuple[str, str], tuple[asyncio.Lock, list[int]]] = {}
@@ -122,6 +140,63 @@ class WorkflowBuilder:
                 "building workflows needs Docker sandboxes (INSTANCE_AI_SANDBOX_PROVIDER=docker)"
             )
         return manager
+
+    async def apply_credentials(
+        self,
+        workflow: Workflow,
+        credentials: dict[str, dict[str, str]],
+        parameters: dict[str, dict[str, Any]] | None = None,
+        *,
+        caller: Caller,
+    ) -> list[str]:
+        """Put real credentials (node name → credential type → id) on a saved workflow, all
+        or none, as a new version: each id must be a credential the caller may use, of the
+        slot's type. Nodes whose mocked credentials are now all real are planned afresh, so
+        verification runs them for real. Returns the nodes changed."""
+        usable = {c.id: c for c in await self._credentials(caller)} if self._credentials else {}
+        refs: dict[str, dict[str, Any]] = {}
+        for node, slots in credentials.items():
+            for kind, credential_id in slots.items():
+                found = usable.get(credential_id)
+                if found is None:
+                    raise NotFoundError(
+                        f"credential {credential_id!r} (for {kind} on {node!r}) does not exist "
+                        "or is not one the user may use; list-credentials shows those they may"
+                    )
+                if found.type != kind:
+                    raise InvalidArgumentError(
+                        f"credential {credential_id!r} is a {found.type} credential, but "
+                        f"{node!r} needs {kind}: choose a {kind} credential"
+                    )
+                refs.setdefault(node, {})[kind] = {"id": found.id, "name": found.name}
+        fixtures, plan = await self._workflows.verification_inputs(workflow.current_version_id)
+        still_mocked = {
+            name: left
+            for name, kinds in mocked_nodes(plan).items()
+            if (left := [k for k in kinds if k not in refs.get(name, {})])
+        }
+        nodes = [
+            {**n, "credentials": {**(n.get("credentials") or {}), **refs[str(n["name"])]}}
+            if n.get("name") in refs
+            else n
+            for n in workflow.nodes
+        ]
+        replanned = (
+            _plan(
+                {"nodes": nodes, "connections": workflow.connections},
+                fixtures,
+                still_mocked,
+                await self._catalog.get(),
+            )
+            if plan is not None
+            else None
+        )
+        return await self._workflows.replace_credentials(
+            workflow.id,
+            refs,
+            parameters,
+            simulation_plan=[e.as_json() for e in replanned] if replanned is not None else None,
+        )
 
     async def build(self, request: BuildRequest) -> BuildOutcome:
         outcome = BuildOutcome(
@@ -190,8 +265,25 @@ class WorkflowBuilder:
         if errors:
             return _failed(outcome, errors)
         fixtures = compiled.get("fixtures") or {}
-        outcome.simulation_plan = _plan(workflow, fixtures, catalog)
-        return await self._save(outcome, request, await binding, workflow, fixtures)
+        bound = await binding
+        target = request.workflow_id or (bound.workflow_id if bound else None)
+        existing = await self._workflows.get(target) if target is not None else None
+        if existing is not None and not request.caller.sees(existing.project_id):
+            # Another project's workflow: as if it did not exist (nothing is saved).
+            gone = WorkflowGoneError(existing.id, archived=False)
+            return _blocked(outcome, gone, bound=bound is not None and bound.workflow_id == target)
+        if self._credentials is not None:
+            resolution = resolve_credentials(
+                list(workflow.get("nodes") or []),
+                available=await self._credentials(request.caller),
+                previous=existing.nodes if existing is not None else (),
+                needed=catalog.credential_types_needed,
+            )
+            workflow = {**workflow, "nodes": resolution.nodes}
+            outcome.mocked_credentials = resolution.mocked
+            outcome.credential_note = resolution.note()
+        outcome.simulation_plan = _plan(workflow, fixtures, outcome.mocked_credentials, catalog)
+        return await self._save(outcome, request, bound, target, workflow, fixtures)
 
     async def _diagnostics(
         self, toolchain: WorkflowToolchain, request: BuildRequest, originals: list[BuildIssue]
@@ -227,19 +319,11 @@ class WorkflowBuilder:
         outcome: BuildOutcome,
         request: BuildRequest,
         binding: Binding | None,
+        target: str | None,
         workflow: dict[str, Any],
         fixtures: dict[str, Any],
     ) -> BuildOutcome:
-        target = request.workflow_id or (binding.workflow_id if binding else None)
         caller = request.caller
-        existing = await self._workflows.get(target) if target is not None else None
-        if existing is not None and not caller.sees(existing.project_id):
-            # Another project's workflow: as if it did not exist (nothing is saved).
-            return _blocked(
-                outcome,
-                WorkflowGoneError(existing.id, archived=False),
-                bound=binding is not None and binding.workflow_id == target,
-            )
         try:
             saved = await self._workflows.save_from_source(
                 thread_id=request.thread_id,
@@ -292,7 +376,10 @@ def _blocked(outcome: BuildOutcome, gone: WorkflowGoneError, *, bound: bool) -> 
 
 
 def _plan(
-    workflow: dict[str, Any], fixtures: dict[str, Any], catalog: Catalog
+    workflow: dict[str, Any],
+    fixtures: dict[str, Any],
+    mocked: dict[str, list[str]],
+    catalog: Catalog,
 ) -> list[PlanEntry] | None:
     """The simulation plan; a failure to make one never blocks the save (verification then
     warns that it has no plan)."""
@@ -301,6 +388,7 @@ def _plan(
         return plan_simulation(
             workflow,
             declared_outputs=fixtures,
+            mocked=mocked,
             is_trigger=catalog.is_trigger,
             runs_in_sandbox=lambda type_name: type_name.startswith(BASE),
         )

@@ -41,6 +41,9 @@ class RunRequest:
     # Already loaded by the caller (verification): not read again.
     workflow: Workflow | None = None
     declared: dict[str, list[Any]] | None = None
+    # A verification run's simulated nodes (plan entries), kept with the execution as
+    # `simulation` so whoever reads the run knows which outputs were fixtures.
+    simulated: list[dict[str, Any]] | None = None
     caller: Caller = LOCAL
 
 
@@ -89,10 +92,9 @@ class WorkflowRunner:
             is_verification=request.is_verification,
         )
         self._running[execution.id] = request.thread_id
-        # A live run gets the credentials its nodes reference (verification simulates them).
-        secrets = (
-            {} if request.is_verification else await self._credentials_for(workflow, request.caller)
-        )
+        # The credentials the nodes reference (a verification run pins the nodes whose
+        # credentials were mocked, so only real ones are ever used).
+        secrets = await self._credentials_for(workflow, request.caller)
         try:
             outcome = await toolchain.execute(
                 request.thread_id,
@@ -118,6 +120,8 @@ class WorkflowRunner:
             raise
         finally:
             self._running.pop(execution.id, None)
+        if request.simulated is not None and outcome.get("ok", True):
+            outcome["simulation"] = {"simulatedNodes": request.simulated}
         return await self._record(execution.id, masked(outcome, secrets), request.timeout_s)
 
     async def _credentials_for(

@@ -10,7 +10,7 @@ wrongly executed write is worse than a wrongly simulated read.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -35,12 +35,13 @@ __all__ = [
     "Verdict",
     "classify",
     "main_flow_nodes",
+    "mocked_nodes",
     "plan_simulation",
 ]
 
 Verdict = Literal["simulate", "execute"]
 Confidence = Literal["high", "medium", "low"]
-Source = Literal["rule", "declared", "trigger", "ai_root", "sandbox", "model", "fallback"]
+Source = Literal["rule", "declared", "mocked", "trigger", "ai_root", "sandbox", "model", "fallback"]
 
 BASE = "n8n-nodes-base."
 LANGCHAIN = "@n8n/n8n-nodes-langchain."
@@ -93,15 +94,20 @@ class PlanEntry:
     reason: str
     confidence: Confidence
     source: Source
+    # For `mocked`: the credential types the build mocked on the node.
+    mocked_credential_types: tuple[str, ...] = ()
 
-    def as_json(self) -> dict[str, str]:
-        return {
+    def as_json(self) -> dict[str, Any]:
+        found: dict[str, Any] = {
             "nodeName": self.node_name,
             "verdict": self.verdict,
             "reason": self.reason,
             "confidence": self.confidence,
             "source": self.source,
         }
+        if self.mocked_credential_types:
+            found["mockedCredentialTypes"] = list(self.mocked_credential_types)
+        return found
 
 
 @dataclass(frozen=True)
@@ -118,8 +124,6 @@ def classify(node: dict[str, Any]) -> Decision:
     """The deterministic rules for one node, in the reference's order."""
     type_name = str(node.get("type", ""))
     parameters = node.get("parameters") or {}
-    if node.get("credentials"):
-        return "simulate", "uses credentials, which verification runs do not have"
     if type_name in SAFE_TYPES:
         return "execute", "transforms data only"
     if type_name in ALWAYS_SIMULATE:
@@ -183,6 +187,15 @@ _BY_TYPE: dict[str, Callable[[dict[str, Any]], Decision]] = {
 }
 
 
+def mocked_nodes(plan: Iterable[dict[str, Any]] | None) -> dict[str, list[str]]:
+    """Node name → credential types mocked on it, from a saved plan (`PlanEntry.as_json`)."""
+    return {
+        str(e["nodeName"]): list(e.get("mockedCredentialTypes") or [])
+        for e in plan or []
+        if e.get("source") == "mocked"
+    }
+
+
 def main_flow_nodes(workflow: dict[str, Any]) -> set[str]:
     """Names of nodes that are a source or target of a `main` connection."""
     names: set[str] = set()
@@ -214,12 +227,14 @@ def plan_simulation(
     workflow: dict[str, Any],
     *,
     declared_outputs: Iterable[str] = (),
+    mocked: Mapping[str, Sequence[str]] | None = None,
     is_trigger: Callable[[str], bool],
     runs_in_sandbox: Callable[[str], bool],
 ) -> list[PlanEntry]:
     """The plan for every node a verification run could reach, most specific reason first:
-    declared outputs, unsupported triggers, AI roots, nodes the sandbox cannot run, then the
-    classifier (ambiguous → simulate, low confidence, `fallback`, until a model judges them)."""
+    declared outputs, mocked credentials (`mocked`: node name → types), unsupported triggers,
+    AI roots, nodes the sandbox cannot run, then the classifier (ambiguous → simulate, low
+    confidence, `fallback`, until a model judges them)."""
     nodes = {str(n.get("name")): n for n in workflow.get("nodes") or [] if isinstance(n, dict)}
     declared = set(declared_outputs)
     flow = main_flow_nodes(workflow)
@@ -231,7 +246,14 @@ def plan_simulation(
             continue
         in_flow = name in flow or (len(nodes) == 1 and not feeds)
         entry = _plan_node(
-            name, node, declared, feeds.get(name, {}), nodes, is_trigger, runs_in_sandbox
+            name,
+            node,
+            declared,
+            tuple((mocked or {}).get(name, ())),
+            feeds.get(name, {}),
+            nodes,
+            is_trigger,
+            runs_in_sandbox,
         )
         if entry is not None and (in_flow or entry.source in ("declared", "trigger")):
             plan.append(entry)
@@ -242,6 +264,7 @@ def _plan_node(
     name: str,
     node: dict[str, Any],
     declared: set[str],
+    mocked: tuple[str, ...],
     feeds: dict[str, list[str]],
     nodes: dict[str, dict[str, Any]],
     is_trigger: Callable[[str], bool],
@@ -259,6 +282,15 @@ def _plan_node(
         return None
     if name in declared:
         return entry("simulate", "the source declares its verification output", "high", "declared")
+    if mocked:
+        return PlanEntry(
+            node_name=name,
+            verdict="simulate",
+            reason=f"its credentials are mocked ({', '.join(mocked)}) until real ones are applied",
+            confidence="high",
+            source="mocked",
+            mocked_credential_types=mocked,
+        )
     if is_trigger(type_name):
         return entry("simulate", "this trigger cannot be fired in a test run", "high", "trigger")
     models = feeds.get("ai_languageModel", [])

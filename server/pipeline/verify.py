@@ -98,6 +98,7 @@ class Verifier:
                         is_verification=True,
                         workflow=workflow,
                         declared=declared,
+                        simulated=[e for e in plan or [] if e["verdict"] == "simulate"],
                     )
                 )
                 for trigger in triggers
@@ -171,8 +172,15 @@ class Verifier:
             for name, node in run.nodes.items()
             if node.get("error")
         ]
-        failed_runs = [run for run in runs if run.status != "success"]
         waiting = any(run.status == "waiting" for run in runs)
+        # With a plan, waiting means a user-action node was not simulated: a failure. A
+        # plan-less build (made before plans) keeps the old rule: waiting after output is fine.
+        failed_runs = [
+            run
+            for run in runs
+            if run.status != "success"
+            and not (plan is None and run.status == "waiting" and run.nodes)
+        ]
         success = not errors and not failed_runs
         planned = (
             [e["nodeName"] for e in plan]

@@ -70,6 +70,11 @@ class BuildWorkflowOutput(ToolModel):
     remediation: RemediationModel | None = None
     errors: list[BuildIssueModel] = Field(default_factory=list)
     warnings: list[BuildIssueModel] = Field(default_factory=list)
+    # Credentials no single usable credential matched: taken off these nodes until
+    # apply-workflow-credentials puts real ones on; verification simulates the nodes.
+    mocked_credential_types: list[str] = Field(default_factory=list, alias="mockedCredentialTypes")
+    mocked_node_names: list[str] = Field(default_factory=list, alias="mockedNodeNames")
+    credential_note: str | None = Field(None, alias="credentialNote")
 
     @classmethod
     def of(cls, outcome: BuildOutcome) -> BuildWorkflowOutput:
@@ -85,6 +90,9 @@ class BuildWorkflowOutput(ToolModel):
             else None,
             errors=[BuildIssueModel(**asdict(issue)) for issue in outcome.errors],
             warnings=[BuildIssueModel(**asdict(issue)) for issue in outcome.warnings],
+            mocked_credential_types=outcome.mocked_credential_types,
+            mocked_node_names=list(outcome.mocked_credentials),
+            credential_note=outcome.credential_note,
         )
 
 

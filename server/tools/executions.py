@@ -55,6 +55,10 @@ class ExecutionOutput(ToolModel):
     ran_in: Literal["sandbox", "instance"] = Field(
         "sandbox", alias="ranIn", description="sandbox: a test run here; instance: n8n's own"
     )
+    is_verification: bool = Field(False, alias="isVerification")
+    simulation: dict[str, Any] | None = Field(
+        None, description="A verification run's simulated nodes: their outputs are fixtures"
+    )
 
 
 def _execution_output(execution: Execution) -> ExecutionOutput:
@@ -69,6 +73,8 @@ def _execution_output(execution: Execution) -> ExecutionOutput:
         error=execution.error,
         started_at=execution.started_at,
         finished_at=execution.finished_at,
+        is_verification=execution.is_verification,
+        simulation=execution.result.get("simulation"),
         ran_in=execution.ran_in,
     )
 

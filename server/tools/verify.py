@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from server.instance import Workflows
+from server.pipeline.build import WorkflowBuilder
 from server.pipeline.loop import (
     MAX_POST_SUBMIT_REMEDIATION_SUBMITS,
     MAX_PRE_SAVE_SUBMIT_FAILURES,
@@ -35,6 +36,7 @@ class VerifyTools:
     workflows: Workflows
     verifier: Verifier
     loop: WorkLoop
+    builder: WorkflowBuilder
 
 
 class VerifyInput(ToolModel):
@@ -294,7 +296,7 @@ async def get_work_item(ctx: ToolContext[VerifyTools], args: WorkItemInput) -> W
 
 class CredentialRef(ToolModel):
     id: str = Field(min_length=1)
-    name: str
+    name: str | None = Field(None, description="Informational; the id decides")
 
 
 class ApplyCredentialsInput(ToolModel):
@@ -312,13 +314,13 @@ class ApplyCredentialsOutput(ToolModel):
 async def apply_workflow_credentials(
     ctx: ToolContext[VerifyTools], args: ApplyCredentialsInput
 ) -> ApplyCredentialsOutput:
-    await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
+    workflow = await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
     await ctx.services.loop.load(ctx.thread_id, args.work_item_id, workflow_id=args.workflow_id)
     mapping = {
-        node: {kind: ref.model_dump() for kind, ref in refs.items()}
+        node: {kind: ref.id for kind, ref in refs.items()}
         for node, refs in args.credentials.items()
     }
-    updated = await ctx.services.workflows.replace_credentials(args.workflow_id, mapping)
+    updated = await ctx.services.builder.apply_credentials(workflow, mapping, caller=ctx.caller)
     return ApplyCredentialsOutput(updated_nodes=updated)
 
 

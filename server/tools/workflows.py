@@ -424,10 +424,11 @@ async def setup_workflow(ctx: ToolContext[WorkflowTools], args: WorkflowIdInput)
         if newest and outcome is None:
             chosen = (answer.get("nodeCredentials") or {}).get(asked.node_name) or {}
             values = (answer.get("nodeParameters") or {}).get(asked.node_name) or {}
-            await ctx.services.workflows.replace_credentials(
-                workflow.id,
-                {asked.node_name: {k: _ref(visible[str(v)]) for k, v in chosen.items()}},
+            await ctx.services.builder.apply_credentials(
+                workflow,
+                {asked.node_name: {k: str(v) for k, v in chosen.items()}},
                 {asked.node_name: {p: values[p] for p in asked.parameters}},
+                caller=ctx.caller,
             )
     current = await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
     pending = [
@@ -540,10 +541,6 @@ def _setup_requests(
         }
         for kind in node.credential_types
     ]
-
-
-def _ref(credential: Any) -> dict[str, str]:
-    return {"id": credential.id, "name": credential.name}
 
 
 def _outcome(asked: NodeSetup, answer: dict[str, Any], visible: dict[str, Any]) -> str | None:

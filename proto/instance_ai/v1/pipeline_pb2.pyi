@@ -147,18 +147,32 @@ class BuildWorkflowResponse(_message.Message):
     REMEDIATION_FIELD_NUMBER: _builtins.int
     ERRORS_FIELD_NUMBER: _builtins.int
     WARNINGS_FIELD_NUMBER: _builtins.int
+    MOCKED_CREDENTIAL_TYPES_FIELD_NUMBER: _builtins.int
+    MOCKED_NODE_NAMES_FIELD_NUMBER: _builtins.int
+    CREDENTIAL_NOTE_FIELD_NUMBER: _builtins.int
     success: _builtins.bool
     workflow_id: _builtins.str
     workflow_name: _builtins.str
     work_item_id: _builtins.str
     file_path: _builtins.str
     source_hash: _builtins.str
+    credential_note: _builtins.str
+    """What was bound and what was mocked, in words (empty when nothing needed a credential)."""
     @_builtins.property
     def remediation(self) -> Global___Remediation: ...
     @_builtins.property
     def errors(self) -> _containers.RepeatedCompositeFieldContainer[Global___BuildIssue]: ...
     @_builtins.property
     def warnings(self) -> _containers.RepeatedCompositeFieldContainer[Global___BuildIssue]: ...
+    @_builtins.property
+    def mocked_credential_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Credential types no single usable credential matched: taken off the nodes named here
+        until apply-workflow-credentials (Tools.CallTool) puts real ones on;
+        verification simulates those nodes meanwhile.
+        """
+
+    @_builtins.property
+    def mocked_node_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
@@ -171,10 +185,13 @@ class BuildWorkflowResponse(_message.Message):
         remediation: Global___Remediation | None = ...,
         errors: _abc.Iterable[Global___BuildIssue] | None = ...,
         warnings: _abc.Iterable[Global___BuildIssue] | None = ...,
+        mocked_credential_types: _abc.Iterable[_builtins.str] | None = ...,
+        mocked_node_names: _abc.Iterable[_builtins.str] | None = ...,
+        credential_note: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["remediation", b"remediation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["errors", b"errors", "file_path", b"file_path", "remediation", b"remediation", "source_hash", b"source_hash", "success", b"success", "warnings", b"warnings", "work_item_id", b"work_item_id", "workflow_id", b"workflow_id", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential_note", b"credential_note", "errors", b"errors", "file_path", b"file_path", "mocked_credential_types", b"mocked_credential_types", "mocked_node_names", b"mocked_node_names", "remediation", b"remediation", "source_hash", b"source_hash", "success", b"success", "warnings", b"warnings", "work_item_id", b"work_item_id", "workflow_id", b"workflow_id", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

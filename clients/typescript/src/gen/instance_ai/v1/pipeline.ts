@@ -72,6 +72,15 @@ export interface BuildWorkflowResponse {
   remediation: Remediation | undefined;
   errors: BuildIssue[];
   warnings: BuildIssue[];
+  /**
+   * Credential types no single usable credential matched: taken off the nodes named here
+   * until apply-workflow-credentials (Tools.CallTool) puts real ones on;
+   * verification simulates those nodes meanwhile.
+   */
+  mockedCredentialTypes: string[];
+  mockedNodeNames: string[];
+  /** What was bound and what was mocked, in words (empty when nothing needed a credential). */
+  credentialNote: string;
 }
 
 export interface VerifyWorkflowRequest {
@@ -649,6 +658,9 @@ function createBaseBuildWorkflowResponse(): BuildWorkflowResponse {
     remediation: undefined,
     errors: [],
     warnings: [],
+    mockedCredentialTypes: [],
+    mockedNodeNames: [],
+    credentialNote: "",
   };
 }
 
@@ -680,6 +692,15 @@ export const BuildWorkflowResponse: MessageFns<BuildWorkflowResponse> = {
     }
     for (const v of message.warnings) {
       BuildIssue.encode(v!, writer.uint32(74).fork()).join();
+    }
+    for (const v of message.mockedCredentialTypes) {
+      writer.uint32(82).string(v!);
+    }
+    for (const v of message.mockedNodeNames) {
+      writer.uint32(90).string(v!);
+    }
+    if (message.credentialNote !== "") {
+      writer.uint32(98).string(message.credentialNote);
     }
     return writer;
   },
@@ -769,6 +790,30 @@ export const BuildWorkflowResponse: MessageFns<BuildWorkflowResponse> = {
             message.warnings.push(BuildIssue.decode(reader, reader.uint32()));
             continue;
           }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.mockedCredentialTypes.push(reader.string());
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.mockedNodeNames.push(reader.string());
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.credentialNote = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -816,6 +861,21 @@ export const BuildWorkflowResponse: MessageFns<BuildWorkflowResponse> = {
       warnings: globalThis.Array.isArray(object?.warnings)
         ? object.warnings.map((e: any) => BuildIssue.fromJSON(e))
         : [],
+      mockedCredentialTypes: globalThis.Array.isArray(object?.mockedCredentialTypes)
+        ? object.mockedCredentialTypes.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.mocked_credential_types)
+        ? object.mocked_credential_types.map((e: any) => globalThis.String(e))
+        : [],
+      mockedNodeNames: globalThis.Array.isArray(object?.mockedNodeNames)
+        ? object.mockedNodeNames.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.mocked_node_names)
+        ? object.mocked_node_names.map((e: any) => globalThis.String(e))
+        : [],
+      credentialNote: isSet(object.credentialNote)
+        ? globalThis.String(object.credentialNote)
+        : isSet(object.credential_note)
+        ? globalThis.String(object.credential_note)
+        : "",
     };
   },
 
@@ -848,6 +908,15 @@ export const BuildWorkflowResponse: MessageFns<BuildWorkflowResponse> = {
     if (message.warnings?.length) {
       obj.warnings = message.warnings.map((e) => BuildIssue.toJSON(e));
     }
+    if (message.mockedCredentialTypes?.length) {
+      obj.mockedCredentialTypes = message.mockedCredentialTypes;
+    }
+    if (message.mockedNodeNames?.length) {
+      obj.mockedNodeNames = message.mockedNodeNames;
+    }
+    if (message.credentialNote !== "") {
+      obj.credentialNote = message.credentialNote;
+    }
     return obj;
   },
 
@@ -867,6 +936,9 @@ export const BuildWorkflowResponse: MessageFns<BuildWorkflowResponse> = {
       : undefined;
     message.errors = object.errors?.map((e) => BuildIssue.fromPartial(e)) || [];
     message.warnings = object.warnings?.map((e) => BuildIssue.fromPartial(e)) || [];
+    message.mockedCredentialTypes = object.mockedCredentialTypes?.map((e) => e) || [];
+    message.mockedNodeNames = object.mockedNodeNames?.map((e) => e) || [];
+    message.credentialNote = object.credentialNote ?? "";
     return message;
   },
 };

@@ -1,0 +1,234 @@
+"""Credentials at build and after: a slot with no single usable credential is mocked (taken
+off the node and recorded), verification simulates exactly that node, apply-workflow-credentials
+puts a real credential on (checked: it exists, is of the slot's type, is the caller's), and then
+verification runs the node for real through the egress proxy and can reach `verified`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import pytest
+from aiohttp import web
+
+from server.app import Application
+from server.settings import Settings
+from tests.conftest import serving
+from tests.test_build import THREAD, Client
+
+SECRET = "key-PLANTED-31"
+
+
+@dataclass
+class Orders:
+    port: int
+    keys_seen: list[str]
+
+
+@pytest.fixture
+async def orders() -> AsyncIterator[Orders]:
+    """A loopback API that answers only the right key."""
+    seen: list[str] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("X-Api-Key", ""))
+        if request.headers.get("X-Api-Key") != SECRET:
+            return web.json_response({"error": "bad key"}, status=401)
+        return web.json_response({"orders": 3})
+
+    service = web.Application()
+    service.router.add_get("/orders", handle)
+    runner = web.AppRunner(service)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.2", 0)  # proxied, like any outside host
+    await site.start()
+    try:
+        yield Orders(int(site._server.sockets[0].getsockname()[1]), seen)  # type: ignore[union-attr]
+    finally:
+        await runner.cleanup()
+
+
+def orders_workflow(port: int, credentials: dict[str, Any] | None = None) -> str:
+    fetch: dict[str, Any] = {
+        "name": "Fetch",
+        "type": "n8n-nodes-base.httpRequest",
+        "typeVersion": 4.2,
+        "position": [200, 0],
+        "parameters": {
+            "url": f"http://127.0.0.2:{port}/orders",
+            "authentication": "genericCredentialType",
+            "genericAuthType": "httpHeaderAuth",
+            "options": {},
+        },
+    }
+    if credentials is not None:
+        fetch["credentials"] = credentials
+    count = {
+        "name": "Count",
+        "type": "n8n-nodes-base.set",
+        "typeVersion": 3.4,
+        "position": [400, 0],
+        "parameters": {
+            "mode": "manual",
+            "includeOtherFields": False,
+            "assignments": {
+                "assignments": [
+                    {"id": "o", "name": "count", "value": "={{ $json.orders }}", "type": "number"}
+                ]
+            },
+        },
+    }
+    start = {
+        "name": "Start",
+        "type": "n8n-nodes-base.manualTrigger",
+        "typeVersion": 1,
+        "position": [0, 0],
+        "parameters": {},
+    }
+    return json.dumps(
+        {
+            "name": "Orders",
+            "nodes": [start, fetch, count],
+            "connections": {
+                "Start": {"main": [[{"node": "Fetch", "type": "main", "index": 0}]]},
+                "Fetch": {"main": [[{"node": "Count", "type": "main", "index": 0}]]},
+            },
+        }
+    )
+
+
+async def header_credential(app: Application, name: str, value: str, project: str = "personal"):  # type: ignore[no-untyped-def]
+    return await app.parts.instance.credentials.create(
+        project_id=project,
+        name=name,
+        type_name="httpHeaderAuth",
+        data={"name": "X-Api-Key", "value": value},
+    )
+
+
+@pytest.fixture
+async def client(
+    make_docker_settings: Callable[..., Settings], orders: Orders
+) -> AsyncIterator[Client]:
+    settings = make_docker_settings(web_fetch_allow_hosts=[f"127.0.0.2:{orders.port}"])
+    async with serving(settings) as (app, channel):
+        await app.parts.hitl.allow_domain(THREAD, "127.0.0.2")
+        yield Client(app, channel)
+
+
+def node(workflow: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(n for n in workflow["nodes"] if n["name"] == name)
+
+
+async def test_a_mocked_credential_is_simulated_until_the_real_one_is_applied(
+    client: Client, orders: Orders
+) -> None:
+    await client.write("src/orders.json", orders_workflow(orders.port))
+    # Two credentials of the slot's type: no guessing between them, so the slot is mocked.
+    real = await header_credential(client.app, "Orders key", SECRET)
+    await header_credential(client.app, "Old key", "key-OLD")
+    built = await client.build("src/orders.json")
+    assert built.success, built.errors
+    assert list(built.mocked_credential_types) == ["httpHeaderAuth"]
+    assert list(built.mocked_node_names) == ["Fetch"]
+    assert (
+        "Fetch" in built.credential_note and "apply-workflow-credentials" in built.credential_note
+    )
+    saved = await client.call("get-workflow", workflowId=built.workflow_id)
+    assert "credentials" not in node(saved, "Fetch")
+
+    mocked = await client.call("verify-built-workflow", workflowId=built.workflow_id)
+    assert mocked["success"], mocked
+    assert mocked["simulatedNodes"] == ["Fetch"]
+    assert mocked["claim"]["level"] == "partial"
+    assert orders.keys_seen == []  # simulated: nothing went out
+    # The saved run says which outputs were fixtures.
+    run = await client.call("get-execution", executionId=mocked["executionId"])
+    assert run["isVerification"]
+    assert [n["nodeName"] for n in run["simulation"]["simulatedNodes"]] == ["Fetch"]
+    assert run["simulation"]["simulatedNodes"][0]["source"] == "mocked"
+
+    # Refused, all or none: an id that does not exist, then one of another type.
+    other = await client.app.parts.instance.credentials.create(
+        project_id="personal", name="Basic", type_name="httpBasicAuth", data={"user": "u"}
+    )
+    for credential_id, code in (("cred_nope", "NOT_FOUND"), (other.id, "INVALID_ARGUMENT")):
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await client.call(
+                "apply-workflow-credentials",
+                workflowId=built.workflow_id,
+                workItemId=built.work_item_id,
+                credentials={"Fetch": {"httpHeaderAuth": {"id": credential_id, "name": "x"}}},
+            )
+        assert refused.value.code().name == code
+        assert "httpHeaderAuth" in (refused.value.details() or "")
+    unchanged = await client.call("get-workflow", workflowId=built.workflow_id)
+    assert unchanged["versionId"] == saved["versionId"]
+
+    applied = await client.call(
+        "apply-workflow-credentials",
+        workflowId=built.workflow_id,
+        workItemId=built.work_item_id,
+        credentials={"Fetch": {"httpHeaderAuth": {"id": real.id, "name": "whatever"}}},
+    )
+    assert applied == {"updatedNodes": ["Fetch"]}
+    after = await client.call("get-workflow", workflowId=built.workflow_id)
+    assert node(after, "Fetch")["credentials"] == {
+        "httpHeaderAuth": {"id": real.id, "name": "Orders key"}
+    }
+
+    verified = await client.call("verify-built-workflow", workflowId=built.workflow_id)
+    assert verified["success"], verified
+    assert verified["simulatedNodes"] == []
+    assert verified["claim"]["level"] == "verified"
+    assert orders.keys_seen == [SECRET]  # the node ran for real, with the real key
+    count = next(p for p in verified["nodePreviews"] if p["nodeName"] == "Count")
+    assert json.loads(count["preview"]) == [{"count": 3}]
+    assert SECRET not in json.dumps(verified)
+
+    # A rebuild of the same source keeps the credential the workflow now has.
+    rebuilt = await client.build("src/orders.json")
+    assert rebuilt.success and list(rebuilt.mocked_credential_types) == []
+    again = await client.call("get-workflow", workflowId=built.workflow_id)
+    assert node(again, "Fetch")["credentials"]["httpHeaderAuth"]["id"] == real.id
+
+
+async def test_the_one_usable_credential_is_bound_and_anothers_is_never_used(
+    client: Client, orders: Orders
+) -> None:
+    # Only another project's credential of the type: not usable, so mocked.
+    theirs = await header_credential(client.app, "Their key", SECRET, project="team-b")
+    await client.write("src/orders.json", orders_workflow(orders.port))
+    built = await client.build("src/orders.json")
+    assert built.success and list(built.mocked_node_names) == ["Fetch"]
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await client.call(
+            "apply-workflow-credentials",
+            workflowId=built.workflow_id,
+            workItemId=built.work_item_id,
+            credentials={"Fetch": {"httpHeaderAuth": {"id": theirs.id}}},
+        )
+    assert refused.value.code() is grpc.StatusCode.NOT_FOUND
+    # A source naming it explicitly does not get it either.
+    await client.write(
+        "src/named.json",
+        orders_workflow(orders.port, {"httpHeaderAuth": {"id": theirs.id, "name": "Their key"}}),
+    )
+    named = await client.build("src/named.json")
+    assert named.success and list(named.mocked_node_names) == ["Fetch"]
+
+    # With exactly one credential of the type of the caller's own, the build binds it.
+    mine = await header_credential(client.app, "My key", SECRET)
+    bound = await client.build("src/orders.json")
+    assert bound.success and list(bound.mocked_credential_types) == []
+    assert "My key" in bound.credential_note
+    saved = await client.call("get-workflow", workflowId=bound.workflow_id)
+    assert node(saved, "Fetch")["credentials"] == {
+        "httpHeaderAuth": {"id": mine.id, "name": "My key"}
+    }
+    result = await client.call("verify-built-workflow", workflowId=bound.workflow_id)
+    assert result["success"] and result["simulatedNodes"] == []
+    assert orders.keys_seen == [SECRET]
