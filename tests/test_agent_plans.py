@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from instance_ai.v1 import agent_pb2
+from instance_ai.v1 import agent_pb2, tools_pb2, tools_pb2_grpc
 from server.runtime.plans import PlanValidationError, validate_plan
 from server.settings import Settings
 from tests.agent_fixtures import Chat, Event, last_tool_results, model, model_settings, of_type
@@ -143,6 +144,55 @@ async def test_an_approved_plan_runs_its_tasks_in_dependency_order_then_synthesi
     follow_up = main_requests(model)[-1]
     assert 'type="synthesize"' in follow_up["messages"][-1]["content"][0]["text"]
     assert of_type(events, "text-block")[-1]["text"] == "Both workflows are done."
+
+
+async def test_build_and_checkpoint_tasks_run_as_orchestrator_follow_ups_checkpoints_first(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    tasks = [
+        task("a", kind="build-workflow"),
+        task("b", "a", kind="build-workflow"),
+        task("check", "a", kind="checkpoint"),
+    ]
+    model.script(
+        tool("create-tasks", {"tasks": tasks, "planningContext": CONTEXT}),
+        text("The plan is running."),
+        text("Built A."),
+        text("A holds up."),
+        text("Built B."),
+        text("All done."),  # the synthesize follow-up
+    )
+    async with serving(model_settings()) as (_app, channel):
+        chat = Chat(channel)
+        run_id = await chat.send("t1", "build two workflows and check the first")
+        card = await chat.card("t1")
+        await chat.confirm("t1", card["requestId"], kind="approval", approved=True)
+        events = await chat.until(
+            "t1", lambda e: e["type"] == "text-block" and e["payload"]["text"] == "All done."
+        )
+    # No background agent: every task ran as a run of the thread, with the orchestrator's
+    # prompt; after a, the ready checkpoint went before the ready build.
+    assert of_type(events, "agent-spawned") == []
+    assert not any(is_background(r) for r in model.requests)
+    last_texts = [r["messages"][-1]["content"][0].get("text", "") for r in model.requests]
+    follow_ups = [t for t in last_texts if "<planned-task-follow-up" in t]
+    kinds = [
+        found.groups()
+        for t in follow_ups
+        if (found := re.search(r'type="([a-z-]+)"(?: taskId="(\w+)")?', t)) is not None
+    ]
+    assert kinds == [
+        ("build-workflow", "a"),
+        ("checkpoint", "check"),
+        ("build-workflow", "b"),
+        ("synthesize", None),
+    ]
+    assert "workflow-builder skill" in follow_ups[0]
+    assert "- Task a: Built A." in follow_ups[-1] and "- Task check: A holds up." in follow_ups[-1]
+    runs = [e for e in events if e["type"] == "run-start"]
+    assert len({e["run_id"] for e in runs}) == 5 and run_id == runs[0]["run_id"]
+    final = of_type(events, "tasks-update")[-1]["tasks"]["tasks"]
+    assert [t["status"] for t in final] == ["done", "done", "done"]
 
 
 async def test_a_denied_plan_is_cancelled_and_not_resubmitted_in_the_same_turn(
@@ -390,3 +440,67 @@ async def test_cancel_run_stops_the_threads_background_tasks(
         assert not (await chat.status("t1")).background_tasks
         events = await chat.events("t1")
     assert [c["status"] for c in of_type(events, "agent-completed")] == ["cancelled", "cancelled"]
+
+
+async def test_a_background_agent_gets_its_kinds_tools_and_asks_the_user_itself(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    question = {"id": "table", "question": "Which table?", "type": "single"}
+    question |= {"options": ["orders", "customers"]}
+
+    def respond(request: dict[str, Any]) -> Turn | None:
+        if not is_background(request):
+            return None
+        if len(request["messages"]) == 1:
+            return tool("ask-user", {"questions": [question]})
+        answered = json.loads(last_tool_results(request)[0]["content"])
+        return text(f"seeded {answered['answers'][0]['selectedOptions'][0]}")
+
+    model.responder = respond
+    model.script(
+        tool("delegate", {"role": "eval-setup", "briefing": "seed the evaluation data"}),
+        text("Started."),
+    )
+    async with serving(model_settings()) as (_app, channel):
+        chat = Chat(channel)
+        run_id = await chat.send("t1", "set up the evaluation")
+        await chat.finished("t1", run_id)
+        card = await chat.card("t1")
+        spawned_event = next(e for e in await chat.events("t1") if e["type"] == "agent-spawned")
+        spawned = spawned_event["payload"]
+        assert card["inputType"] == "questions" and card["questions"] == [question]
+        answers = [{"questionId": "table", "selectedOptions": ["orders"]}]
+        await chat.confirm("t1", card["requestId"], kind="questions", answers=answers)
+        events = await chat.until("t1", lambda e: e["type"] == "agent-completed")
+        listed = await tools_pb2_grpc.ToolsStub(channel).ListTools(tools_pb2.ListToolsRequest())
+        registered = {t.name: t.group for t in listed.tools if t.available}
+    # The card came from the background agent, which went on with the answer.
+    asked = next(e for e in events if e["type"] == "confirmation-request")
+    assert asked["agent_id"] == spawned_event["agent_id"] != "orchestrator"
+    assert of_type(events, "agent-completed")[-1]["result"] == "seeded orders"
+    # Its tools: the seed's column for background agents, and the event says the same.
+    offered = {t["name"] for t in next(r for r in model.requests if is_background(r))["tools"]}
+    assert offered == set(spawned["tools"])
+    expected = {
+        name
+        for name, group in registered.items()
+        if group in ("workflows", "nodes", "data-tables") and name != "build-workflow"
+    } | {"ask-user", "workspace_read_file", "search-credential-types", "list-credentials"}
+    expected |= {"setup-credentials"}
+    assert offered == expected
+    for orchestrators_own in (
+        "create-tasks",
+        "delegate",
+        "load_tool",
+        "build-workflow",
+        "verify-built-workflow",
+        "report-verification-verdict",
+        "apply-workflow-credentials",
+        "run-workflow",
+        "workspace_write_file",
+        "workspace_execute_command",
+        "fetch-url",
+        "browser_navigate",
+        "delete-credential",
+    ):
+        assert orchestrators_own not in offered

@@ -18,6 +18,7 @@ from typing import Any
 
 import structlog
 
+from server.agent.distribution import for_background
 from server.agent.prompt import background_prompt, orchestrator_prompt
 from server.agent.provider import (
     ModelError,
@@ -39,7 +40,6 @@ from server.runtime.plans import Plans
 from server.runtime.threads import RunInfo, Threads
 from server.settings import Settings
 from server.tools.loading import CORE_TOOLS, TOOL_LOADERS, loaded_tools
-from server.tools.loading import GROUP as LOADING_GROUP
 from server.tools.registry import CallSite, ToolInputError, ToolRegistry, describe, dump
 from server.tools.skills import SkillLibrary
 from server.tools.spec import Orchestration, SandboxFor, Suspend, ToolSpec, blocked_message
@@ -57,8 +57,10 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 ORCHESTRATION_GROUP = "orchestration"
-# Groups only the orchestrator gets: background agents neither plan nor load tools.
-ORCHESTRATOR_ONLY_GROUPS = (ORCHESTRATION_GROUP, LOADING_GROUP)
+# Planned tasks the orchestrator executes itself, as a follow-up run of the thread (the
+# seed's executors); `delegate` tasks go to background agents.
+ORCHESTRATOR_TASK_KINDS = ("build-workflow", "checkpoint")
+PLANNED_TASK_RUN = "planned-task"
 NO_MODEL = (
     "no model is configured: set INSTANCE_AI_MODEL (e.g. claude-sonnet-4-5) and "
     "INSTANCE_AI_ANTHROPIC_API_KEY (or ANTHROPIC_API_KEY); everything else works without one"
@@ -93,6 +95,10 @@ class Agent(Orchestration):
         self.provider = provider
         self._drives: dict[str, asyncio.Task[None]] = {}
         self._follow_ups: dict[str, list[FollowUp]] = {}
+        # Request id → the background agent waiting for that card's answer.
+        self._background_asks: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        # Run id → (planned task id, caller) of the follow-up runs that execute planned tasks.
+        self._planned_runs: dict[str, tuple[str, Caller]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._starting: set[asyncio.Future[None]] = set()
         self._closing = False
@@ -224,6 +230,8 @@ class Agent(Orchestration):
             raise FailedPreconditionError(
                 f"confirmation request {request_id!r} was already resolved ({found.status})"
             )
+        if await self._answer_background(found, answer, status="answered"):
+            return found.run_id
         self._require_provider()
         await self._resume(found, answer, status="answered")
         return found.run_id
@@ -347,7 +355,38 @@ class Agent(Orchestration):
         await self.services.threads.finish_run(
             scope.thread_id, scope.run_id, status=status, reason=reason
         )
+        planned = self._planned_runs.pop(scope.run_id, None)
+        if planned is not None:
+            await self._planned_run_ended(scope, planned, status, reason)
         self._next_follow_up(scope.thread_id)
+
+    async def _planned_run_ended(
+        self, scope: RunScope, planned: tuple[str, Caller], status: str, reason: str | None
+    ) -> None:
+        """A run that executed a planned task settles it, and the plan goes on."""
+        assert scope.run_id is not None
+        task_id, caller = planned
+        changes: dict[str, Any]
+        if status == "completed":
+            changes = {"status": "succeeded", "result": await self._last_text(scope.thread_id)}
+        elif status == "cancelled":
+            changes = {"status": "cancelled", "error": "Cancelled by the user"}
+        else:
+            changes = {"status": "failed", "error": reason or status}
+        await self.services.plans.update_task(
+            scope.thread_id, task_id, run_id=scope.run_id, **changes
+        )
+        if not self._closing:
+            await self.schedule_plan(scope.thread_id, scope.run_id, caller)
+
+    async def _last_text(self, thread_id: str) -> str:
+        """The last thing the assistant said in the thread (a planned task's result)."""
+        for message in reversed(await self.services.conversation.load(thread_id)):
+            if message["role"] == "assistant":
+                texts = [b["text"] for b in message["content"] if b.get("type") == "text"]
+                if texts:
+                    return "\n".join(texts)[:2000]
+        return ""
 
     async def _fail(self, scope: RunScope, message: str, *, status_code: int | None) -> None:
         assert scope.run_id is not None
@@ -384,12 +423,12 @@ class Agent(Orchestration):
         self, spec: ToolSpec[Any], *, background: bool, loaded: Collection[str] | None = None
     ) -> bool:
         """Whether a run's model is offered the tool: registered and expressible; for a
-        background agent, not one of the orchestrator's own groups; for the orchestrator, a
-        core tool or one the thread loaded (`loaded` None: whether it could be loaded)."""
+        background agent, one of its kind's (`distribution`); for the orchestrator, a core
+        tool or one the thread loaded (`loaded` None: whether it could be loaded)."""
         if not (self.registry.registered(spec) and spec.name in self.registry.provider_schemas):
             return False
         if background:
-            return spec.group not in ORCHESTRATOR_ONLY_GROUPS
+            return for_background(spec)
         if not self.settings.agent_deferred_tools:
             return spec.name not in TOOL_LOADERS
         return loaded is None or spec.name in CORE_TOOLS or spec.name in loaded
@@ -565,12 +604,10 @@ class Agent(Orchestration):
         try:
             result = await self.registry.execute(site, spec, args, call["input"], announce=announce)
         except Suspend as wait:
-            if scope.background:
-                return {
-                    "content": "This tool needs the user, which a background task cannot ask.",
-                    "is_error": True,
-                }
-            return Suspension(gate="tool", question=wait.question)
+            if not scope.background:
+                return Suspension(gate="tool", question=wait.question)
+            answer = await self._ask_from_background(scope, call, wait.question)
+            return await self._call(scope, call, answer=answer, gate="tool")
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -683,6 +720,40 @@ class Agent(Orchestration):
         await self.services.threads.save_state(scope.run_id, state.dump(), status="suspended")
         await self.services.hitl.publish(confirmation, agent_id=scope.agent_id)
 
+    async def _ask_from_background(
+        self, scope: RunScope, call: dict[str, Any], question: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A background agent's question (ask-user, a set-up card): shown like any card, and
+        the agent waits for the answer in this process (background agents end with it)."""
+        assert scope.run_id is not None
+        confirmation = await self.services.hitl.request(
+            thread_id=scope.thread_id,
+            run_id=scope.run_id,
+            agent_id=scope.agent_id,
+            tool_call_id=call["id"],
+            tool_name=call["name"],
+            args=call["input"],
+            question=question,
+        )
+        waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._background_asks[confirmation.request_id] = waiter
+        try:
+            await self.services.hitl.publish(confirmation, agent_id=scope.agent_id)
+            return await waiter
+        finally:
+            self._background_asks.pop(confirmation.request_id, None)
+
+    async def _answer_background(
+        self, found: Confirmation, answer: dict[str, Any], *, status: str
+    ) -> bool:
+        """Answer a card a background agent waits on (False: no agent waits on it)."""
+        waiter = self._background_asks.get(found.request_id)
+        if waiter is None or waiter.done():
+            return False
+        await self.services.hitl.answer(found.thread_id, found.request_id, answer, status=status)
+        waiter.set_result(answer)
+        return True
+
     async def _resume_call(self, scope: RunScope, state: RunState, answer: dict[str, Any]) -> None:
         waiting = state.suspended
         state.suspended = None
@@ -735,6 +806,10 @@ class Agent(Orchestration):
         expired = await self.services.hitl.older_than(age)
         for found in expired:
             try:
+                if await self._answer_background(
+                    found, parse_resume(DENIED_BY_TIMEOUT), status="expired"
+                ):
+                    continue
                 if self.provider is None:
                     await self.services.hitl.answer(
                         found.thread_id, found.request_id, DENIED_BY_TIMEOUT, status="expired"
@@ -859,6 +934,16 @@ class Agent(Orchestration):
             await self.services.plans.update_task(
                 thread_id, task["id"], run_id=run_id, status="running"
             )
+            if task["kind"] in ORCHESTRATOR_TASK_KINDS:
+                await self.follow_up(
+                    thread_id,
+                    _planned_task_text(task),
+                    kind=PLANNED_TASK_RUN,
+                    caller=caller,
+                    task_id=task["id"],
+                )
+                started += 1
+                continue
             spawned = await background.spawn(
                 thread_id,
                 role=task["kind"],
@@ -894,12 +979,14 @@ class Agent(Orchestration):
 
         return settled
 
-    async def follow_up(self, thread_id: str, text: str, *, kind: str, caller: Caller) -> None:
+    async def follow_up(
+        self, thread_id: str, text: str, *, kind: str, caller: Caller, task_id: str | None = None
+    ) -> None:
         """A run the service starts itself; queued while the thread has an open run."""
         if self._closing or self.provider is None:
             return
         self._follow_ups.setdefault(thread_id, []).append(
-            FollowUp(text=text, kind=kind, caller=caller)
+            FollowUp(text=text, kind=kind, caller=caller, task_id=task_id)
         )
         status = await self.services.threads.status(thread_id)
         if status.active_run_id is None:
@@ -913,9 +1000,11 @@ class Agent(Orchestration):
 
         async def start() -> None:
             try:
-                await self._start_run(
+                run_id = await self._start_run(
                     thread_id, follow_up.text, kind=follow_up.kind, caller=follow_up.caller
                 )
+                if follow_up.task_id is not None:
+                    self._planned_runs[run_id] = (follow_up.task_id, follow_up.caller)
             except FailedPreconditionError:  # a user's run got there first: wait for it
                 self._follow_ups.setdefault(thread_id, []).insert(0, follow_up)
 
@@ -939,3 +1028,32 @@ def _denied(tool: str, answer: dict[str, Any]) -> str:
     feedback = answer.get("userInput")
     text = f"The user denied {tool}; do not retry it in this turn."
     return f"{text} They said: {feedback}" if feedback else text
+
+
+def _planned_task_text(task: dict[str, Any]) -> str:
+    """The message of the follow-up run that executes a planned task."""
+    kind, lines = task["kind"], [f"Task: {task['title']}", task["spec"]]
+    if task.get("workflowId"):
+        lines.append(f"Work on the existing workflow {task['workflowId']}.")
+    if kind == "build-workflow":
+        supporting = (
+            " It is a supporting sub-workflow: saving it finishes it."
+            if task.get("isSupportingWorkflow")
+            else ""
+        )
+        lines.append(
+            "Load the workflow-builder skill, then write the source, build it with "
+            "build-workflow and follow the post-build flow (verify, report the verdict)."
+            f"{supporting} End with a short report: it is this task's result."
+        )
+    else:
+        lines.append(
+            "Check this against what the earlier tasks built (their work items and "
+            "verification records; run or verify again only if they do not settle it). End "
+            "with a short report of what you found: it is this task's result."
+        )
+    body = "\n".join(lines)
+    return (
+        f'<planned-task-follow-up type="{kind}" taskId="{task["id"]}">\n{body}\n'
+        "</planned-task-follow-up>"
+    )

@@ -73,8 +73,9 @@ def orchestrator_prompt(skills: SkillLibrary, browser: str = "user") -> str:
     return "\n\n".join([ROLE, f"{SKILLS}\n{catalog}", TOOL_USE, section])
 
 
-# What a background agent that builds needs to know, from the skills of the same name.
-BACKGROUND_SKILLS = ("workflow-builder", "post-build-flow")
+# What a background agent works with (its tools: `server/agent/distribution.py`); builds
+# and verification stay with the orchestrator.
+BACKGROUND_SKILLS = ("data-table-manager",)
 
 
 def background_prompt(skills: SkillLibrary, role: str) -> str:
@@ -84,7 +85,9 @@ def background_prompt(skills: SkillLibrary, role: str) -> str:
             f"You are a background {role} agent working for the n8n workflow assistant. "
             "Do the task in the first message with the tools you have, then reply with a "
             "short report of what you did and found: that reply is your result. Messages "
-            "that start with 'Correction:' come from the user while you work; follow them.",
+            "that start with 'Correction:' come from the user while you work; follow them. "
+            "You cannot delegate or plan. If you are stuck or need something only the user "
+            "can decide, use ask-user rather than asking in your reply; never ask for secrets.",
             *guides,
         ]
     )

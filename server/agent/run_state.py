@@ -64,8 +64,11 @@ Outcome = dict[str, Any] | Suspension  # a tool_result block's {content, is_erro
 
 @dataclass(frozen=True, kw_only=True)
 class FollowUp:
-    """A run the service starts itself (replan, synthesize), for the plan's caller."""
+    """A run the service starts itself (replan, synthesize, a planned task the orchestrator
+    executes), for the plan's caller."""
 
     text: str
     kind: str
     caller: Caller
+    # The planned task this run executes: its outcome settles the task.
+    task_id: str | None = None

@@ -195,6 +195,7 @@ class Plans:
         ]
         if not ready or available_slots <= 0:
             return Tick(action="none", tasks=[])
+        ready.sort(key=lambda t: t["kind"] != "checkpoint")  # checkpoints go first
         return Tick(action="dispatch", tasks=ready[:available_slots])
 
     async def set_status(self, thread_id: str, status: str, *, run_id: str | None) -> Plan:
