@@ -445,8 +445,8 @@ async def test_cancel_run_stops_the_threads_background_tasks(
 async def test_a_background_agent_gets_its_kinds_tools_and_asks_the_user_itself(
     model_settings: Callable[..., Settings], model: FakeMessagesAPI
 ) -> None:
-    question = {"id": "table", "question": "Which table?", "type": "single"}
-    question |= {"options": ["orders", "customers"]}
+    question: dict[str, Any] = {"id": "table", "question": "Which table?", "type": "single"}
+    question["options"] = ["orders", "customers"]
 
     def respond(request: dict[str, Any]) -> Turn | None:
         if not is_background(request):
