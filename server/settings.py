@@ -63,6 +63,7 @@ GATED_ACTIONS = [
     "fetchUrl",
     "webSearch",
     "restoreWorkflowVersion",
+    "executeNode",
     "executeMcpTool",
 ]
 

@@ -303,7 +303,7 @@ class Parts:
             loading.ToolLoadingTools(skills=self.skills, conversation=self.conversation),
             orchestration.OrchestrationTools(plans=self.plans, background=self.background),
             workspace.WorkspaceTools(sandbox_for=self.sandboxes.for_thread),
-            build.BuildTools(builder=self.builder, loop=self.loop),
+            build.BuildTools(builder=self.builder, loop=self.loop, hitl=self.hitl),
             verify.VerifyTools(
                 workflows=instance.workflows,
                 verifier=self.verifier,

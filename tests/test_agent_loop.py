@@ -285,8 +285,10 @@ async def test_approval_gated_tool_waits_then_runs_or_is_denied(
         text("understood"),
         tool("run-workflow", {"workflowId": "wf-third"}),
         text("ok"),
-        tool("run-workflow", {"workflowId": "wf-fourth"}),
+        tool("run-workflow", {"workflowId": "wf-third"}),
         text("ran again without asking"),
+        tool("run-workflow", {"workflowId": "wf-fifth"}),
+        text("another workflow asks again"),
     )
     async with serving(model_settings()) as (_app, channel):
         chat = Chat(channel)
@@ -331,7 +333,13 @@ async def test_approval_gated_tool_waits_then_runs_or_is_denied(
         remembered = await chat.send("t1", "fourth")
         events = await chat.finished("t1", remembered)
         assert not of_type([e for e in events if e["run_id"] == remembered], "confirmation-request")
-        assert "wf-fourth" in last_tool_results(model.requests[7])[0]["content"]
+        assert "wf-third" in last_tool_results(model.requests[7])[0]["content"]
+        # "Always" covered that workflow only: another one asks again.
+        other = await chat.send("t1", "fifth")
+        card = await _nth_card(chat, "t1", 4)
+        assert card["args"] == {"workflowId": "wf-fifth"}
+        await chat.confirm("t1", card["requestId"], kind="approval", approved=False)
+        await chat.finished("t1", other)
 
 
 async def _following(app: Application, chat: Chat, thread: str) -> Any:
@@ -507,6 +515,8 @@ GATES = {
     "fetch-url": "fetchUrl",
     "test-credential": "fetchUrl",
     "web-search": "webSearch",
+    "build-workflow": "updateWorkflow",  # and createWorkflow
+    "setup-credentials": "createCredential",
 }
 
 

@@ -42,7 +42,15 @@ from server.settings import Settings
 from server.tools.loading import CORE_TOOLS, TOOL_LOADERS, loaded_tools
 from server.tools.registry import CallSite, ToolInputError, ToolRegistry, describe, dump
 from server.tools.skills import SkillLibrary
-from server.tools.spec import Orchestration, SandboxFor, Suspend, ToolSpec, blocked_message
+from server.tools.spec import (
+    PLANNED_TASK_ALLOWS,
+    PLANNED_TASK_RUN,
+    Orchestration,
+    SandboxFor,
+    Suspend,
+    ToolSpec,
+    blocked_message,
+)
 
 __all__ = [
     "INTERRUPTED",
@@ -60,7 +68,6 @@ ORCHESTRATION_GROUP = "orchestration"
 # Planned tasks the orchestrator executes itself, as a follow-up run of the thread (the
 # seed's executors); `delegate` tasks go to background agents.
 ORCHESTRATOR_TASK_KINDS = ("build-workflow", "checkpoint")
-PLANNED_TASK_RUN = "planned-task"
 NO_MODEL = (
     "no model is configured: set INSTANCE_AI_MODEL (e.g. claude-sonnet-4-5) and "
     "INSTANCE_AI_ANTHROPIC_API_KEY (or ANTHROPIC_API_KEY); everything else works without one"
@@ -586,14 +593,14 @@ class Agent(Orchestration):
             return checked
         spec, args = checked
         if gate != "approval":
-            refused = await self._gate(site, scope, spec, call, announce)
+            refused = await self._gate(site, scope, spec, call, args, announce)
             if refused is not None:
                 return refused
         elif answer is not None:
             if not answer.get("approved"):
                 return await self._refuse(site, call, False, _denied(spec.name, answer))
             if answer.get("scope") == "session":
-                await self.registry.allow_for_thread(scope.thread_id, spec)
+                await self.registry.allow_for_thread(scope.thread_id, spec, args)
         self.services.events.publish_live(
             scope.thread_id,
             "status",
@@ -644,12 +651,19 @@ class Agent(Orchestration):
         scope: RunScope,
         spec: ToolSpec[Any],
         call: dict[str, Any],
+        args: Any,
         announce: bool,
     ) -> Outcome | None:
         """The registry's permission rule for this run: None to go ahead, else a refusal or
         a wait for the person's approval (which a background agent cannot ask for)."""
-        decision = await self.registry.decide(scope.thread_id, spec)
+        decision = await self.registry.decide(scope.thread_id, spec, args)
         if decision == "allow":
+            return None
+        if (
+            decision == "ask"
+            and scope.kind == PLANNED_TASK_RUN
+            and spec.hitl_action in PLANNED_TASK_ALLOWS
+        ):
             return None
         if decision == "blocked":
             return await self._refuse(site, call, announce, blocked_message(spec))

@@ -133,6 +133,17 @@ class WorkflowBuilder:
         # Each entry counts its users, so it goes when the last one leaves.
         self._file_locks: dict[tuple[str, str], tuple[asyncio.Lock, list[int]]] = {}
 
+    async def bound_workflow(self, thread_id: str, file_path: str) -> str | None:
+        """The workflow the thread's file is bound to (its earlier builds saved into it)."""
+        binding = await self._workflows.binding(thread_id, file_path)
+        return binding.workflow_id if binding is not None else None
+
+    async def saves_into(self, workflow_id: str, caller: Caller) -> bool:
+        """Whether a build into `workflow_id` would save (it exists, the caller sees it, it
+        is not archived); otherwise the build itself says why not."""
+        found = await self._workflows.get(workflow_id)
+        return found is not None and caller.sees(found.project_id) and not found.is_archived
+
     async def toolchain(self, thread_id: str) -> WorkflowToolchain:
         manager = await self._sandboxes(thread_id)
         if not isinstance(manager, WorkflowToolchain) or not manager.runs_image:

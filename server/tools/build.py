@@ -9,19 +9,22 @@ from typing import Any
 from pydantic import Field
 
 from server.pipeline.build import BuildOutcome, BuildRequest, WorkflowBuilder
+from server.pipeline.loop import Remediation
 from server.pipeline.work import WorkLoop
+from server.runtime.hitl import Hitl
 from server.tools.scope import check_project
-from server.tools.spec import ToolContext, ToolModel, ToolSpec
+from server.tools.spec import PLANNED_TASK_RUN, Suspend, ToolContext, ToolModel, ToolSpec
 
 __all__ = ["TOOLS", "BuildIssueModel", "BuildTools", "BuildWorkflowOutput"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class BuildTools:
-    """What build-workflow may touch: the builder and the workflow loop."""
+    """What build-workflow may touch: the builder, the workflow loop and the permissions."""
 
     builder: WorkflowBuilder
     loop: WorkLoop
+    hitl: Hitl
 
 
 class BuildWorkflowInput(ToolModel):
@@ -111,6 +114,9 @@ async def build_workflow(
     )
     if request.work_item_id:  # an unknown work item is refused before anything is built
         await ctx.services.loop.load(ctx.thread_id, request.work_item_id)
+    refused = await _save_permission(ctx, args)
+    if refused is not None:
+        return refused
     # The file's work item is looked up while the build runs.
     item = asyncio.ensure_future(ctx.services.loop.item_for_build(request))
     try:
@@ -119,7 +125,79 @@ async def build_workflow(
         if not item.done():
             await asyncio.wait([item])
     outcome = await ctx.services.loop.after_build(request, outcome, await item)
+    if outcome.success and outcome.workflow_id and not request.workflow_id:
+        # The thread's own workflow: its later builds (from any file) change it unasked.
+        await ctx.services.hitl.always_allow(ctx.thread_id, update_grant(outcome.workflow_id))
     return BuildWorkflowOutput.of(outcome)
+
+
+def update_grant(workflow_id: str) -> str:
+    """The per-workflow "always" grant of updateWorkflow (as the registry keys it)."""
+    return f"updateWorkflow:workflow:{workflow_id}"
+
+
+async def _save_permission(
+    ctx: ToolContext[BuildTools], args: BuildWorkflowInput
+) -> BuildWorkflowOutput | None:
+    """createWorkflow (a new workflow) and updateWorkflow (an existing one) for this build:
+    None to go ahead, else the refusal. Saving into a workflow this file is not bound to asks
+    the person first (an "always" answer covers that workflow in this thread); a new
+    workflow, or the file's own, is refused only when blocked."""
+    hitl = ctx.services.hitl
+    bound = await ctx.services.builder.bound_workflow(ctx.thread_id, args.file_path)
+    target = args.workflow_id or bound
+    action = "updateWorkflow" if target else "createWorkflow"
+    mode = await hitl.mode(ctx.thread_id, action)
+    if mode == "blocked":
+        return _refused(
+            args,
+            target,
+            "permission_blocked",
+            f"Saving this workflow is blocked by the administrator ({action}: blocked in "
+            "INSTANCE_AI_PERMISSIONS): nothing was saved. Do not retry; tell the user.",
+        )
+    if target is None or target == bound or mode == "always_allow":
+        return None
+    key = update_grant(target)
+    if ctx.run_kind == PLANNED_TASK_RUN or await hitl.mode(ctx.thread_id, key) == "always_allow":
+        return None
+    if not await ctx.services.builder.saves_into(target, ctx.caller):
+        return None  # nothing to change: the build says why
+    if ctx.resume is None:
+        raise Suspend(
+            {
+                "inputType": "approval",
+                "severity": "warning",
+                "message": f"Save the changes from {args.file_path} into workflow {target}?",
+            }
+        )
+    if not ctx.resume.get("approved"):
+        return _refused(
+            args,
+            target,
+            "user_denied",
+            "The user declined saving into this workflow: nothing was saved. Do not re-issue "
+            "the same save unprompted; tell them what remains unsaved and ask how to go on.",
+        )
+    if ctx.resume.get("scope") == "session":
+        await hitl.always_allow(ctx.thread_id, key)
+    return None
+
+
+def _refused(
+    args: BuildWorkflowInput, target: str | None, reason: str, guidance: str
+) -> BuildWorkflowOutput:
+    return BuildWorkflowOutput.of(
+        BuildOutcome(
+            success=False,
+            file_path=args.file_path,
+            workflow_id=target,
+            work_item_id=args.work_item_id,
+            remediation=Remediation(
+                category="blocked", should_edit=False, reason=reason, guidance=guidance
+            ),
+        )
+    )
 
 
 TOOLS: list[ToolSpec[Any]] = [
@@ -134,5 +212,9 @@ TOOLS: list[ToolSpec[Any]] = [
         input_model=BuildWorkflowInput,
         output_model=BuildWorkflowOutput,
         handler=build_workflow,
+        # createWorkflow too: both applied by the tool itself (see _save_permission).
+        hitl_action="updateWorkflow",
+        self_gated=True,
+        may_ask=True,
     )
 ]

@@ -12,7 +12,7 @@ from pydantic import Field
 from server.catalog import CatalogService
 from server.domain.credential_tester import CredentialTester
 from server.domain.web import HostNotApproved
-from server.errors import NotFoundError
+from server.errors import FailedPreconditionError, NotFoundError
 from server.instance import CredentialChecks, Credentials, CredentialSecrets, Workflows
 from server.instance.types import CredentialInfo
 from server.runtime.hitl import Hitl
@@ -141,19 +141,28 @@ class SetupOutput(ToolModel):
 
 async def setup_credentials(ctx: ToolContext[CredentialTools], args: SetupInput) -> SetupOutput:
     """Pick a credential of a type: the only one there is (unless the type is generic HTTP
-    auth), or the one the person selects or creates in the card."""
+    auth), or the one the person selects or creates in the card (creating one is what
+    createCredential gates: blocked, only existing credentials may be chosen)."""
     kind = args.credential_type
     existing = await ctx.services.credentials.all(sorted(ctx.caller.project_ids), kind)
+    may_create = await ctx.services.hitl.mode(ctx.thread_id, "createCredential") != "blocked"
     if ctx.resume is None:
         if len(existing) == 1 and kind not in GENERIC_TYPES:
             return SetupOutput(
                 credential_id=existing[0].id, credential_type=kind, auto_selected=True
             )
+        if not existing and not may_create:
+            raise FailedPreconditionError(
+                f"the user has no {kind} credential and creating credentials is blocked by "
+                "the administrator (createCredential: blocked); tell the user, do not retry"
+            )
         raise Suspend(
             {
                 "inputType": "approval",
                 "severity": "info",
-                "message": f"Choose or create a {kind} credential",
+                "message": f"Choose or create a {kind} credential"
+                if may_create
+                else f"Choose a {kind} credential",
                 "credentialRequests": [
                     {
                         "credentialType": kind,
@@ -215,6 +224,8 @@ TOOLS: list[ToolSpec[Any]] = [
         output_model=SetupOutput,
         handler=setup_credentials,
         may_ask=True,
+        hitl_action="createCredential",
+        self_gated=True,
     ),
 ]
 

@@ -179,24 +179,30 @@ class ToolRegistry:
 
     # -- the permission rule ------------------------------------------------------------------
 
-    async def decide(self, thread_id: str, spec: ToolSpec[Any]) -> Decision:
-        """The permission rule of a call (INSTANCE_AI_PERMISSIONS and the thread's answers).
+    async def decide(self, thread_id: str, spec: ToolSpec[Any], args: Any = None) -> Decision:
+        """The permission rule of a call (INSTANCE_AI_PERMISSIONS and the thread's answers:
+        "always" for the action, or for the resource the call acts on, e.g. one workflow).
         Tools that gate themselves (per host, say) and ungated tools go ahead here."""
         if spec.hitl_action is None or spec.self_gated:
             return "allow"
-        mode = await self._require(self._hitl).mode(thread_id, spec.hitl_action)
+        hitl = self._require(self._hitl)
+        mode = await hitl.mode(thread_id, spec.hitl_action)
         if mode == "blocked":
             return "blocked"
+        if mode == "require_approval" and (key := grant_key(spec, args)) is not None:
+            mode = await hitl.mode(thread_id, key)
         return "ask" if mode == "require_approval" else "allow"
 
     async def may_wait(self, thread_id: str, spec: ToolSpec[Any]) -> bool:
         """Whether a call may end up waiting for a person (so it runs on its own)."""
         return spec.asks_user or spec.may_ask or await self.decide(thread_id, spec) == "ask"
 
-    async def allow_for_thread(self, thread_id: str, spec: ToolSpec[Any]) -> None:
-        """The person approved this tool's action for the rest of the thread."""
+    async def allow_for_thread(self, thread_id: str, spec: ToolSpec[Any], args: Any) -> None:
+        """The person approved this tool's action for the rest of the thread: on the
+        resource the call acts on (one workflow, table, folder, credential), else on all."""
         if spec.hitl_action is not None:
-            await self._require(self._hitl).always_allow(thread_id, spec.hitl_action)
+            key = grant_key(spec, args) or spec.hitl_action
+            await self._require(self._hitl).always_allow(thread_id, key)
 
     # -- the call's events ------------------------------------------------------------------
 
@@ -296,7 +302,7 @@ class ToolRegistry:
             raise FailedPreconditionError(
                 f"{name} asks the user a question; only the agent can run it (SendMessage)"
             )
-        decision = await self.decide(thread_id, spec)
+        decision = await self.decide(thread_id, spec, args)
         if decision == "blocked":
             raise FailedPreconditionError(blocked_message(spec))
         if decision == "ask":
@@ -320,6 +326,21 @@ class ToolRegistry:
         if part is None:
             raise UnavailableError("this tool registry was made without the event log")
         return part
+
+
+# The arguments naming the resource a call acts on, most specific first: an "always in this
+# thread" answer covers that resource only.
+RESOURCE_FIELDS = ("data_table_id", "credential_id", "workflow_id", "folder_id")
+
+
+def grant_key(spec: ToolSpec[Any], args: Any) -> str | None:
+    """The per-resource grant of a gated call (`runWorkflow:wf_1`), None when the call names
+    no resource (e.g. creating a folder): then "always" covers the action."""
+    for field in RESOURCE_FIELDS:
+        value = getattr(args, field, None)
+        if isinstance(value, str) and value:
+            return f"{spec.hitl_action}:{field.removesuffix('_id')}:{value}"
+    return None
 
 
 def describe(exc: BaseException) -> str:

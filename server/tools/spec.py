@@ -13,6 +13,8 @@ from sandbox.protocol import Sandboxes
 from server.core.caller import LOCAL, Caller
 
 __all__ = [
+    "PLANNED_TASK_ALLOWS",
+    "PLANNED_TASK_RUN",
     "Orchestration",
     "SandboxFor",
     "Suspend",
@@ -26,6 +28,21 @@ __all__ = [
 # `server.tools.data_tables.DataTableTools`), handed to its handlers as `ctx.services`.
 S = TypeVar("S")
 S_co = TypeVar("S_co", covariant=True)
+
+# The kind of the runs that execute an approved plan's tasks, and the actions they take
+# without asking again (the approved plan was the consent; blocked stays blocked).
+PLANNED_TASK_RUN = "planned-task"
+PLANNED_TASK_ALLOWS = frozenset(
+    {
+        "createWorkflow",
+        "updateWorkflow",
+        "runWorkflow",
+        "publishWorkflow",
+        "createDataTable",
+        "mutateDataTableSchema",
+        "mutateDataTableRows",
+    }
+)
 
 # The thread's sandbox, made on first use.
 SandboxFor = Callable[[str], Awaitable[Sandboxes]]
