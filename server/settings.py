@@ -154,6 +154,14 @@ class Settings(BaseSettings):
     build_compile_timeout_seconds: float = Field(
         5.0, gt=0, le=120, description="deadline for loading a workflow source"
     )
+    simulation_model_pass: bool = Field(
+        True,
+        description="with a model configured, one model request per build decides the nodes no "
+        "rule decides and writes fixtures for simulated nodes (off: the deterministic plan)",
+    )
+    simulation_model_timeout_seconds: float = Field(
+        60.0, gt=0, le=600, description="deadline for that request (then: the deterministic plan)"
+    )
     build_diagnostics_timeout_seconds: float = Field(
         5.0, gt=0, le=120, description="deadline for the TypeScript check of a failed build"
     )

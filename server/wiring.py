@@ -17,7 +17,9 @@ from browser_relay.headless import HeadlessBrowsers
 from browser_relay.server import RelayServer
 from browser_relay.sessions import BrowserSessions, sandbox_key, session_id_for
 from sandbox.egress import EgressProxy
+from server.agent import ModelProvider, provider_from_settings
 from server.agent.loop import AgentServices
+from server.agent.structured import structured_asker
 from server.api.server import ApiParts
 from server.catalog import CatalogService
 from server.domain.credential_tester import CredentialTester
@@ -142,6 +144,7 @@ class Parts:
     drivers: Drivers | None
     n8n: N8nClient | None
     n8n_probe: InstanceProbe | None
+    judge_model: ModelProvider | None = None
     # The skills the orchestrator loads (they ship with the service).
     skills: SkillLibrary = field(default_factory=SkillLibrary)
 
@@ -182,11 +185,17 @@ class Parts:
             )
             await n8n_probe.start()
             instance = n8n_instance(settings, db, n8n, features)
+        # The builder's own model client (the simulation plan's pass), closed with the parts.
+        judge_model = provider_from_settings(settings) if settings.simulation_model_pass else None
         builder = WorkflowBuilder(
             sandboxes=sandboxes.for_thread,
             catalog=catalog,
             workflows=instance.workflows,
             credentials=lambda caller: instance.credentials.all(sorted(caller.project_ids)),
+            judge=structured_asker(judge_model, max_tokens=settings.model_max_tokens)
+            if judge_model is not None
+            else None,
+            judge_timeout_s=settings.simulation_model_timeout_seconds,
             max_source_bytes=settings.build_max_source_bytes,
             compile_timeout_s=settings.build_compile_timeout_seconds,
             diagnostics_timeout_s=settings.build_diagnostics_timeout_seconds,
@@ -253,6 +262,7 @@ class Parts:
             drivers=drivers,
             n8n=n8n,
             n8n_probe=n8n_probe,
+            judge_model=judge_model,
         )
 
     async def close(self) -> None:
@@ -267,6 +277,8 @@ class Parts:
             await self.n8n_probe.close()
         if self.n8n is not None:
             await self.n8n.close()
+        if self.judge_model is not None:
+            await self.judge_model.close()
         await self.db.close()
 
     # -- the narrow handles -----------------------------------------------------------------

@@ -36,6 +36,9 @@ def with_model(fake: FakeMessagesAPI, **overrides: Any) -> dict[str, Any]:
         # Scripts call the tool under test straight away; loading tools on demand (the
         # default) has tests of its own (tests/test_tool_loading.py).
         "agent_deferred_tools": False,
+        # Nor does the build ask the model about its simulation plan (an extra request the
+        # scripts would have to answer): tests/test_simulation_model.py covers it.
+        "simulation_model_pass": False,
     } | overrides
 
 

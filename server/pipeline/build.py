@@ -39,6 +39,7 @@ from server.instance.types import (
     WorkflowGoneError,
 )
 from server.pipeline.credentials import resolve_credentials
+from server.pipeline.judgement import AskModel, judge_plan
 from server.pipeline.loop import Remediation
 from server.pipeline.simulation import BASE, PlanEntry, mocked_nodes, plan_simulation
 
@@ -118,6 +119,8 @@ class WorkflowBuilder:
         catalog: CatalogService,
         workflows: Workflows,
         credentials: CredentialLookup | None = None,
+        judge: AskModel | None = None,
+        judge_timeout_s: float = 60.0,
         max_source_bytes: int = 1024 * 1024,
         compile_timeout_s: float = 5.0,
         diagnostics_timeout_s: float = 5.0,
@@ -129,6 +132,8 @@ class WorkflowBuilder:
         self._catalog = catalog
         self._workflows = workflows
         self._credentials = credentials
+        self._judge = judge
+        self._judge_timeout_s = judge_timeout_s
         # One build of a file at a time: two first builds racing must not make two workflows.
         # Each entry counts its users, so it goes when the last one leaves.
         self._file_locks: dict[tuple[str, str], tuple[asyncio.Lock, list[int]]] = {}
@@ -293,7 +298,12 @@ class WorkflowBuilder:
             workflow = {**workflow, "nodes": resolution.nodes}
             outcome.mocked_credentials = resolution.mocked
             outcome.credential_note = resolution.note()
-        outcome.simulation_plan = _plan(workflow, fixtures, outcome.mocked_credentials, catalog)
+        plan = _plan(workflow, fixtures, outcome.mocked_credentials, catalog)
+        if plan is not None and self._judge is not None:
+            plan = await judge_plan(
+                self._judge, workflow, plan, declared=set(fixtures), timeout_s=self._judge_timeout_s
+            )
+        outcome.simulation_plan = plan
         return await self._save(outcome, request, bound, target, workflow, fixtures)
 
     async def _diagnostics(

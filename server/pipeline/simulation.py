@@ -96,6 +96,10 @@ class PlanEntry:
     source: Source
     # For `mocked`: the credential types the build mocked on the node.
     mocked_credential_types: tuple[str, ...] = ()
+    # Output the model wrote for a simulated node (server/pipeline/judgement.py).
+    fixture: list[dict[str, Any]] | None = None
+    # Why the model did not judge an ambiguous node (it stayed simulated to be safe).
+    model_error: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         found: dict[str, Any] = {
@@ -107,6 +111,10 @@ class PlanEntry:
         }
         if self.mocked_credential_types:
             found["mockedCredentialTypes"] = list(self.mocked_credential_types)
+        if self.fixture is not None:
+            found["fixture"] = self.fixture
+        if self.model_error is not None:
+            found["modelError"] = self.model_error
         return found
 
 

@@ -85,7 +85,9 @@ class Verifier:
         if work_item_id:
             await self._loop.verification_started(request.thread_id, work_item_id)
         try:
-            fixtures = await self._fixtures(request, workflow, simulated, declared)
+            # Output the model wrote at build counts like declared output (declared wins).
+            written = {e["nodeName"]: e["fixture"] for e in plan or [] if e.get("fixture")}
+            fixtures = await self._fixtures(request, workflow, simulated, written | declared)
             runs = [
                 await self._runner.run(
                     RunRequest(
@@ -310,10 +312,18 @@ def _simulation_note(simulated: list[str], plan: list[dict[str, Any]] | None) ->
         return "No simulation plan was made for this build: nothing was simulated."
     if not simulated:
         return "Nothing was simulated: every node that ran, ran for real (in the sandbox)."
-    return (
+    note = (
         f"Simulated with fixtures, not run: {', '.join(simulated)}. Tell the user these were "
         "not exercised for real."
     )
+    unjudged = [e for e in plan if e.get("modelError") and e["nodeName"] in simulated]
+    if unjudged:
+        names = ", ".join(e["nodeName"] for e in unjudged)
+        note += (
+            f" No rule decides {names} and {unjudged[0]['modelError']}, so the deterministic "
+            "plan simulated them to be safe."
+        )
+    return note
 
 
 def _guidance(result: dict[str, Any]) -> str:

@@ -69,6 +69,9 @@ export class Served {
       INSTANCE_AI_ANTHROPIC_API_KEY: 'sk-test-key',
       INSTANCE_AI_ANTHROPIC_BASE_URL: required('INSTANCE_AI_TEST_MODEL_URL'),
       INSTANCE_AI_MODEL_MAX_RETRIES: '1',
+      // Builds do not ask the model about their simulation plan (the scripts answer only the
+      // conversation's requests; the Python tests cover that pass).
+      INSTANCE_AI_SIMULATION_MODEL_PASS: 'false',
       INSTANCE_AI_SANDBOX_PROVIDER: 'docker',
       INSTANCE_AI_SANDBOX_OWNER: required('INSTANCE_AI_TEST_OWNER'),
       INSTANCE_AI_SANDBOX_POOL_SIZE: '0',
