@@ -3,6 +3,7 @@ effects simulated by the build's plan, claims from evidence, verdicts moving wor
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -17,6 +18,7 @@ from instance_ai.v1 import agent_pb2, pipeline_pb2
 from server.settings import Settings
 from tests.conftest import serving
 from tests.test_build import WORKFLOWS, Client
+from tests.tool_client import saved_workflow
 
 
 @pytest.fixture
@@ -332,3 +334,68 @@ async def test_real_credentials_replace_mocked_ones_all_or_none(client: Client) 
     # Real now, but posting is still a write: verification keeps simulating it.
     result = await client.call("verify-built-workflow", workflowId=built.workflow_id)
     assert result["simulatedNodes"] == ["Post"]
+
+
+def _node(name: str, type_: str, x: int, **parameters: Any) -> dict[str, Any]:
+    version = {"set": 3.4, "wait": 1.1, "githubTrigger": 1}.get(type_, 1)
+    return {
+        "name": name,
+        "type": f"n8n-nodes-base.{type_}",
+        "typeVersion": version,
+        "position": [x, 0],
+        "parameters": parameters,
+    }
+
+
+def _chain(*names: str) -> dict[str, Any]:
+    return {
+        a: {"main": [[{"node": b, "type": "main", "index": 0}]]}
+        for a, b in itertools.pairwise(names)
+    }
+
+
+async def test_a_trigger_only_build_finishes_its_work_item_without_verification(
+    client: Client,
+) -> None:
+    shape = {"mode": "manual", "assignments": {"assignments": []}}
+    flow = {
+        "name": "On push",
+        "nodes": [
+            _node("On Push", "rssFeedReadTrigger", 0, feedUrl="https://example.com/feed.xml"),
+            _node("Shape", "set", 200, **shape),
+        ],
+        "connections": _chain("On Push", "Shape"),
+    }
+    await client.write("src/push.json", json.dumps(flow))
+    built = await client.build("src/push.json")
+    assert built.success and built.trigger_only
+    item = await client.call("get-work-item", workItemId=built.work_item_id)
+    assert item["phase"] == "done" and item["status"] == "completed"
+    manual = await build(client, "switch.workflow.ts")
+    assert not manual.trigger_only
+    pending = await client.call("get-work-item", workItemId=manual.work_item_id)
+    assert pending["phase"] == "verifying"
+
+
+async def test_a_plan_less_build_that_waits_after_output_counts_as_a_success(
+    client: Client,
+) -> None:
+    shape = {"mode": "manual", "assignments": {"assignments": []}}
+    nodes = [
+        _node("Start", "manualTrigger", 0),
+        _node("Shape", "set", 200, **shape),
+        _node("Hold", "wait", 400, resume="webhook"),
+        _node("After", "set", 600, **shape),
+    ]
+    names = [n["name"] for n in nodes]
+    # Saved straight into the store, as builds were before plans: no simulation plan.
+    legacy = await saved_workflow(
+        client.app,
+        "build-thread",
+        "legacy",
+        nodes=nodes,
+        connections=_chain(*names),
+    )
+    result = await client.call("verify-built-workflow", workflowId=legacy)
+    assert result["status"] == "waiting" and result["success"], result
+    assert "No simulation plan" in result["simulationNote"]

@@ -132,6 +132,7 @@ def _response(result: BuildWorkflowOutput) -> pipeline_pb2.BuildWorkflowResponse
         mocked_credential_types=result.mocked_credential_types,
         mocked_node_names=result.mocked_node_names,
         credential_note=result.credential_note or "",
+        trigger_only=result.trigger_only,
     )
     if result.remediation is not None:
         response.remediation.CopyFrom(

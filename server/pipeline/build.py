@@ -41,7 +41,13 @@ from server.instance.types import (
 from server.pipeline.credentials import resolve_credentials
 from server.pipeline.judgement import AskModel, judge_plan
 from server.pipeline.loop import Remediation
-from server.pipeline.simulation import BASE, PlanEntry, mocked_nodes, plan_simulation
+from server.pipeline.simulation import (
+    BASE,
+    SUPPORTED_TRIGGERS,
+    PlanEntry,
+    mocked_nodes,
+    plan_simulation,
+)
 
 __all__ = [
     "SOURCE_SUFFIXES",
@@ -92,6 +98,9 @@ class BuildOutcome:
     # Node name → credential types mocked on it (no single matching credential to bind).
     mocked_credentials: dict[str, list[str]] = field(default_factory=dict)
     credential_note: str | None = None
+    # Every trigger is an event trigger a test run cannot fire: the build finishes the work
+    # item (nothing to verify); it runs when its event comes.
+    trigger_only: bool = False
 
     @property
     def mocked_credential_types(self) -> list[str]:
@@ -304,6 +313,10 @@ class WorkflowBuilder:
                 self._judge, workflow, plan, declared=set(fixtures), timeout_s=self._judge_timeout_s
             )
         outcome.simulation_plan = plan
+        triggers = catalog.triggers(list(workflow.get("nodes") or []))
+        outcome.trigger_only = bool(triggers) and all(
+            t.get("type") not in SUPPORTED_TRIGGERS for t in triggers
+        )
         return await self._save(outcome, request, bound, target, workflow, fixtures)
 
     async def _diagnostics(

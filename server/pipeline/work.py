@@ -76,6 +76,7 @@ class WorkLoop:
                 workflow_id=outcome.workflow_id,
                 remediation=outcome.remediation,
                 failure_signature=failure_signature(outcome),
+                trigger_only=outcome.success and outcome.trigger_only,
             ),
         )
         record = dict(previous)
@@ -87,6 +88,7 @@ class WorkLoop:
                 "filePath": outcome.file_path,
                 "submitted": True,
                 "sourceHash": outcome.source_hash,
+                "triggerOnly": outcome.trigger_only,
             }
         else:
             record["lastBuildFailed"] = True

@@ -78,6 +78,11 @@ class BuildWorkflowOutput(ToolModel):
     mocked_credential_types: list[str] = Field(default_factory=list, alias="mockedCredentialTypes")
     mocked_node_names: list[str] = Field(default_factory=list, alias="mockedNodeNames")
     credential_note: str | None = Field(None, alias="credentialNote")
+    trigger_only: bool = Field(
+        False,
+        alias="triggerOnly",
+        description="Only event triggers a test run cannot fire: done once saved (no verify)",
+    )
 
     @classmethod
     def of(cls, outcome: BuildOutcome) -> BuildWorkflowOutput:
@@ -96,6 +101,7 @@ class BuildWorkflowOutput(ToolModel):
             mocked_credential_types=outcome.mocked_credential_types,
             mocked_node_names=list(outcome.mocked_credentials),
             credential_note=outcome.credential_note,
+            trigger_only=outcome.success and outcome.trigger_only,
         )
 
 

@@ -150,6 +150,7 @@ class BuildWorkflowResponse(_message.Message):
     MOCKED_CREDENTIAL_TYPES_FIELD_NUMBER: _builtins.int
     MOCKED_NODE_NAMES_FIELD_NUMBER: _builtins.int
     CREDENTIAL_NOTE_FIELD_NUMBER: _builtins.int
+    TRIGGER_ONLY_FIELD_NUMBER: _builtins.int
     success: _builtins.bool
     workflow_id: _builtins.str
     workflow_name: _builtins.str
@@ -158,6 +159,10 @@ class BuildWorkflowResponse(_message.Message):
     source_hash: _builtins.str
     credential_note: _builtins.str
     """What was bound and what was mocked, in words (empty when nothing needed a credential)."""
+    trigger_only: _builtins.bool
+    """Every trigger is an event trigger a test run cannot fire: the work item is done once
+    saved (there is nothing to verify); the workflow runs when its event comes.
+    """
     @_builtins.property
     def remediation(self) -> Global___Remediation: ...
     @_builtins.property
@@ -188,10 +193,11 @@ class BuildWorkflowResponse(_message.Message):
         mocked_credential_types: _abc.Iterable[_builtins.str] | None = ...,
         mocked_node_names: _abc.Iterable[_builtins.str] | None = ...,
         credential_note: _builtins.str = ...,
+        trigger_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["remediation", b"remediation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential_note", b"credential_note", "errors", b"errors", "file_path", b"file_path", "mocked_credential_types", b"mocked_credential_types", "mocked_node_names", b"mocked_node_names", "remediation", b"remediation", "source_hash", b"source_hash", "success", b"success", "warnings", b"warnings", "work_item_id", b"work_item_id", "workflow_id", b"workflow_id", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential_note", b"credential_note", "errors", b"errors", "file_path", b"file_path", "mocked_credential_types", b"mocked_credential_types", "mocked_node_names", b"mocked_node_names", "remediation", b"remediation", "source_hash", b"source_hash", "success", b"success", "trigger_only", b"trigger_only", "warnings", b"warnings", "work_item_id", b"work_item_id", "workflow_id", b"workflow_id", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

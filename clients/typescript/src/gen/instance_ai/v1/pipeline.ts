@@ -81,6 +81,11 @@ export interface BuildWorkflowResponse {
   mockedNodeNames: string[];
   /** What was bound and what was mocked, in words (empty when nothing needed a credential). */
   credentialNote: string;
+  /**
+   * Every trigger is an event trigger a test run cannot fire: the work item is done once
+   * saved (there is nothing to verify); the workflow runs when its event comes.
+   */
+  triggerOnly: boolean;
 }
 
 export interface VerifyWorkflowRequest {
@@ -661,6 +666,7 @@ function createBaseBuildWorkflowResponse(): BuildWorkflowResponse {
     mockedCredentialTypes: [],
     mockedNodeNames: [],
     credentialNote: "",
+    triggerOnly: false,
   };
 }
 
@@ -701,6 +707,9 @@ export const BuildWorkflowResponse: MessageFns<BuildWorkflowResponse> = {
     }
     if (message.credentialNote !== "") {
       writer.uint32(98).string(message.credentialNote);
+    }
+    if (message.triggerOnly !== false) {
+      writer.uint32(104).bool(message.triggerOnly);
     }
     return writer;
   },
@@ -814,6 +823,14 @@ export const BuildWorkflowResponse: MessageFns<BuildWorkflowResponse> = {
             message.credentialNote = reader.string();
             continue;
           }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.triggerOnly = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -876,6 +893,11 @@ export const BuildWorkflowResponse: MessageFns<BuildWorkflowResponse> = {
         : isSet(object.credential_note)
         ? globalThis.String(object.credential_note)
         : "",
+      triggerOnly: isSet(object.triggerOnly)
+        ? globalThis.Boolean(object.triggerOnly)
+        : isSet(object.trigger_only)
+        ? globalThis.Boolean(object.trigger_only)
+        : false,
     };
   },
 
@@ -917,6 +939,9 @@ export const BuildWorkflowResponse: MessageFns<BuildWorkflowResponse> = {
     if (message.credentialNote !== "") {
       obj.credentialNote = message.credentialNote;
     }
+    if (message.triggerOnly !== false) {
+      obj.triggerOnly = message.triggerOnly;
+    }
     return obj;
   },
 
@@ -939,6 +964,7 @@ export const BuildWorkflowResponse: MessageFns<BuildWorkflowResponse> = {
     message.mockedCredentialTypes = object.mockedCredentialTypes?.map((e) => e) || [];
     message.mockedNodeNames = object.mockedNodeNames?.map((e) => e) || [];
     message.credentialNote = object.credentialNote ?? "";
+    message.triggerOnly = object.triggerOnly ?? false;
     return message;
   },
 };
