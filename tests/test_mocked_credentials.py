@@ -16,8 +16,12 @@ from aiohttp import web
 
 from server.app import Application
 from server.settings import Settings
+from tests.agent_fixtures import Chat, last_tool_results, model, with_model
 from tests.conftest import serving
+from tests.fake_model import FakeMessagesAPI, Turn, text, tool
 from tests.test_build import THREAD, Client
+
+__all__ = ["model"]  # fixtures, shared
 
 SECRET = "key-PLANTED-31"
 
@@ -232,3 +236,116 @@ async def test_the_one_usable_credential_is_bound_and_anothers_is_never_used(
     result = await client.call("verify-built-workflow", workflowId=bound.workflow_id)
     assert result["success"] and result["simulatedNodes"] == []
     assert orders.keys_seen == [SECRET]
+
+
+def transcript(events: list[dict[str, Any]]) -> list[str]:
+    """The conversation's durable events, one line each (what the closing note shows)."""
+    lines = []
+    for event in events:
+        payload = event["payload"]
+        if event["type"] == "tool-call":
+            lines.append(f"tool-call {payload['toolName']} {json.dumps(payload['args'])[:160]}")
+        elif event["type"] == "tool-result":
+            lines.append(f"tool-result {json.dumps(payload['result'])[:240]}")
+        elif event["type"] in ("tool-error", "text-block"):
+            lines.append(f"{event['type']} {payload.get('error') or payload.get('text')}")
+        elif event["type"] in ("run-start", "run-finish"):
+            lines.append(event["type"])
+    return lines
+
+
+async def test_a_conversation_loads_a_skill_finds_a_tool_and_reaches_verified(
+    make_docker_settings: Callable[..., Settings], orders: Orders, model: FakeMessagesAPI
+) -> None:
+    """The whole arc with the real agent loop, tools loaded on demand (the default): load the
+    workflow-builder skill, find and load apply-workflow-credentials, build with a mocked
+    credential, verify (simulated), apply the real credential, verify for real: verified."""
+    settings = make_docker_settings(
+        **with_model(model, agent_deferred_tools=True),
+        web_fetch_allow_hosts=[f"127.0.0.2:{orders.port}"],
+    )
+    async with serving(settings) as (app, channel):
+        await header_credential(app, "Old key", "key-OLD")
+        real = await header_credential(app, "Orders key", SECRET)
+        await app.parts.hitl.allow_domain("arc", "127.0.0.2")
+        chat = Chat(channel)
+        path = "src/orders.json"
+        ids: dict[str, str] = {}
+
+        def remember(request: dict[str, Any]) -> str:
+            built = json.loads(last_tool_results(request)[0]["content"])
+            ids["workflow"], ids["workItem"] = built["workflowId"], built["workItemId"]
+            return wf()
+
+        def wf() -> str:
+            return ids["workflow"]
+
+        def item() -> str:
+            return ids["workItem"]
+
+        steps: list[Callable[[dict[str, Any]], Turn]] = [
+            lambda _: tool("load_skill", {"name": "workflow-builder"}),
+            lambda _: tool(
+                "workspace_write_file", {"path": path, "content": orders_workflow(orders.port)}
+            ),
+            lambda _: tool("build-workflow", {"filePath": path}),
+            lambda r: tool("verify-built-workflow", {"workflowId": remember(r)}),
+            lambda _: tool("search_tools", {"query": "apply real credentials to mocked nodes"}),
+            lambda _: tool("load_tool", {"toolName": "apply-workflow-credentials"}),
+            lambda _: tool(
+                "apply-workflow-credentials",
+                {
+                    "workflowId": wf(),
+                    "workItemId": item(),
+                    "credentials": {"Fetch": {"httpHeaderAuth": {"id": real.id}}},
+                },
+            ),
+            lambda _: tool("verify-built-workflow", {"workflowId": wf()}),
+            lambda _: tool(
+                "report-verification-verdict",
+                {
+                    "workItemId": item(),
+                    "workflowId": wf(),
+                    "verdict": "verified",
+                    "workflowInspection": "Fetch ran with the real key; Count got 3 orders",
+                },
+            ),
+            lambda _: text("Built, connected to your Orders key, and verified for real."),
+        ]
+        model.responder = lambda request: steps.pop(0)(request) if steps else None
+        run_id = await chat.send("arc", "Count my orders from the orders API")
+        events = await chat.finished("arc", run_id, within=180)
+    lines = transcript(events)
+    print("\n".join(lines))  # the transcript, for whoever reads the run (-s)
+    calls = [line.split()[1] for line in lines if line.startswith("tool-call")]
+    assert calls == [
+        "load_skill",
+        "workspace_write_file",
+        "build-workflow",
+        "verify-built-workflow",
+        "search_tools",
+        "load_tool",
+        "apply-workflow-credentials",
+        "verify-built-workflow",
+        "report-verification-verdict",
+    ]
+    assert not any(line.startswith("tool-error") for line in lines), lines
+    results = [
+        json.loads(r["content"]) for r in (last_tool_results(q)[0] for q in model.requests[1:])
+    ]
+    built, first, found = results[2], results[3], results[4]
+    assert built["mockedCredentialTypes"] == ["httpHeaderAuth"] and built["mockedNodeNames"] == [
+        "Fetch"
+    ]
+    assert first["simulatedNodes"] == ["Fetch"] and first["claim"]["level"] == "partial"
+    assert "apply-workflow-credentials" in [t["name"] for t in found["results"]]
+    second, verdict = results[7], results[8]
+    assert second["simulatedNodes"] == [] and second["claim"]["level"] == "verified"
+    assert verdict["guidance"] and orders.keys_seen == [SECRET]
+    # The first request offered the core only; apply-workflow-credentials came when loaded.
+    offered = [{t["name"] for t in r["tools"]} for r in model.requests]
+    assert (
+        "apply-workflow-credentials" not in offered[0]
+        and "apply-workflow-credentials" in offered[6]
+    )
+    assert SECRET not in json.dumps(events)
