@@ -67,6 +67,15 @@ GATED_ACTIONS = [
     "executeMcpTool",
 ]
 
+
+def effective_permissions(configured: dict[str, PermissionMode]) -> dict[str, PermissionMode]:
+    """The modes in force: as configured, and (n8n's rule) running a single node is blocked
+    where running workflows is, unless executeNode is set itself."""
+    if configured.get("runWorkflow") == "blocked" and "executeNode" not in configured:
+        return {**configured, "executeNode": "blocked"}
+    return dict(configured)
+
+
 # The --config flag, read while settings are built (the environment variable is the fallback).
 _config_file: ContextVar[Path | None] = ContextVar("config_file", default=None)
 

@@ -60,7 +60,7 @@ from server.runtime.hitl import Hitl
 from server.runtime.plans import Plans
 from server.runtime.sandboxes import SandboxService
 from server.runtime.threads import Threads
-from server.settings import Settings
+from server.settings import Settings, effective_permissions
 from server.store import Database
 from server.tools import (
     agents_module,
@@ -159,7 +159,7 @@ class Parts:
             timeout_s=settings.background_task_timeout_seconds,
         )
         threads = Threads(db=db, events=events, background=background.running)
-        hitl = Hitl(db=db, events=events, modes=dict(settings.permissions))
+        hitl = Hitl(db=db, events=events, modes=effective_permissions(settings.permissions))
         sandboxes = SandboxService(
             settings,
             db,
@@ -335,6 +335,7 @@ class Parts:
                 workflows=instance.workflows,
                 executions=instance.executions,
                 runner=self.runner,
+                catalog=self.catalog,
             ),
             nodes.NodeTools(
                 catalog=self.catalog,

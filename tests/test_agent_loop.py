@@ -517,6 +517,7 @@ GATES = {
     "web-search": "webSearch",
     "build-workflow": "updateWorkflow",  # and createWorkflow
     "setup-credentials": "createCredential",
+    "execute-node": "executeNode",
 }
 
 

@@ -26,8 +26,8 @@ from tests.web_servers import Servers
 THREAD = "perm"
 MODES = ("always_allow", "require_approval", "blocked")
 # Keys whose tools do not exist on this service yet (MCP servers and the filesystem gateway
-# come with issue 21; running a single node has no tool): they gate nothing until then.
-NO_TOOL_YET = {"readFilesystem", "executeMcpTool", "executeNode"}
+# come with issue 21): they gate nothing until then.
+NO_TOOL_YET = {"readFilesystem", "executeMcpTool"}
 START = {
     "name": "Start",
     "type": "n8n-nodes-base.manualTrigger",
@@ -146,6 +146,9 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "fetchUrl": lambda w: w.tools.call("fetch-url", url=w.servers.url("/notes.txt")),
     "webSearch": lambda w: w.tools.call("web-search", query="n8n"),
+    "executeNode": lambda w: w.tools.call(
+        "execute-node", type=SHAPE["type"], version=3.4, parameters=SHAPE["parameters"]
+    ),
     "restoreWorkflowVersion": lambda w: w.tools.call(
         "restore-workflow-version",
         workflowId=w.ids["restorable"],
@@ -203,3 +206,43 @@ async def test_every_permission_key_gates_its_tools_in_each_mode(
     gated = {t.hitl_action for t in listed.tools if t.hitl_action}
     assert gated == set(SCENARIOS) - {"createWorkflow"}  # build-workflow lists updateWorkflow
     assert not gated & NO_TOOL_YET
+
+
+async def test_a_node_runs_on_its_own_and_is_blocked_where_workflows_are(
+    make_docker_settings: Callable[..., Settings],
+) -> None:
+    double = {
+        "mode": "manual",
+        "includeOtherFields": True,
+        "assignments": {
+            "assignments": [
+                {"id": "d", "name": "double", "value": "={{ $json.n * 2 }}", "type": "number"}
+            ]
+        },
+    }
+    allowed = make_docker_settings(permissions={"executeNode": "always_allow"})
+    async with serving(allowed) as (_app, channel):
+        tools = ToolClient(channel, THREAD)
+        ran = await tools.call(
+            "execute-node",
+            type=SHAPE["type"],
+            version=3.4,
+            parameters=double,
+            input=[{"n": 2}, {"n": 5}],
+        )
+        assert ran == {
+            "status": "success",
+            "items": [{"n": 2, "double": 4}, {"n": 5, "double": 10}],
+            "truncated": False,
+        }
+        wrong = await tools.refused("execute-node", type=SHAPE["type"], version=99, parameters={})
+        assert wrong.code() is grpc.StatusCode.INVALID_ARGUMENT and "version" in (
+            wrong.details() or ""
+        )
+    # Running workflows blocked, executeNode not set: a single node is blocked too.
+    async with serving(make_docker_settings(permissions={"runWorkflow": "blocked"})) as (_a, ch):
+        refused = await ToolClient(ch, THREAD).refused(
+            "execute-node", type=SHAPE["type"], version=3.4, parameters=double
+        )
+        assert refused.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert "executeNode: blocked" in (refused.details() or "")

@@ -15,6 +15,7 @@ import structlog
 
 from server.catalog import CatalogService
 from server.core.caller import LOCAL, Caller
+from server.core.ids import new_id
 from server.errors import InvalidArgumentError, NotFoundError
 from server.instance import Credentials, CredentialSecrets, Executions, Workflows
 from server.instance.types import Execution, Workflow
@@ -26,6 +27,10 @@ __all__ = ["DEFAULT_TIMEOUT_S", "RunRequest", "WorkflowRunner", "masked", "named
 log = structlog.get_logger(__name__)
 
 DEFAULT_TIMEOUT_S = 300.0
+
+
+# The trigger in front of a node run on its own (execute_node): it emits the given items.
+INPUT_NODE = "Input items"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,7 +99,7 @@ class WorkflowRunner:
         self._running[execution.id] = request.thread_id
         # The credentials the nodes reference (a verification run pins the nodes whose
         # credentials were mocked, so only real ones are ever used).
-        secrets = await self._credentials_for(workflow, request.caller)
+        secrets = await self._credentials_for(workflow.nodes, request.caller)
         try:
             outcome = await toolchain.execute(
                 request.thread_id,
@@ -124,15 +129,55 @@ class WorkflowRunner:
             outcome["simulation"] = {"simulatedNodes": request.simulated}
         return await self._record(execution.id, masked(outcome, secrets), request.timeout_s)
 
+    async def execute_node(
+        self,
+        thread_id: str,
+        node: dict[str, Any],
+        items: list[dict[str, Any]],
+        *,
+        timeout_s: float,
+        caller: Caller,
+    ) -> dict[str, Any]:
+        """Run one node on `items` in the thread's sandbox, with its credentials and through
+        the egress proxy like a live run; nothing is saved. The engine's report, secrets
+        masked (`nodes[name]`: status, outputs, error)."""
+        toolchain = await self._builder.toolchain(thread_id)
+        start = {
+            "name": INPUT_NODE,
+            "type": "n8n-nodes-base.manualTrigger",
+            "typeVersion": 1,
+            "position": [0, 0],
+            "parameters": {},
+        }
+        link = {"node": node["name"], "type": "main", "index": 0}
+        workflow = {
+            "id": "execute-node",
+            "name": f"execute {node['name']}",
+            "nodes": [start, {**node, "position": [200, 0]}],
+            "connections": {INPUT_NODE: {"main": [[link]]}},
+            "settings": {},
+        }
+        secrets = await self._credentials_for([node], caller)
+        outcome = await toolchain.execute(
+            thread_id,
+            workflow,
+            execution_id=new_id("node"),
+            pin_data={INPUT_NODE: items or [{}]},
+            start_node=INPUT_NODE,
+            timeout_s=timeout_s,
+            credentials=secrets,
+        )
+        return masked(outcome, secrets)
+
     async def _credentials_for(
-        self, workflow: Workflow, caller: Caller
+        self, nodes: list[dict[str, Any]], caller: Caller
     ) -> dict[str, dict[str, Any]]:
-        """The decrypted credentials the workflow's nodes reference, by id (only those the
-        caller may see; others stay missing and their nodes fail saying so)."""
+        """The decrypted credentials the nodes reference, by id (only those the caller may
+        see; others stay missing and their nodes fail saying so)."""
         if self._credentials is None or self._secrets is None:
             return {}
         found: dict[str, dict[str, Any]] = {}
-        for node in workflow.nodes:
+        for node in nodes:
             for ref in (node.get("credentials") or {}).values():
                 credential_id = ref.get("id") if isinstance(ref, dict) else None
                 if not credential_id or credential_id in found:

@@ -8,7 +8,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from server.errors import NotFoundError
+from server.catalog import CatalogService
+from server.errors import InvalidArgumentError, NotFoundError
 from server.instance import Executions, Workflows
 from server.instance.types import Execution
 from server.pipeline.runs import RunRequest, WorkflowRunner
@@ -28,6 +29,7 @@ class ExecutionTools:
     workflows: Workflows
     executions: Executions
     runner: WorkflowRunner
+    catalog: CatalogService
 
 
 class RunWorkflowInput(ToolModel):
@@ -279,6 +281,79 @@ async def stop_execution(
     return StopExecutionOutput(success=stopped, message=message)
 
 
+NODE_OUTPUT_ITEMS = 20
+
+
+class NodeCredential(ToolModel):
+    id: str = Field(min_length=1)
+    name: str | None = None
+
+
+class ExecuteNodeInput(ToolModel):
+    type: str = Field(min_length=1, description="Node type, e.g. n8n-nodes-base.httpRequest")
+    version: float = Field(description="The node type's version (typeVersion)")
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    credentials: dict[str, NodeCredential] | None = Field(
+        None, description="Credential type → {id} of a credential the user may use"
+    )
+    input: list[dict[str, Any]] = Field(
+        default_factory=list, max_length=50, description="The items the node receives"
+    )
+    timeout: int = Field(60_000, ge=1_000, le=300_000, description="Max wait in ms")
+
+
+class ExecuteNodeOutput(ToolModel):
+    status: str
+    items: list[dict[str, Any]] = Field(default_factory=list)
+    truncated: bool = False
+    error: str | None = None
+
+
+NODE_NAME = "Node"
+
+
+async def execute_node(
+    ctx: ToolContext[ExecutionTools], args: ExecuteNodeInput
+) -> ExecuteNodeOutput:
+    """One node, run on the given items in the sandbox (its real effects included: it is
+    gated by executeNode); nothing is saved."""
+    node: dict[str, Any] = {
+        "name": NODE_NAME,
+        "type": args.type,
+        "typeVersion": args.version,
+        "parameters": args.parameters,
+    }
+    if args.credentials:
+        node["credentials"] = {
+            k: v.model_dump(exclude_none=True) for k, v in args.credentials.items()
+        }
+    catalog = await ctx.services.catalog.get()
+    errors = [f.message for f in catalog.check_workflow({"nodes": [node]}) if f.severity == "error"]
+    if errors:
+        raise InvalidArgumentError(f"the node does not match its type: {'; '.join(errors)}")
+    report = await ctx.services.runner.execute_node(
+        ctx.thread_id, node, args.input, timeout_s=args.timeout / 1000, caller=ctx.caller
+    )
+    if not report.get("ok", True):
+        return ExecuteNodeOutput(status="error", error=str(report.get("message", "it failed")))
+    ran = (report.get("nodes") or {}).get(NODE_NAME) or {}
+    items = [i.get("json", i) for i in ((ran.get("outputs") or [{}])[0].get("items") or [])]
+    failure = ran.get("error") or {}
+    return ExecuteNodeOutput(
+        status="error" if failure else str(report.get("status", "success")),
+        items=items[:NODE_OUTPUT_ITEMS],
+        truncated=len(items) > NODE_OUTPUT_ITEMS,
+        error=failure.get("message") if isinstance(failure, dict) else str(failure) or None,
+    )
+
+
+def _node_grant(args: ExecuteNodeInput) -> str:
+    """An "always" answer covers this node type doing this resource/operation (n8n's key)."""
+    parts = [args.type]
+    parts += [str(args.parameters[k]) for k in ("resource", "operation") if k in args.parameters]
+    return "node:" + ":".join(parts)
+
+
 TOOLS: list[ToolSpec[Any]] = [
     ToolSpec(
         name="run-workflow",
@@ -291,6 +366,19 @@ TOOLS: list[ToolSpec[Any]] = [
         output_model=ExecutionOutput,
         handler=run_workflow,
         hitl_action="runWorkflow",
+    ),
+    ToolSpec(
+        name="execute-node",
+        description="Run one node on given input items in the sandbox and see its output, "
+        "without building a workflow (e.g. to try a request or an expression). It runs for "
+        "real, with the credential you name, so it asks the user first. Nothing is saved.",
+        group=GROUP,
+        services=ExecutionTools,
+        input_model=ExecuteNodeInput,
+        output_model=ExecuteNodeOutput,
+        handler=execute_node,
+        hitl_action="executeNode",
+        grant=_node_grant,
     ),
     ToolSpec(
         name="get-execution",

@@ -336,6 +336,8 @@ RESOURCE_FIELDS = ("data_table_id", "credential_id", "workflow_id", "folder_id")
 def grant_key(spec: ToolSpec[Any], args: Any) -> str | None:
     """The per-resource grant of a gated call (`runWorkflow:wf_1`), None when the call names
     no resource (e.g. creating a folder): then "always" covers the action."""
+    if spec.grant is not None and args is not None:
+        return f"{spec.hitl_action}:{spec.grant(args)}"
     for field in RESOURCE_FIELDS:
         value = getattr(args, field, None)
         if isinstance(value, str) and value:

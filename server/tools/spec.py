@@ -119,6 +119,9 @@ class ToolSpec(Generic[S]):
     handler: Callable[[ToolContext[S], Any], Awaitable[ToolModel]]
     # The HITL permission gating the tool, if any (e.g. "runWorkflow").
     hitl_action: str | None = None
+    # The resource an "always in this thread" answer covers, from the parsed arguments, when
+    # the arguments' own ids do not say it (see registry.grant_key).
+    grant: Callable[[Any], str] | None = None
     severity: str = "warning"
     # The tool itself asks the person something on its first call (raises Suspend): only the
     # agent can run it.
