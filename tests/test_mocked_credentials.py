@@ -20,6 +20,7 @@ from tests.agent_fixtures import Chat, last_tool_results, model, with_model
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, Turn, text, tool
 from tests.test_build import THREAD, Client
+from tests.workflow_json import chain, node
 
 __all__ = ["model"]  # fixtures, shared
 
@@ -56,50 +57,31 @@ async def orders() -> AsyncIterator[Orders]:
 
 
 def orders_workflow(port: int, credentials: dict[str, Any] | None = None) -> str:
-    fetch: dict[str, Any] = {
-        "name": "Fetch",
-        "type": "n8n-nodes-base.httpRequest",
-        "typeVersion": 4.2,
-        "position": [200, 0],
-        "parameters": {
-            "url": f"http://127.0.0.2:{port}/orders",
-            "authentication": "genericCredentialType",
-            "genericAuthType": "httpHeaderAuth",
-            "options": {},
-        },
-    }
+    fetch = node(
+        "Fetch",
+        "httpRequest",
+        200,
+        url=f"http://127.0.0.2:{port}/orders",
+        authentication="genericCredentialType",
+        genericAuthType="httpHeaderAuth",
+        options={},
+    )
     if credentials is not None:
         fetch["credentials"] = credentials
-    count = {
-        "name": "Count",
-        "type": "n8n-nodes-base.set",
-        "typeVersion": 3.4,
-        "position": [400, 0],
-        "parameters": {
-            "mode": "manual",
-            "includeOtherFields": False,
-            "assignments": {
-                "assignments": [
-                    {"id": "o", "name": "count", "value": "={{ $json.orders }}", "type": "number"}
-                ]
-            },
-        },
-    }
-    start = {
-        "name": "Start",
-        "type": "n8n-nodes-base.manualTrigger",
-        "typeVersion": 1,
-        "position": [0, 0],
-        "parameters": {},
-    }
+    total = {"id": "o", "name": "count", "value": "={{ $json.orders }}", "type": "number"}
+    count = node(
+        "Count",
+        "set",
+        400,
+        mode="manual",
+        includeOtherFields=False,
+        assignments={"assignments": [total]},
+    )
     return json.dumps(
         {
             "name": "Orders",
-            "nodes": [start, fetch, count],
-            "connections": {
-                "Start": {"main": [[{"node": "Fetch", "type": "main", "index": 0}]]},
-                "Fetch": {"main": [[{"node": "Count", "type": "main", "index": 0}]]},
-            },
+            "nodes": [node("Start", "manualTrigger"), fetch, count],
+            "connections": chain("Start", "Fetch", "Count"),
         }
     )
 
@@ -123,7 +105,7 @@ async def client(
         yield Client(app, channel)
 
 
-def node(workflow: dict[str, Any], name: str) -> dict[str, Any]:
+def node_named(workflow: dict[str, Any], name: str) -> dict[str, Any]:
     return next(n for n in workflow["nodes"] if n["name"] == name)
 
 
@@ -142,7 +124,7 @@ async def test_a_mocked_credential_is_simulated_until_the_real_one_is_applied(
         "Fetch" in built.credential_note and "apply-workflow-credentials" in built.credential_note
     )
     saved = await client.call("get-workflow", workflowId=built.workflow_id)
-    assert "credentials" not in node(saved, "Fetch")
+    assert "credentials" not in node_named(saved, "Fetch")
 
     mocked = await client.call("verify-built-workflow", workflowId=built.workflow_id)
     assert mocked["success"], mocked
@@ -180,7 +162,7 @@ async def test_a_mocked_credential_is_simulated_until_the_real_one_is_applied(
     )
     assert applied == {"updatedNodes": ["Fetch"]}
     after = await client.call("get-workflow", workflowId=built.workflow_id)
-    assert node(after, "Fetch")["credentials"] == {
+    assert node_named(after, "Fetch")["credentials"] == {
         "httpHeaderAuth": {"id": real.id, "name": "Orders key"}
     }
 
@@ -197,7 +179,7 @@ async def test_a_mocked_credential_is_simulated_until_the_real_one_is_applied(
     rebuilt = await client.build("src/orders.json")
     assert rebuilt.success and list(rebuilt.mocked_credential_types) == []
     again = await client.call("get-workflow", workflowId=built.workflow_id)
-    assert node(again, "Fetch")["credentials"]["httpHeaderAuth"]["id"] == real.id
+    assert node_named(again, "Fetch")["credentials"]["httpHeaderAuth"]["id"] == real.id
 
 
 async def test_the_one_usable_credential_is_bound_and_anothers_is_never_used(
@@ -230,7 +212,7 @@ async def test_the_one_usable_credential_is_bound_and_anothers_is_never_used(
     assert bound.success and list(bound.mocked_credential_types) == []
     assert "My key" in bound.credential_note
     saved = await client.call("get-workflow", workflowId=bound.workflow_id)
-    assert node(saved, "Fetch")["credentials"] == {
+    assert node_named(saved, "Fetch")["credentials"] == {
         "httpHeaderAuth": {"id": mine.id, "name": "My key"}
     }
     result = await client.call("verify-built-workflow", workflowId=bound.workflow_id)

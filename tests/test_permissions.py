@@ -22,27 +22,16 @@ from server.settings import GATED_ACTIONS, Settings
 from tests.conftest import serving
 from tests.tool_client import ToolClient, saved_workflow
 from tests.web_servers import Servers
+from tests.workflow_json import chain, node
 
 THREAD = "perm"
 MODES = ("always_allow", "require_approval", "blocked")
 # Keys whose tools do not exist on this service yet (MCP servers and the filesystem gateway
 # come with issue 21): they gate nothing until then.
 NO_TOOL_YET = {"readFilesystem", "executeMcpTool"}
-START = {
-    "name": "Start",
-    "type": "n8n-nodes-base.manualTrigger",
-    "typeVersion": 1,
-    "position": [0, 0],
-    "parameters": {},
-}
-SHAPE = {
-    "name": "Shape",
-    "type": "n8n-nodes-base.set",
-    "typeVersion": 3.4,
-    "position": [200, 0],
-    "parameters": {"mode": "manual", "assignments": {"assignments": []}},
-}
-LINK = {"Start": {"main": [[{"node": "Shape", "type": "main", "index": 0}]]}}
+START = node("Start", "manualTrigger")
+SHAPE = node("Shape", "set", 200, mode="manual", assignments={"assignments": []})
+LINK = chain("Start", "Shape")
 
 
 def source(name: str) -> str:

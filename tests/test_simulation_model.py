@@ -6,7 +6,6 @@ sandbox and the Messages API stand-in (which sees the one `answer` tool request)
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -20,25 +19,9 @@ from tests.agent_fixtures import model, with_model
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, Turn, tool
 from tests.test_build import Client
+from tests.workflow_json import chain, node
 
 __all__ = ["model"]  # fixtures, shared
-
-
-def node(name: str, type_: str, x: int, **parameters: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "type": f"n8n-nodes-base.{type_}",
-        "typeVersion": {"httpRequest": 4.2, "slack": 2.3, "set": 3.4}.get(type_, 1),
-        "position": [x, 0],
-        "parameters": parameters,
-    }
-
-
-def chain(*names: str) -> dict[str, Any]:
-    return {
-        a: {"main": [[{"node": b, "type": "main", "index": 0}]]}
-        for a, b in itertools.pairwise(names)
-    }
 
 
 WORKFLOW = json.dumps(

@@ -3,7 +3,6 @@ effects simulated by the build's plan, claims from evidence, verdicts moving wor
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -19,6 +18,7 @@ from server.settings import Settings
 from tests.conftest import serving
 from tests.test_build import WORKFLOWS, Client
 from tests.tool_client import saved_workflow
+from tests.workflow_json import chain, node
 
 
 @pytest.fixture
@@ -336,24 +336,6 @@ async def test_real_credentials_replace_mocked_ones_all_or_none(client: Client) 
     assert result["simulatedNodes"] == ["Post"]
 
 
-def _node(name: str, type_: str, x: int, **parameters: Any) -> dict[str, Any]:
-    version = {"set": 3.4, "wait": 1.1, "githubTrigger": 1}.get(type_, 1)
-    return {
-        "name": name,
-        "type": f"n8n-nodes-base.{type_}",
-        "typeVersion": version,
-        "position": [x, 0],
-        "parameters": parameters,
-    }
-
-
-def _chain(*names: str) -> dict[str, Any]:
-    return {
-        a: {"main": [[{"node": b, "type": "main", "index": 0}]]}
-        for a, b in itertools.pairwise(names)
-    }
-
-
 async def test_a_trigger_only_build_finishes_its_work_item_without_verification(
     client: Client,
 ) -> None:
@@ -361,10 +343,10 @@ async def test_a_trigger_only_build_finishes_its_work_item_without_verification(
     flow = {
         "name": "On push",
         "nodes": [
-            _node("On Push", "rssFeedReadTrigger", 0, feedUrl="https://example.com/feed.xml"),
-            _node("Shape", "set", 200, **shape),
+            node("On Push", "rssFeedReadTrigger", 0, feedUrl="https://example.com/feed.xml"),
+            node("Shape", "set", 200, **shape),
         ],
-        "connections": _chain("On Push", "Shape"),
+        "connections": chain("On Push", "Shape"),
     }
     await client.write("src/push.json", json.dumps(flow))
     built = await client.build("src/push.json")
@@ -382,10 +364,10 @@ async def test_a_plan_less_build_that_waits_after_output_counts_as_a_success(
 ) -> None:
     shape = {"mode": "manual", "assignments": {"assignments": []}}
     nodes = [
-        _node("Start", "manualTrigger", 0),
-        _node("Shape", "set", 200, **shape),
-        _node("Hold", "wait", 400, resume="webhook"),
-        _node("After", "set", 600, **shape),
+        node("Start", "manualTrigger", 0),
+        node("Shape", "set", 200, **shape),
+        node("Hold", "wait", 400, resume="webhook"),
+        node("After", "set", 600, **shape),
     ]
     names = [n["name"] for n in nodes]
     # Saved straight into the store, as builds were before plans: no simulation plan.
@@ -394,7 +376,7 @@ async def test_a_plan_less_build_that_waits_after_output_counts_as_a_success(
         "build-thread",
         "legacy",
         nodes=nodes,
-        connections=_chain(*names),
+        connections=chain(*names),
     )
     result = await client.call("verify-built-workflow", workflowId=legacy)
     assert result["status"] == "waiting" and result["success"], result

@@ -715,15 +715,7 @@ class Agent(Orchestration):
         self, scope: RunScope, state: RunState, call: dict[str, Any], wait: Suspension
     ) -> None:
         assert scope.run_id is not None
-        confirmation = await self.services.hitl.request(
-            thread_id=scope.thread_id,
-            run_id=scope.run_id,
-            agent_id=scope.agent_id,
-            tool_call_id=call["id"],
-            tool_name=call["name"],
-            args=call["input"],
-            question=wait.question,
-        )
+        confirmation = await self._card(scope, call, wait.question)
         state.suspended = {
             "toolCallId": call["id"],
             "requestId": confirmation.request_id,
@@ -734,13 +726,12 @@ class Agent(Orchestration):
         await self.services.threads.save_state(scope.run_id, state.dump(), status="suspended")
         await self.services.hitl.publish(confirmation, agent_id=scope.agent_id)
 
-    async def _ask_from_background(
+    async def _card(
         self, scope: RunScope, call: dict[str, Any], question: dict[str, Any]
-    ) -> dict[str, Any]:
-        """A background agent's question (ask-user, a set-up card): shown like any card, and
-        the agent waits for the answer in this process (background agents end with it)."""
+    ) -> Confirmation:
+        """The confirmation row of a call's question (published by the caller)."""
         assert scope.run_id is not None
-        confirmation = await self.services.hitl.request(
+        return await self.services.hitl.request(
             thread_id=scope.thread_id,
             run_id=scope.run_id,
             agent_id=scope.agent_id,
@@ -749,6 +740,13 @@ class Agent(Orchestration):
             args=call["input"],
             question=question,
         )
+
+    async def _ask_from_background(
+        self, scope: RunScope, call: dict[str, Any], question: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A background agent's question (ask-user, a set-up card): shown like any card, and
+        the agent waits for the answer in this process (background agents end with it)."""
+        confirmation = await self._card(scope, call, question)
         waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._background_asks[confirmation.request_id] = waiter
         try:
