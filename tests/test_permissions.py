@@ -9,7 +9,7 @@ with FAILED_PRECONDITION saying so (the agent turns the same decision into a car
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,8 +21,10 @@ from server.app import Application
 from server.settings import GATED_ACTIONS, Settings
 from tests.conftest import serving
 from tests.tool_client import ToolClient, saved_workflow
-from tests.web_servers import Servers
+from tests.web_servers import Servers, servers
 from tests.workflow_json import chain, node
+
+__all__ = ["servers"]  # fixtures, shared
 
 THREAD = "perm"
 MODES = ("always_allow", "require_approval", "blocked")
@@ -151,14 +153,6 @@ EXPECTED: dict[tuple[str, str], str] = {
     # Choosing or creating a credential is the person's own act, in a card, in either mode.
     ("createCredential", "always_allow"): "asks",
 }
-
-
-@pytest.fixture
-async def servers() -> AsyncIterator[Servers]:
-    running = Servers()
-    await running.start()
-    yield running
-    await running.close()
 
 
 @pytest.mark.parametrize("mode", MODES)

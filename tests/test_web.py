@@ -5,7 +5,7 @@ the search cache."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -17,17 +17,9 @@ from tests.agent_fixtures import Chat, last_tool_results, model, with_model
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, text, tool
 from tests.tool_client import ToolClient
-from tests.web_servers import Servers
+from tests.web_servers import Servers, servers
 
-__all__ = ["model"]  # fixtures, shared
-
-
-@pytest.fixture
-async def servers() -> AsyncIterator[Servers]:
-    running = Servers()
-    await running.start()
-    yield running
-    await running.close()
+__all__ = ["model", "servers"]  # fixtures, shared
 
 
 def web_settings(

@@ -3,8 +3,9 @@ allow-list setting), a victim that must never be reached, and a SearXNG stand-in
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
+import pytest
 from aiohttp import web
 
 ARTICLE = """<html><head><title>Shipping orders faster</title></head><body>
@@ -120,3 +121,12 @@ class Servers:
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.site_port}{path}"
+
+
+@pytest.fixture
+async def servers() -> AsyncIterator[Servers]:
+    """The servers, started (a fixture: import it into the test module)."""
+    running = Servers()
+    await running.start()
+    yield running
+    await running.close()
