@@ -220,6 +220,23 @@ async def test_the_one_usable_credential_is_bound_and_anothers_is_never_used(
     assert orders.keys_seen == [SECRET]
 
 
+GIST = (
+    *("success", "status", "name", "toolName", "mockedCredentialTypes", "mockedNodeNames"),
+    *("simulatedNodes", "updatedNodes", "action", "phase"),
+)
+
+
+def gist(result: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a tool result that tell the story (a claim by its level, a search by
+    the names it found)."""
+    found = {k: result[k] for k in GIST if k in result}
+    if "claim" in result:
+        found["claim"] = result["claim"]["level"]
+    if "results" in result:
+        found["found"] = [r["name"] for r in result["results"]]
+    return found
+
+
 def transcript(events: list[dict[str, Any]]) -> list[str]:
     """The conversation's durable events, one line each (what the closing note shows)."""
     lines = []
@@ -228,7 +245,7 @@ def transcript(events: list[dict[str, Any]]) -> list[str]:
         if event["type"] == "tool-call":
             lines.append(f"tool-call {payload['toolName']} {json.dumps(payload['args'])[:160]}")
         elif event["type"] == "tool-result":
-            lines.append(f"tool-result {json.dumps(payload['result'])[:240]}")
+            lines.append(f"tool-result {json.dumps(gist(payload['result']))[:240]}")
         elif event["type"] in ("tool-error", "text-block"):
             lines.append(f"{event['type']} {payload.get('error') or payload.get('text')}")
         elif event["type"] in ("run-start", "run-finish"):
