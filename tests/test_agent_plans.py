@@ -504,3 +504,39 @@ async def test_a_background_agent_gets_its_kinds_tools_and_asks_the_user_itself(
         "delete-credential",
     ):
         assert orchestrators_own not in offered
+
+
+async def test_a_planned_task_cut_off_by_a_restart_fails_and_its_plan_replans(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    never = asyncio.Event()
+    model.script(
+        tool(
+            "create-tasks",
+            {"tasks": [task("a", kind="build-workflow")], "planningContext": CONTEXT},
+        ),
+        text("The plan is running."),
+        Turn(blocks=[{"type": "text", "text": "building"}], hold=never),  # a's run hangs
+    )
+    settings = model_settings()
+    async with serving(settings) as (_app, channel):
+        chat = Chat(channel)
+        run_id = await chat.send("t1", "build it")
+        card = await chat.card("t1")
+        await chat.confirm("t1", card["requestId"], kind="approval", approved=True)
+        await chat.until("t1", lambda e: e["type"] == "run-start" and e["run_id"] != run_id)
+        for _ in range(200):  # a's run has asked the model
+            if len(model.requests) == 3:
+                break
+            await asyncio.sleep(0.05)
+    model.script(text("Task a was cut off; I will rebuild it."))
+    async with serving(settings) as (app, channel):
+        chat = Chat(channel)
+        events = await chat.until(
+            "t1", lambda e: e["type"] == "text-block" and "cut off" in e["payload"]["text"]
+        )
+        plan = await app.parts.plans.get("t1")
+    replan = model.requests[-1]["messages"][-1]["content"][0]["text"]
+    assert 'type="replan"' in replan and "the server stopped while this task ran" in replan
+    assert plan is not None and plan.task("a")["status"] == "failed"  # type: ignore[index]
+    assert of_type(events, "run-finish")

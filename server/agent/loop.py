@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from datetime import timedelta
@@ -68,6 +69,7 @@ ORCHESTRATION_GROUP = "orchestration"
 # Planned tasks the orchestrator executes itself, as a follow-up run of the thread (the
 # seed's executors); `delegate` tasks go to background agents.
 ORCHESTRATOR_TASK_KINDS = ("build-workflow", "checkpoint")
+PLANNED_TASK_ID = re.compile(r'<planned-task-follow-up type="[a-z-]+" taskId="([^"]+)">')
 NO_MODEL = (
     "no model is configured: set INSTANCE_AI_MODEL (e.g. claude-sonnet-4-5) and "
     "INSTANCE_AI_ANTHROPIC_API_KEY (or ANTHROPIC_API_KEY); everything else works without one"
@@ -136,10 +138,32 @@ class Agent(Orchestration):
 
     async def recover(self) -> None:
         """Runs that were active when the process died are closed as interrupted; suspended
-        runs stay suspended and resume on Confirm."""
+        runs stay suspended and resume on Confirm (one executing a planned task still settles
+        it then). Planned tasks nothing executes any more (their run or background agent
+        ended with the process) fail, so their plans replan instead of waiting forever."""
         for run in await self.services.threads.open_runs():
             if run.status == "active":
                 await self._interrupt(run, reason="crash_interrupted")
+            elif (task_id := await self._planned_task_of(run)) is not None:
+                self._planned_runs[run.id] = (task_id, run.caller)
+        executing = {task_id for task_id, _ in self._planned_runs.values()}
+        plans = self.services.plans
+        for plan in await plans.active():
+            stranded = [
+                t["id"] for t in plan.tasks if t["status"] == "running" and t["id"] not in executing
+            ]
+            for task_id in stranded:
+                await plans.update_task(
+                    plan.thread_id,
+                    task_id,
+                    run_id=plan.plan_run_id,
+                    status="failed",
+                    error="the server stopped while this task ran",
+                )
+            if stranded:
+                owner = await self.services.threads.run(plan.plan_run_id or "")
+                caller = owner.caller if owner is not None else LOCAL
+                await self.schedule_plan(plan.thread_id, plan.plan_run_id, caller)
         # Calls made outside a run (Tools.CallTool, background agents) end here too.
         for call in await self.services.events.unfinished_direct_tool_calls():
             await self.services.events.append(
@@ -385,6 +409,18 @@ class Agent(Orchestration):
         )
         if not self._closing:
             await self.schedule_plan(scope.thread_id, scope.run_id, caller)
+
+    async def _planned_task_of(self, run: RunInfo) -> str | None:
+        """The planned task a run executes: named in its briefing (the thread's last
+        planned-task message, since a thread's runs take turns)."""
+        if run.kind != PLANNED_TASK_RUN:
+            return None
+        for message in reversed(await self.services.conversation.load(run.thread_id)):
+            for block in message["content"] if message["role"] == "user" else []:
+                found = PLANNED_TASK_ID.search(str(block.get("text", "")))
+                if found:
+                    return found.group(1)
+        return None
 
     async def _last_text(self, thread_id: str) -> str:
         """The last thing the assistant said in the thread (a planned task's result)."""

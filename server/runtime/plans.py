@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from sqlalchemy import select
+
 from server.errors import InvalidArgumentError
 from server.runtime.events import EventLog
 from server.store import Database
@@ -121,6 +123,12 @@ class Plans:
 
     def _lock(self, thread_id: str) -> asyncio.Lock:
         return self._locks.setdefault(thread_id, asyncio.Lock())
+
+    async def active(self) -> list[Plan]:
+        """Every plan being executed (status active)."""
+        async with self.db.session() as session:
+            rows = await session.scalars(select(PlanRow).where(PlanRow.status == "active"))
+            return [_plan(row) for row in rows]
 
     async def get(self, thread_id: str) -> Plan | None:
         async with self.db.session() as session:
