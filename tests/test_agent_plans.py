@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import grpc
 import pytest
 
 from instance_ai.v1 import agent_pb2, tools_pb2, tools_pb2_grpc
@@ -540,3 +541,30 @@ async def test_a_planned_task_cut_off_by_a_restart_fails_and_its_plan_replans(
     assert 'type="replan"' in replan and "the server stopped while this task ran" in replan
     assert plan is not None and plan.task("a")["status"] == "failed"  # type: ignore[index]
     assert of_type(events, "run-finish")
+
+
+async def test_a_background_agents_card_goes_with_the_agent(
+    model_settings: Callable[..., Settings], model: FakeMessagesAPI
+) -> None:
+    question = {"id": "q", "question": "Which?", "type": "text"}
+    model.responder = lambda request: (
+        tool("ask-user", {"questions": [question]}) if is_background(request) else None
+    )
+    model.script(tool("delegate", {"role": "eval-setup", "briefing": "ask first"}), text("ok"))
+    async with serving(model_settings()) as (app, channel):
+        chat = Chat(channel)
+        await chat.finished("t1", await chat.send("t1", "go"))
+        card = await chat.card("t1")
+        [running] = (await chat.status("t1")).background_tasks
+        await chat.agent.CancelTask(
+            agent_pb2.CancelTaskRequest(thread_id="t1", task_id=running.task_id)
+        )
+        for _ in range(200):
+            found = await app.parts.hitl.get(card["requestId"])
+            if found.status != "pending":
+                break
+            await asyncio.sleep(0.05)
+        assert found.status == "cancelled"
+        with pytest.raises(grpc.aio.AioRpcError) as late:
+            await chat.confirm("t1", card["requestId"], kind="questions", answers=[])
+        assert late.value.code() is grpc.StatusCode.FAILED_PRECONDITION

@@ -10,6 +10,7 @@ open calls closed with an honest result.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from collections.abc import Awaitable, Callable, Collection
@@ -788,6 +789,14 @@ class Agent(Orchestration):
         try:
             await self.services.hitl.publish(confirmation, agent_id=scope.agent_id)
             return await waiter
+        except asyncio.CancelledError:
+            # The agent is gone (cancelled, shut down): its card is no question any more.
+            cancelled = self.services.hitl.answer(
+                scope.thread_id, confirmation.request_id, {}, status="cancelled"
+            )
+            with contextlib.suppress(Exception):
+                await asyncio.shield(cancelled)
+            raise
         finally:
             self._background_asks.pop(confirmation.request_id, None)
 
