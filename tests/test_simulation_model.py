@@ -118,6 +118,20 @@ async def test_the_model_decides_ambiguous_nodes_and_writes_fixtures_but_not_ove
     # Record ran for real on the model's fixtures.
     assert json.loads(record["preview"]) == [{"order": 4711, "channel": "C777"}]
 
+    # A real Slack credential replans Post only; the model's judgement of Create stays.
+    slack = await client.app.parts.instance.credentials.create(
+        project_id="personal", name="Slack", type_name="slackApi", data={"accessToken": "x"}
+    )
+    await client.call(
+        "apply-workflow-credentials",
+        workflowId=built.workflow_id,
+        workItemId=built.work_item_id,
+        credentials={"Post": {"slackApi": {"id": slack.id}}},
+    )
+    after = await plan_of(client, built.workflow_id)
+    assert (after["Post"]["verdict"], after["Post"]["source"]) == ("simulate", "rule")
+    assert after["Create"] == plan["Create"] and after["Create"]["fixture"] == [{"id": 4711}]
+
 
 async def test_an_answer_outside_the_schema_leaves_the_deterministic_plan_and_says_so(
     client: Client, model: FakeMessagesAPI

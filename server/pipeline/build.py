@@ -176,8 +176,10 @@ class WorkflowBuilder:
     ) -> list[str]:
         """Put real credentials (node name → credential type → id) on a saved workflow, all
         or none, as a new version: each id must be a credential the caller may use, of the
-        slot's type. Nodes whose mocked credentials are now all real are planned afresh, so
-        verification runs them for real. Returns the nodes changed."""
+        slot's type. Nodes whose mocked credentials are now all real (and AI roots, whose
+        verdict follows their model's credentials) are planned afresh, so verification runs
+        them for real; every other entry (the model's judgements and fixtures among them) is
+        kept. Returns the nodes changed."""
         usable = {c.id: c for c in await self._credentials(caller)} if self._credentials else {}
         refs: dict[str, dict[str, Any]] = {}
         for node, slots in credentials.items():
@@ -216,11 +218,18 @@ class WorkflowBuilder:
             if plan is not None
             else None
         )
+        reconciled = None
+        if plan is not None and replanned is not None:
+            fresh = {e.node_name: e.as_json() for e in replanned}
+            satisfied = set(mocked_nodes(plan)) - set(still_mocked)
+            reconciled = [
+                fresh.get(e["nodeName"], e)
+                if e["nodeName"] in satisfied or e.get("source") == "ai_root"
+                else e
+                for e in plan
+            ]
         return await self._workflows.replace_credentials(
-            workflow.id,
-            refs,
-            parameters,
-            simulation_plan=[e.as_json() for e in replanned] if replanned is not None else None,
+            workflow.id, refs, parameters, simulation_plan=reconciled
         )
 
     async def build(self, request: BuildRequest) -> BuildOutcome:
