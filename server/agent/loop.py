@@ -35,7 +35,7 @@ from server.core.caller import LOCAL, Caller
 from server.core.ids import new_id
 from server.errors import FailedPreconditionError, NotFoundError
 from server.runtime.background import BackgroundTasks, Settled, TaskHandle, TaskOutcome
-from server.runtime.conversation import Conversation, estimate_tokens, repair
+from server.runtime.conversation import Conversation, estimate_tokens, repair, trim
 from server.runtime.events import ORCHESTRATOR, EventLog
 from server.runtime.hitl import DENIED_BY_TIMEOUT, Confirmation, Hitl, parse_resume
 from server.runtime.plans import Plans
@@ -362,7 +362,8 @@ class Agent(Orchestration):
                 await self._finish(scope, "completed", "max_steps")
                 return
             state.steps += 1
-            turn = await self._model_turn(scope, await self._history(scope.thread_id))
+            messages, loaded = await self._context(scope)
+            turn = await self._model_turn(scope, messages, loaded)
             if turn.content:
                 await self.services.conversation.append(
                     scope.thread_id, scope.run_id, [{"role": "assistant", "content": turn.content}]
@@ -447,12 +448,12 @@ class Agent(Orchestration):
             await self._close_calls(run, f"Not run: the run failed ({message}).")
         await self._finish(scope, "error", message)
 
-    async def _history(self, thread_id: str) -> list[dict[str, Any]]:
-        return repair(
-            await self.services.conversation.window(
-                thread_id, token_budget=self.settings.agent_history_token_budget
-            )
-        )
+    async def _context(self, scope: RunScope) -> tuple[list[dict[str, Any]], set[str] | None]:
+        """The history the model sees (trimmed to the budget, repaired) and the tools the
+        thread loaded, from one read of the thread's messages."""
+        full = await self.services.conversation.load(scope.thread_id)
+        messages = repair(trim(full, self.settings.agent_history_token_budget))
+        return messages, loaded_tools(full) if self._loads_tools(scope) else None
 
     # -- the model ------------------------------------------------------------------------
 
@@ -480,9 +481,13 @@ class Agent(Orchestration):
     async def _loaded(self, scope: RunScope) -> set[str] | None:
         """The tools the orchestrator loaded in this thread (None for a background agent,
         which is offered its whole set)."""
-        if scope.background or not self.settings.agent_deferred_tools:
+        if not self._loads_tools(scope):
             return None
         return loaded_tools(await self.services.conversation.load(scope.thread_id))
+
+    def _loads_tools(self, scope: RunScope) -> bool:
+        """Whether the run is offered the core plus what its thread loaded."""
+        return not scope.background and self.settings.agent_deferred_tools
 
     def _background_tools(self) -> list[str]:
         """The tool names a background agent receives (its agent-spawned event says them)."""
@@ -490,7 +495,12 @@ class Agent(Orchestration):
             spec.name for spec, _ in self.registry.listed() if self._offered(spec, background=True)
         ]
 
-    async def _model_turn(self, scope: RunScope, messages: list[dict[str, Any]]) -> ModelTurn:
+    async def _model_turn(
+        self,
+        scope: RunScope,
+        messages: list[dict[str, Any]],
+        loaded: Collection[str] | None = None,
+    ) -> ModelTurn:
         """One assistant turn, streamed live; a stream that dies is retried from scratch
         (its live deltas are superseded by the durable text-block of the attempt that
         succeeds, keyed by responseId)."""
@@ -504,7 +514,7 @@ class Agent(Orchestration):
         request = ModelRequest(
             system=system,
             messages=messages,
-            tools=self._tools_for(scope, await self._loaded(scope)),
+            tools=self._tools_for(scope, loaded),
             max_tokens=self.settings.model_max_tokens,
             thinking_budget=self.settings.model_thinking_budget_tokens,
         )
