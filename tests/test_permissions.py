@@ -18,7 +18,13 @@ import pytest
 
 from instance_ai.v1 import tools_pb2
 from server.app import Application
+from server.runtime.events import EventLog
+from server.runtime.hitl import Hitl
 from server.settings import GATED_ACTIONS, Settings
+from server.store import Database
+from server.store.models import GRANT_KEY_MAX
+from server.tools.registry import grant_key
+from server.wiring import ALL_TOOLS
 from tests.conftest import serving
 from tests.tool_client import ToolClient, saved_workflow
 from tests.web_servers import Servers, servers
@@ -229,3 +235,23 @@ async def test_a_node_runs_on_its_own_and_is_blocked_where_workflows_are(
         )
         assert refused.code() is grpc.StatusCode.FAILED_PRECONDITION
         assert "executeNode: blocked" in (refused.details() or "")
+
+
+async def test_per_resource_grants_fit_the_store_on_every_database(database_url: str) -> None:
+    db = await Database.open(database_url)
+    events = EventLog(db=db)
+    try:
+        hitl = Hitl(db=db, events=events, modes={})
+        key = "executeNode:node:n8n-nodes-base.googleSheets:sheet:appendOrUpdate"  # 66 chars
+        await hitl.always_allow("t", key)
+        assert await hitl.mode("t", key) == "always_allow"
+        assert await hitl.mode("t", key.replace("append", "delete")) == "require_approval"
+    finally:
+        await events.close()
+        await db.close()
+    # A resource named past what the store holds still gets its own grant, hashed.
+    spec = next(s for s in ALL_TOOLS if s.name == "execute-node")
+    long = spec.input_model(type="n8n-nodes-base." + "x" * 600, version=1)
+    other = spec.input_model(type="n8n-nodes-base." + "y" * 600, version=1)
+    keys = {grant_key(spec, long), grant_key(spec, other)}
+    assert len(keys) == 2 and all(k and len(k) <= GRANT_KEY_MAX for k in keys)

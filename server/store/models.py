@@ -21,6 +21,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
+    "GRANT_KEY_MAX",
     "Base",
     "ConfirmationRow",
     "CredentialRow",
@@ -43,6 +44,9 @@ __all__ = [
     "WorkflowTagRow",
     "WorkflowVersionRow",
 ]
+
+# The longest "always allow" key a thread may hold (n8n allows 512 characters too).
+GRANT_KEY_MAX = 512
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -279,14 +283,15 @@ class ConfirmationRow(Base):
 
 
 class PermissionRow(Base):
-    """An "always allow" a person gave for one HITL action in one thread."""
+    """An "always allow" a person gave in one thread: for a HITL action, or for one resource
+    of it (a grant key, `server/tools/registry.py` `grant_key`)."""
 
     __tablename__ = "thread_permissions"
 
     thread_id: Mapped[str] = mapped_column(
         ForeignKey("threads.id", ondelete="CASCADE"), primary_key=True
     )
-    action: Mapped[str] = mapped_column(String(64), primary_key=True)
+    action: Mapped[str] = mapped_column(String(GRANT_KEY_MAX), primary_key=True)
     mode: Mapped[str] = mapped_column(String(32))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
 

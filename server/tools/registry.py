@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from server.errors import (
 )
 from server.runtime.events import EventLog
 from server.runtime.hitl import Hitl
+from server.store.models import GRANT_KEY_MAX
 from server.tools.schema import Inexpressible, provider_rule_violations, sanitize
 from server.tools.spec import (
     Orchestration,
@@ -336,13 +338,17 @@ RESOURCE_FIELDS = ("data_table_id", "credential_id", "workflow_id", "folder_id")
 def grant_key(spec: ToolSpec[Any], args: Any) -> str | None:
     """The per-resource grant of a gated call (`runWorkflow:wf_1`), None when the call names
     no resource (e.g. creating a folder): then "always" covers the action."""
+    key = None
     if spec.grant is not None and args is not None:
-        return f"{spec.hitl_action}:{spec.grant(args)}"
+        key = f"{spec.hitl_action}:{spec.grant(args)}"
     for field in RESOURCE_FIELDS:
         value = getattr(args, field, None)
-        if isinstance(value, str) and value:
-            return f"{spec.hitl_action}:{field.removesuffix('_id')}:{value}"
-    return None
+        if key is None and isinstance(value, str) and value:
+            key = f"{spec.hitl_action}:{field.removesuffix('_id')}:{value}"
+    if key is not None and len(key) > GRANT_KEY_MAX:
+        # Still one resource's grant, in a key the store holds.
+        key = f"{spec.hitl_action}:sha256:{hashlib.sha256(key.encode()).hexdigest()}"
+    return key
 
 
 def describe(exc: BaseException) -> str:
