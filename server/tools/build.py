@@ -120,7 +120,9 @@ async def build_workflow(
     )
     if request.work_item_id:  # an unknown work item is refused before anything is built
         await ctx.services.loop.load(ctx.thread_id, request.work_item_id)
-    refused = await _save_permission(ctx, args)
+    bound = await ctx.services.builder.bound_workflow(ctx.thread_id, args.file_path)
+    target = request.workflow_id or bound
+    refused = await _save_permission(ctx, args, target, bound)
     if refused is not None:
         return refused
     # The file's work item is looked up while the build runs.
@@ -131,7 +133,7 @@ async def build_workflow(
         if not item.done():
             await asyncio.wait([item])
     outcome = await ctx.services.loop.after_build(request, outcome, await item)
-    if outcome.success and outcome.workflow_id and not request.workflow_id:
+    if outcome.success and outcome.workflow_id and target is None:
         # The thread's own workflow: its later builds (from any file) change it unasked.
         await ctx.services.hitl.always_allow(ctx.thread_id, update_grant(outcome.workflow_id))
     return BuildWorkflowOutput.of(outcome)
@@ -143,15 +145,13 @@ def update_grant(workflow_id: str) -> str:
 
 
 async def _save_permission(
-    ctx: ToolContext[BuildTools], args: BuildWorkflowInput
+    ctx: ToolContext[BuildTools], args: BuildWorkflowInput, target: str | None, bound: str | None
 ) -> BuildWorkflowOutput | None:
-    """createWorkflow (a new workflow) and updateWorkflow (an existing one) for this build:
-    None to go ahead, else the refusal. Saving into a workflow this file is not bound to asks
-    the person first (an "always" answer covers that workflow in this thread); a new
-    workflow, or the file's own, is refused only when blocked."""
+    """createWorkflow (no `target`: a new workflow) and updateWorkflow (`target`, an existing
+    one) for this build: None to go ahead, else the refusal. Saving into a workflow the file
+    is not `bound` to asks the person first (an "always" answer covers that workflow in this
+    thread); a new workflow, or the file's own, is refused only when blocked."""
     hitl = ctx.services.hitl
-    bound = await ctx.services.builder.bound_workflow(ctx.thread_id, args.file_path)
-    target = args.workflow_id or bound
     action = "updateWorkflow" if target else "createWorkflow"
     mode = await hitl.mode(ctx.thread_id, action)
     if mode == "blocked":
