@@ -45,6 +45,7 @@ from instance_ai_cli.common import (
     run_client,
 )
 from instance_ai_cli.credentials import app as credentials_app
+from instance_ai_cli.mcp import gateway, mcp
 from instance_ai_cli.n8n import app as n8n_app
 from instance_ai_cli.sandbox import app as sandbox_app
 from server.app import Application
@@ -70,6 +71,8 @@ app.command()(build)
 app.command()(verify)
 app.command(name="eval")(eval_command)
 app.command(name="browser-relay")(browser_relay)
+app.command()(gateway)
+app.command()(mcp)
 
 
 @app.command()

@@ -4,13 +4,16 @@ plus the gRPC server, with an orderly start and stop."""
 from __future__ import annotations
 
 import enum
+from dataclasses import replace
 
 import structlog
 
 from server.agent import Agent, provider_from_settings
-from server.api.server import GrpcServer, start_grpc_server
+from server.api.http import HttpEndpoint
+from server.api.server import GrpcServer, listen_host, start_grpc_server
 from server.errors import UnavailableError
 from server.settings import Settings
+from server.tools.registry import ToolRegistry
 from server.wiring import Parts, tool_registry
 
 __all__ = ["Application"]
@@ -33,6 +36,7 @@ class Application:
         self._parts: Parts | None = None
         self._agent: Agent | None = None
         self._grpc: GrpcServer | None = None
+        self._http: HttpEndpoint | None = None
 
     @property
     def parts(self) -> Parts:
@@ -53,6 +57,11 @@ class Application:
         return self._grpc
 
     @property
+    def http_url(self) -> str | None:
+        """The HTTP endpoint's URL (MCP at /mcp, gateways at /gateway), None when off."""
+        return self._http.url if self._http is not None else None
+
+    @property
     def port(self) -> int:
         return self.grpc.port
 
@@ -69,17 +78,35 @@ class Application:
         self._agent = Agent(parts.agent_services(), registry, provider_from_settings(self.settings))
         try:
             await self._agent.start()
-            self._grpc = await start_grpc_server(
-                self.settings, parts.api_parts(), self._agent, registry
-            )
-        except RuntimeError as exc:  # grpc raises RuntimeError when it cannot bind
+            self._http = await self._start_http(registry)
+            api_parts = replace(parts.api_parts(), http_url=self._http.url if self._http else None)
+            self._grpc = await start_grpc_server(self.settings, api_parts, self._agent, registry)
+        except (RuntimeError, OSError) as exc:  # grpc raises RuntimeError when it cannot bind
+            if self._http is not None:
+                await self._http.close()
             await self._agent.close()
             await parts.close()
             self._state = _State.STOPPED
             raise UnavailableError(
-                f"cannot listen on {self.settings.host}:{self.settings.port} ({exc}); "
-                "choose another --port or stop what holds it"
+                f"cannot listen ({exc}); choose another --port / INSTANCE_AI_HTTP_PORT or stop "
+                "what holds it"
             ) from None
+
+    async def _start_http(self, registry: ToolRegistry) -> HttpEndpoint | None:
+        """The HTTP endpoint (MCP, gateways), when INSTANCE_AI_HTTP_PORT is set."""
+        settings = self.settings
+        if settings.http_port is None:
+            return None
+        keys = settings.accepted_api_keys()
+        return await HttpEndpoint(
+            registry=registry,
+            gateways=self.parts.gateways,
+            gateway_keys=self.parts.gateway_keys,
+            api_keys=keys,
+            host=listen_host(settings, keys),
+            port=settings.http_port,
+            public_url=settings.http_public_url,
+        ).start()
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop taking calls, let in-flight calls finish for up to `grace` seconds (default:
@@ -94,6 +121,8 @@ class Application:
             self.parts.events.end_live()
             log.info("draining in-flight calls", grace_seconds=grace)
             await self._grpc.server.stop(grace)
+        if self._http is not None:
+            await self._http.close()
         if self._agent is not None:
             await self._agent.close()
         await self.parts.close()

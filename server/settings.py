@@ -12,7 +12,16 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -27,9 +36,12 @@ __all__ = [
     "ENV_PREFIX",
     "GATED_ACTIONS",
     "LICENSED_FEATURES",
+    "HttpServerConfig",
+    "McpServerConfig",
     "PermissionMode",
     "Settings",
     "SettingsError",
+    "StdioServerConfig",
     "config_file_path",
     "default_data_dir",
     "load_settings",
@@ -66,6 +78,44 @@ GATED_ACTIONS = [
     "executeNode",
     "executeMcpTool",
 ]
+
+
+# -- MCP servers (`INSTANCE_AI_MCP_SERVERS`): name -> a command (stdio) or a URL (Streamable
+# HTTP). Values of `env` and `headers` are secrets: never logged or shown to the model.
+
+# Server names become the prefix of tool names (`<server>__<tool>`), so they keep to what
+# every model provider accepts in a tool name.
+ServerName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")]
+
+
+class StdioServerConfig(BaseModel):
+    """A server the service starts as a child process and talks to over stdin/stdout. The
+    child gets a minimal environment (PATH, HOME, …) plus `env`, never the service's own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: list[str] = Field(min_length=1, description="program and its arguments")
+    env: dict[str, SecretStr] = Field(default_factory=dict)
+    cwd: str | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _program(cls, value: list[str]) -> list[str]:
+        if not value[0].strip():
+            raise ValueError("the first element of command is the program to run")
+        return value
+
+
+class HttpServerConfig(BaseModel):
+    """A server reached over Streamable HTTP."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(pattern=r"^https?://", description="the server's MCP endpoint")
+    headers: dict[str, SecretStr] = Field(default_factory=dict)
+
+
+McpServerConfig = StdioServerConfig | HttpServerConfig
 
 
 def effective_permissions(configured: dict[str, PermissionMode]) -> dict[str, PermissionMode]:
@@ -259,6 +309,29 @@ class Settings(BaseSettings):
         default_factory=list,
         description="comma-separated host:port pairs fetch-url may reach although they are "
         "internal (off by default; for local test servers)",
+    )
+    mcp_servers: dict[ServerName, McpServerConfig] = Field(
+        default_factory=dict,
+        description='the MCP servers whose tools the agent gets, JSON: name -> {"command": '
+        '[...], "env"?: {...}} (stdio) or {"url": ..., "headers"?: {...}} (Streamable HTTP)',
+    )
+    mcp_call_timeout_seconds: float = Field(
+        60, gt=0, le=3600, description="deadline of one call to an MCP server or a gateway"
+    )
+    mcp_connect_timeout_seconds: float = Field(
+        15, gt=0, le=600, description="deadline of connecting to an MCP server and listing"
+    )
+    http_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="port of the HTTP endpoint: the service as an MCP server (/mcp) and "
+        "filesystem gateways (/gateway); unset: off, 0: any free port (logged)",
+    )
+    http_public_url: str | None = Field(
+        None,
+        description="the HTTP endpoint's origin as gateways and MCP clients reach it (behind a "
+        "proxy); default: http://HOST:PORT",
     )
     instance: Literal["embedded", "n8n"] = Field(
         "embedded",

@@ -38,6 +38,11 @@ from server.domain.web import BraveSearch, SearxngSearch, WebFetcher, WebSearch
 from server.domain.work_items import WorkItemStore
 from server.domain.workflows import WorkflowStore
 from server.instance import FOLDERS_FEATURE, Instance
+from server.mcp import tool as mcp
+from server.mcp.gateway import Gateways
+from server.mcp.gateway_keys import GatewayKeys
+from server.mcp.results import ThreadBlobWriter
+from server.mcp.servers import McpServers
 from server.n8n.client import N8nClient
 from server.n8n.credentials import N8nCredentials
 from server.n8n.data_tables import N8nDataTables
@@ -114,7 +119,10 @@ ALL_TOOLS: list[ToolSpec[Any]] = [
     *web.TOOLS,
     *browser.TOOLS,
     *agents_module.TOOLS,
+    *mcp.TOOLS,
 ]
+# The names a tool from MCP may not take.
+RESERVED_TOOL_NAMES = frozenset(spec.name for spec in ALL_TOOLS)
 
 
 @dataclass(kw_only=True)
@@ -144,6 +152,9 @@ class Parts:
     drivers: Drivers | None
     n8n: N8nClient | None
     n8n_probe: InstanceProbe | None
+    mcp_servers: McpServers
+    gateways: Gateways
+    gateway_keys: GatewayKeys
     judge_model: ModelProvider | None = None
     # The skills the orchestrator loads (they ship with the service).
     skills: SkillLibrary = field(default_factory=SkillLibrary)
@@ -236,6 +247,20 @@ class Parts:
             await sandboxes.destroy(thread_id)
 
         threads.on_deleted = thread_deleted
+        mcp_servers = McpServers(
+            settings.mcp_servers,
+            reserved=RESERVED_TOOL_NAMES,
+            store_blob=_workspace_writer(sandboxes),
+            call_timeout_s=settings.mcp_call_timeout_seconds,
+            connect_timeout_s=settings.mcp_connect_timeout_seconds,
+        )
+        mcp_servers.start()
+        gateways = Gateways(
+            events=events,
+            reserved=RESERVED_TOOL_NAMES,
+            call_timeout_s=settings.mcp_call_timeout_seconds,
+            connect_timeout_s=settings.mcp_connect_timeout_seconds,
+        )
         timeout = settings.web_fetch_timeout_seconds
         allow = frozenset(settings.web_fetch_allow_hosts)
         return cls(
@@ -263,10 +288,15 @@ class Parts:
             n8n=n8n,
             n8n_probe=n8n_probe,
             judge_model=judge_model,
+            mcp_servers=mcp_servers,
+            gateways=gateways,
+            gateway_keys=GatewayKeys(db),
         )
 
     async def close(self) -> None:
         await self.background.cancel_all()
+        self.gateways.close()
+        await self.mcp_servers.close()
         if self.drivers is not None:
             await self.drivers.close()
         await self.headless.close()
@@ -306,6 +336,8 @@ class Parts:
             credential_types=self.credential_types(),
             relay=self.relay,
             instance_probe=self.n8n_probe,
+            gateways=self.gateways,
+            gateway_keys=self.gateway_keys,
         )
 
     def tool_services(self) -> list[object]:
@@ -371,6 +403,14 @@ class Parts:
                 in_sandbox=self.settings.browser == "sandbox",
             ),
             agents_module.AgentsModuleTools(),
+            mcp.McpTools(
+                servers=self.mcp_servers,
+                gateways=self.gateways,
+                gateways_enabled=self.settings.http_port is not None,
+            ),
+            # The services of the tools MCP servers and gateways offer.
+            self.mcp_servers,
+            self.gateways,
         ]
 
 
@@ -385,6 +425,7 @@ def tool_registry(parts: Parts) -> ToolRegistry:
         events=parts.events,
         hitl=parts.hitl,
         thread_exists=parts.threads.exists,
+        sources=[parts.mcp_servers, parts.gateways],
     )
     for group in services:
         if isinstance(group, loading.ToolLoadingTools):
@@ -465,6 +506,17 @@ def _sealer(settings: Settings) -> Sealer:
         for k in settings.credentials_previous_keys
     ]
     return Sealer(key, previous)
+
+
+def _workspace_writer(sandboxes: SandboxService) -> ThreadBlobWriter:
+    """Stores a blob in a thread's workspace (an MCP tool's image, say), returns its path."""
+
+    async def write(thread_id: str, path: str, data: bytes) -> str:
+        manager = await sandboxes.for_thread(thread_id)
+        await manager.write_file(thread_id, path, data)
+        return path
+
+    return write
 
 
 def _drivers() -> Drivers | None:

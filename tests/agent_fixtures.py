@@ -153,3 +153,26 @@ def last_tool_results(request: dict[str, Any]) -> list[dict[str, Any]]:
     """The tool_result blocks of a request's last message."""
     content = request["messages"][-1]["content"]
     return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+
+
+def tool_result(fake: FakeMessagesAPI, call_id: str) -> dict[str, Any]:
+    """The tool_result block the model was sent for `call_id`."""
+    for request in fake.requests:
+        for message in request["messages"]:
+            for block in message["content"] if isinstance(message["content"], list) else []:
+                if block.get("type") == "tool_result" and block["tool_use_id"] == call_id:
+                    return dict(block)
+    raise AssertionError(f"no tool_result for {call_id}")
+
+
+async def nth_card(chat: Chat, thread: str, n: int) -> dict[str, Any]:
+    """The thread's n-th confirmation request (1-based), once it is published."""
+    count = 0
+
+    def nth(event: Event) -> bool:
+        nonlocal count
+        count += event["type"] == "confirmation-request"
+        return bool(count == n)
+
+    events = await chat.until(thread, nth)
+    return dict(events[-1]["payload"])

@@ -18,7 +18,14 @@ from server.agent.titles import TITLE_MAX, thread_title
 from server.app import Application
 from server.settings import Settings, SettingsError
 from server.tools.loading import TOOL_LOADERS
-from tests.agent_fixtures import Chat, last_tool_results, model, model_settings, of_type
+from tests.agent_fixtures import (
+    Chat,
+    last_tool_results,
+    model,
+    model_settings,
+    nth_card,
+    of_type,
+)
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, Turn, text, thinking, tool, tool_problem, use
 
@@ -312,7 +319,7 @@ async def test_approval_gated_tool_waits_then_runs_or_is_denied(
         assert unknown.value.code() is grpc.StatusCode.NOT_FOUND
 
         denied_run = await chat.send("t1", "run the other one")
-        card = await _nth_card(chat, "t1", 2)
+        card = await nth_card(chat, "t1", 2)
         with pytest.raises(grpc.aio.AioRpcError) as bad:
             await chat.confirm("t1", card["requestId"], kind="approval")
         assert bad.value.code() is grpc.StatusCode.INVALID_ARGUMENT
@@ -327,7 +334,7 @@ async def test_approval_gated_tool_waits_then_runs_or_is_denied(
         )
 
         session_run = await chat.send("t1", "third")
-        card = await _nth_card(chat, "t1", 3)
+        card = await nth_card(chat, "t1", 3)
         await chat.confirm("t1", card["requestId"], kind="approval", approved=True, scope="session")
         await chat.finished("t1", session_run)
         remembered = await chat.send("t1", "fourth")
@@ -336,7 +343,7 @@ async def test_approval_gated_tool_waits_then_runs_or_is_denied(
         assert "wf-third" in last_tool_results(model.requests[7])[0]["content"]
         # "Always" covered that workflow only: another one asks again.
         other = await chat.send("t1", "fifth")
-        card = await _nth_card(chat, "t1", 4)
+        card = await nth_card(chat, "t1", 4)
         assert card["args"] == {"workflowId": "wf-fifth"}
         await chat.confirm("t1", card["requestId"], kind="approval", approved=False)
         await chat.finished("t1", other)
@@ -354,19 +361,6 @@ async def _following(app: Application, chat: Chat, thread: str) -> Any:
             break
         await asyncio.sleep(0.01)
     return follow
-
-
-async def _nth_card(chat: Chat, thread: str, n: int) -> dict[str, Any]:
-    """The thread's n-th confirmation request (1-based), once it is published."""
-    count = 0
-
-    def nth(event: dict[str, Any]) -> bool:
-        nonlocal count
-        count += event["type"] == "confirmation-request"
-        return bool(count == n)
-
-    events = await chat.until(thread, nth)
-    return dict(events[-1]["payload"])
 
 
 async def test_ask_user_suspends_with_questions_and_gets_the_answers(

@@ -33,6 +33,7 @@ from instance_ai.v1 import (
     agent_pb2,
     browser_pb2,
     credentials_pb2,
+    gateway_pb2,
     pipeline_pb2,
     tools_pb2,
     workspace_pb2,
@@ -51,6 +52,7 @@ SERVICES = [
         (pipeline_pb2, "Pipeline"),
         (credentials_pb2, "Credentials"),
         (browser_pb2, "Browser"),
+        (gateway_pb2, "Gateway"),
     )
 ]
 METHODS = [method for service in SERVICES for method in service.methods]
@@ -223,6 +225,7 @@ def channel(
         sandbox_provider="docker",
         sandbox_owner=owner,
         sandbox_pool_size=0,
+        http_port=0,
     )
     try:
         with ServerThread(settings) as server, grpc.insecure_channel(server.app.address) as chan:

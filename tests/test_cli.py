@@ -133,6 +133,7 @@ def test_health_json_reports_serving(server: ServerProcess) -> None:
         "instance_ai.v1.Pipeline",
         "instance_ai.v1.Credentials",
         "instance_ai.v1.Browser",
+        "instance_ai.v1.Gateway",
     }
     assert set(report["services"].values()) == {"SERVING"}
 

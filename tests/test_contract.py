@@ -33,6 +33,7 @@ SERVICES = [
     "instance_ai.v1.Pipeline",
     "instance_ai.v1.Credentials",
     "instance_ai.v1.Browser",
+    "instance_ai.v1.Gateway",
 ]
 
 

@@ -1,4 +1,5 @@
-"""The layering of docs/architecture.md, checked: sandbox/ and browser_relay/ stand alone."""
+"""The layering of docs/architecture.md, checked: sandbox/, browser_relay/ and fs_gateway/
+stand alone."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ import sandbox
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_sandbox_and_browser_relay_import_nothing_from_server() -> None:
+def test_sandbox_browser_relay_and_gateway_import_nothing_from_server() -> None:
     probe = (
         "import sys, sandbox, sandbox.manager, sandbox.local_engine, sandbox.worker, "
-        "sandbox.image.build, browser_relay, browser_relay.server; "
+        "sandbox.image.build, browser_relay, browser_relay.server, fs_gateway.connect; "
         "print(sorted(m for m in sys.modules if m == 'server' or m.startswith('server.')))"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
@@ -95,6 +96,7 @@ LEVELS = {
     "catalog": 1,
     "pipeline": 2,
     "tools": 3,
+    "mcp": 3,
     "agent": 4,
     "api": 5,
     "wiring": 6,
@@ -108,6 +110,7 @@ SAME_LEVEL = {
     ("n8n", "domain"),  # with the service's own records (source bindings) beside it
     ("domain", "catalog"),
     ("runtime", "domain"),
+    ("mcp", "tools"),  # tools from MCP are registry tools
 }
 
 

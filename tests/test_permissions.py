@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -26,6 +27,7 @@ from server.store.models import GRANT_KEY_MAX
 from server.tools.registry import grant_key
 from server.wiring import ALL_TOOLS
 from tests.conftest import serving
+from tests.mcp_fixtures import connected, demo_stdio, running_gateway
 from tests.tool_client import ToolClient, saved_workflow
 from tests.web_servers import Servers, servers
 from tests.workflow_json import chain, node
@@ -34,9 +36,6 @@ __all__ = ["servers"]  # fixtures, shared
 
 THREAD = "perm"
 MODES = ("always_allow", "require_approval", "blocked")
-# Keys whose tools do not exist on this service yet (MCP servers and the filesystem gateway
-# come with issue 21): they gate nothing until then.
-NO_TOOL_YET = {"readFilesystem", "executeMcpTool"}
 START = node("Start", "manualTrigger")
 SHAPE = node("Shape", "set", 200, mode="manual", assignments={"assignments": []})
 LINK = chain("Start", "Shape")
@@ -151,6 +150,9 @@ SCENARIOS: dict[str, Scenario] = {
         workflowId=w.ids["restorable"],
         versionId=w.ids["first_version"],
     ),
+    # A tool of a configured MCP server, and one of the user's filesystem gateway.
+    "executeMcpTool": lambda w: w.tools.call("demo__add", numbers={"a": 1, "b": 2}, mode="sum"),
+    "readFilesystem": lambda w: w.tools.call("read_file", path="notes.md"),
 }
 # Where a mode means something else than done / asks / blocked.
 EXPECTED: dict[tuple[str, str], str] = {
@@ -163,16 +165,24 @@ EXPECTED: dict[tuple[str, str], str] = {
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_every_permission_key_gates_its_tools_in_each_mode(
-    make_docker_settings: Callable[..., Settings], servers: Servers, mode: str
+    make_docker_settings: Callable[..., Settings], servers: Servers, mode: str, tmp_path: Path
 ) -> None:
-    assert set(SCENARIOS) | NO_TOOL_YET == set(GATED_ACTIONS)
+    assert set(SCENARIOS) == set(GATED_ACTIONS)
     settings = make_docker_settings(
         permissions={key: mode for key in GATED_ACTIONS},
         web_fetch_allow_hosts=[f"127.0.0.1:{servers.site_port}"],
         searxng_url=servers.url(""),
         licensed_features=["workflowHistory"],
+        mcp_servers={"demo": demo_stdio()},
+        http_port=0,
     )
-    async with serving(settings) as (app, channel):
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "notes.md").write_text("# Notes\n")
+    async with (
+        serving(settings) as (app, channel),
+        running_gateway(channel, tmp_path / "shared"),
+    ):
+        await connected(app, "demo")
         tools = ToolClient(channel, THREAD)
         world = await make_world(app, tools, servers)
         before = {k: await app.parts.instance.workflows.get(v) for k, v in world.ids.items()}
@@ -194,7 +204,6 @@ async def test_every_permission_key_gates_its_tools_in_each_mode(
         listed = await tools.stub.ListTools(tools_pb2.ListToolsRequest())
     gated = {t.hitl_action for t in listed.tools if t.hitl_action}
     assert gated == set(SCENARIOS) - {"createWorkflow"}  # build-workflow lists updateWorkflow
-    assert not gated & NO_TOOL_YET
 
 
 async def test_a_node_runs_on_its_own_and_is_blocked_where_workflows_are(

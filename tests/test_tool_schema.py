@@ -355,6 +355,7 @@ async def test_the_overview_lists_every_reference_tool_and_why_conditional_ones_
         "build-agent",
         "get-workflow-version",
         "list-workflow-versions",
+        "mcp-servers",
         "restore-workflow-version",
         "update-workflow-version",
         "web-search",

@@ -34,6 +34,7 @@ from server.agent.titles import thread_title
 from server.core.caller import LOCAL, Caller
 from server.core.ids import new_id
 from server.errors import FailedPreconditionError, NotFoundError
+from server.mcp.gateway import GROUP as FILESYSTEM_GROUP
 from server.runtime.background import BackgroundTasks, Settled, TaskHandle, TaskOutcome
 from server.runtime.conversation import Conversation, estimate_tokens, repair, trim
 from server.runtime.events import ORCHESTRATOR, EventLog
@@ -460,7 +461,7 @@ class Agent(Orchestration):
     def _tools_for(self, scope: RunScope, loaded: Collection[str] | None) -> list[dict[str, Any]]:
         return [
             {"name": spec.name, "description": spec.description, "input_schema": schema}
-            for spec, schema in self.registry.listed()
+            for spec, schema in self.registry.listed(scope.caller.user_id)
             if self._offered(spec, background=scope.background, loaded=loaded)
         ]
 
@@ -469,14 +470,20 @@ class Agent(Orchestration):
     ) -> bool:
         """Whether a run's model is offered the tool: registered and expressible; for a
         background agent, one of its kind's (`distribution`); for the orchestrator, a core
-        tool or one the thread loaded (`loaded` None: whether it could be loaded)."""
-        if not (self.registry.registered(spec) and spec.name in self.registry.provider_schemas):
+        tool or one the thread loaded (`loaded` None: whether it could be loaded). The
+        user's filesystem gateway's tools are offered as soon as it connects."""
+        if not (self.registry.registered(spec) and self.registry.schema_of(spec) is not None):
             return False
         if background:
             return for_background(spec)
         if not self.settings.agent_deferred_tools:
             return spec.name not in TOOL_LOADERS
-        return loaded is None or spec.name in CORE_TOOLS or spec.name in loaded
+        return (
+            loaded is None
+            or spec.name in CORE_TOOLS
+            or spec.group == FILESYSTEM_GROUP
+            or spec.name in loaded
+        )
 
     async def _loaded(self, scope: RunScope) -> set[str] | None:
         """The tools the orchestrator loaded in this thread (None for a background agent,
@@ -602,14 +609,14 @@ class Agent(Orchestration):
         return False
 
     async def _may_wait(self, scope: RunScope, call: dict[str, Any]) -> bool:
-        spec = self._spec(call["name"])
+        spec = self._spec(scope, call["name"])
         if spec is None or scope.background:
             return False
         return await self.registry.may_wait(scope.thread_id, spec)
 
-    def _spec(self, name: str) -> ToolSpec[Any] | None:
+    def _spec(self, scope: RunScope, name: str) -> ToolSpec[Any] | None:
         try:
-            return self.registry.get(name)
+            return self.registry.get(name, scope.caller.user_id)
         except NotFoundError:
             return None
 
@@ -672,7 +679,7 @@ class Agent(Orchestration):
         self, site: CallSite, scope: RunScope, call: dict[str, Any], announce: bool
     ) -> tuple[ToolSpec[Any], Any] | dict[str, Any]:
         """The tool and its validated arguments, or a correctable error for the model."""
-        spec = self._spec(call["name"])
+        spec = self._spec(scope, call["name"])
         if spec is None or not self._offered(spec, background=scope.background):
             error = f"Unknown tool {call['name']!r}; use one of your tools."
             return await self._refuse(site, call, announce, error)

@@ -1,4 +1,4 @@
-"""The caller of a request, from gRPC metadata:
+"""The caller of a request, from gRPC metadata (or the same HTTP headers):
 
 x-instance-ai-user       the user id (default: local)
 x-instance-ai-project    the project new things go into (default: personal)
@@ -8,13 +8,14 @@ x-instance-ai-projects   comma-separated projects the user may see (default: the
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 import grpc
 
 from server.core.caller import DEFAULT_PROJECT, INSTANCE_SCOPED, LOCAL_USER, Caller
 from server.errors import InvalidArgumentError
 
-__all__ = ["PROJECTS_KEY", "PROJECT_KEY", "USER_KEY", "caller_of"]
+__all__ = ["PROJECTS_KEY", "PROJECT_KEY", "USER_KEY", "caller_from", "caller_of"]
 
 USER_KEY = "x-instance-ai-user"
 PROJECT_KEY = "x-instance-ai-project"
@@ -24,6 +25,11 @@ _ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 
 def caller_of(context: grpc.aio.ServicerContext) -> Caller:
     metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+    return caller_from(metadata)
+
+
+def caller_from(metadata: Mapping[str, str]) -> Caller:
+    """The caller named by gRPC metadata or HTTP headers (lower-case keys)."""
     user = _checked(metadata.get(USER_KEY, LOCAL_USER), USER_KEY)
     project = _checked(metadata.get(PROJECT_KEY, DEFAULT_PROJECT), PROJECT_KEY)
     listed = metadata.get(PROJECTS_KEY)

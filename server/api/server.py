@@ -18,6 +18,8 @@ from instance_ai.v1 import (
     browser_pb2_grpc,
     credentials_pb2,
     credentials_pb2_grpc,
+    gateway_pb2,
+    gateway_pb2_grpc,
     pipeline_pb2,
     pipeline_pb2_grpc,
     tools_pb2,
@@ -29,11 +31,14 @@ from server.agent import Agent
 from server.api.agent import AgentServicer
 from server.api.browser import BrowserServicer
 from server.api.credentials import CredentialsServicer
+from server.api.gateway import GatewayServicer
 from server.api.interceptors import ActingKeyInterceptor, AuthInterceptor, ErrorInterceptor
 from server.api.pipeline import PipelineServicer
 from server.api.tools import ToolsServicer
 from server.api.workspace import WorkspaceServicer
 from server.instance import Credentials
+from server.mcp.gateway import Gateways
+from server.mcp.gateway_keys import GatewayKeys
 from server.n8n.probe import InstanceProbe
 from server.pipeline.credential_types import CredentialTypeIndex
 from server.runtime.sandboxes import SandboxService
@@ -107,8 +112,12 @@ class ApiParts:
     credentials: Credentials
     credential_types: CredentialTypeIndex
     relay: RelayServer
+    gateways: Gateways
+    gateway_keys: GatewayKeys
     # Where the instance is n8n: whether it answers (health service INSTANCE_HEALTH).
     instance_probe: InstanceProbe | None = None
+    # The HTTP endpoint's URL, when it is on (gateways connect there).
+    http_url: str | None = None
 
 
 async def follow_instance(
@@ -178,6 +187,9 @@ async def start_grpc_server(
         CredentialsServicer(parts.credentials, parts.credential_types), server
     )
     browser_pb2_grpc.add_BrowserServicer_to_server(BrowserServicer(parts.relay), server)
+    gateway_pb2_grpc.add_GatewayServicer_to_server(
+        GatewayServicer(parts.gateway_keys, parts.gateways, parts.http_url), server
+    )
     services = [
         agent_pb2.DESCRIPTOR.services_by_name["Agent"].full_name,
         workspace_pb2.DESCRIPTOR.services_by_name["Workspace"].full_name,
@@ -185,6 +197,7 @@ async def start_grpc_server(
         pipeline_pb2.DESCRIPTOR.services_by_name["Pipeline"].full_name,
         credentials_pb2.DESCRIPTOR.services_by_name["Credentials"].full_name,
         browser_pb2.DESCRIPTOR.services_by_name["Browser"].full_name,
+        gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name,
     ]
 
     health_servicer = health.aio.HealthServicer()

@@ -32,7 +32,7 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
                     available=available,
                     requires=spec.requires,
                 )
-                for spec, schema, available in self._registry.overview()
+                for spec, schema, available in self._registry.overview(caller_of(context).user_id)
                 if available or request.include_unavailable
             ]
         )

@@ -31,6 +31,7 @@ __all__ = [
     "EventRow",
     "ExecutionRow",
     "FolderRow",
+    "GatewayKeyRow",
     "MessageRow",
     "PermissionRow",
     "PlanRow",
@@ -395,4 +396,15 @@ class DeploymentRow(Base):
     __tablename__ = "deployment"
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class GatewayKeyRow(Base):
+    """A user's filesystem-gateway key, kept as its SHA-256 digest (the key itself is shown
+    once, when made). One per user: a new key replaces the last."""
+
+    __tablename__ = "gateway_keys"
+
+    user_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    key_digest: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -67,6 +67,8 @@ CORE_TOOLS = frozenset(
         "list-data-tables",
         "web-search",
         "fetch-url",
+        # What the deployment's MCP servers offer (their tools are loaded like the rest).
+        "mcp-servers",
     }
 )
 

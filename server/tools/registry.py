@@ -17,6 +17,9 @@ from functools import cached_property
 from typing import Any, Literal, TypeVar
 
 import structlog
+from jsonschema import Draft202012Validator
+from jsonschema import ValidationError as SchemaError
+from jsonschema.validators import validator_for
 from pydantic import TypeAdapter, ValidationError
 
 from server.core.caller import LOCAL, Caller
@@ -37,11 +40,19 @@ from server.tools.spec import (
     Suspend,
     ToolContext,
     ToolModel,
+    ToolSource,
     ToolSpec,
     blocked_message,
 )
 
-__all__ = ["CallSite", "ToolInputError", "ToolRegistry", "describe", "dump"]
+__all__ = [
+    "CallSite",
+    "ToolInputError",
+    "ToolRegistry",
+    "describe",
+    "dump",
+    "provider_schema",
+]
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -95,8 +106,10 @@ class ToolRegistry:
         events: EventLog | None = None,
         hitl: Hitl | None = None,
         thread_exists: Callable[[str], Awaitable[bool]] | None = None,
+        sources: Iterable[ToolSource] = (),
     ) -> None:
         self._specs: dict[str, ToolSpec[Any]] = {}
+        self._sources = list(sources)
         self._adapters: dict[str, TypeAdapter[Any]] = {}
         self._services: dict[type, object] = {type(s): s for s in services}
         self._events = events
@@ -126,11 +139,26 @@ class ToolRegistry:
         """The tools registered here."""
         return [s for s in self._specs.values() if self.registered(s)]
 
-    def get(self, name: str) -> ToolSpec[Any]:
-        spec = self._specs.get(name)
+    def get(self, name: str, user_id: str | None = None) -> ToolSpec[Any]:
+        """The tool called `name`: one of the service's, or one a source offers now (to
+        `user_id`, for a user's own sources such as a filesystem gateway)."""
+        spec = self._specs.get(name) or self._dynamic(user_id).get(name)
         if spec is None:
             raise NotFoundError(f"there is no tool {name!r}; ListTools names them all")
         return spec
+
+    def _dynamic(self, user_id: str | None) -> dict[str, ToolSpec[Any]]:
+        """The sources' current tools; none may take the name of one of the service's."""
+        found: dict[str, ToolSpec[Any]] = {}
+        for source in self._sources:
+            for spec in source.specs(user_id):
+                if spec.name not in self._specs and spec.provider_schema is not None:
+                    found.setdefault(spec.name, spec)
+        return found
+
+    def reserved_names(self) -> frozenset[str]:
+        """The names of the service's own tools (a source's tool may not shadow them)."""
+        return frozenset(self._specs)
 
     @cached_property
     def provider_schemas(self) -> dict[str, dict[str, Any]]:
@@ -138,36 +166,47 @@ class ToolRegistry:
         expressed is left out (and logged) rather than failing every request."""
         schemas = {}
         for name, adapter in self._adapters.items():
-            try:
-                schema = sanitize(adapter.json_schema(by_alias=True))
-            except Inexpressible as exc:
-                log.warning(
-                    "dropping tool: its input schema cannot be sent", tool=name, why=str(exc)
-                )
-                continue
-            problems = provider_rule_violations(name, schema)
-            if problems:
-                log.warning("dropping tool", tool=name, why="; ".join(problems))
-                continue
-            schemas[name] = schema
+            schema = provider_schema(name, adapter.json_schema(by_alias=True))
+            if schema is not None:
+                schemas[name] = schema
         return schemas
 
-    def listed(self) -> list[tuple[ToolSpec[Any], dict[str, Any]]]:
-        """The tools a model or client may call, with their provider schemas."""
-        schemas = self.provider_schemas
-        return [(s, schemas[s.name]) for s in self.specs() if s.name in schemas]
+    def schema_of(self, spec: ToolSpec[Any]) -> dict[str, Any] | None:
+        """The schema the model is shown, None when the tool cannot be expressed."""
+        if spec.json_schema is not None:
+            return spec.provider_schema
+        return self.provider_schemas.get(spec.name)
 
-    def overview(self) -> list[tuple[ToolSpec[Any], dict[str, Any], bool]]:
+    def listed(self, user_id: str | None = None) -> list[tuple[ToolSpec[Any], dict[str, Any]]]:
+        """The tools a model or client may call, with their provider schemas (with the
+        sources' tools for everyone and for `user_id`)."""
+        schemas = self.provider_schemas
+        static = [(s, schemas[s.name]) for s in self.specs() if s.name in schemas]
+        return static + self._dynamic_listed(user_id)
+
+    def _dynamic_listed(self, user_id: str | None) -> list[tuple[ToolSpec[Any], dict[str, Any]]]:
+        return [
+            (s, s.provider_schema)
+            for s in self._dynamic(user_id).values()
+            if s.provider_schema is not None and self.registered(s)
+        ]
+
+    def overview(
+        self, user_id: str | None = None
+    ) -> list[tuple[ToolSpec[Any], dict[str, Any], bool]]:
         """Every expressible tool with its schema and whether it is registered here."""
         schemas = self.provider_schemas
-        return [
+        static = [
             (s, schemas[s.name], self.registered(s))
             for s in self._specs.values()
             if s.name in schemas
         ]
+        return static + [(s, schema, True) for s, schema in self._dynamic_listed(user_id)]
 
     def parse(self, spec: ToolSpec[Any], arguments: dict[str, Any]) -> Any:
         """The arguments validated by the tool's real model (the provider schema is looser)."""
+        if spec.json_schema is not None:
+            return _parse_json(spec, arguments)
         try:
             return self._adapters[spec.name].validate_python(arguments)
         except ValidationError as exc:
@@ -295,8 +334,8 @@ class ToolRegistry:
     ) -> ToolModel:
         """A direct call (`Tools.CallTool`): validated, permission-checked, recorded. A call
         that needs a person's answer cannot wait inside one request, so it is refused."""
-        spec = self.get(name)
-        if spec.name not in self.provider_schemas or not self.registered(spec):
+        spec = self.get(name, caller.user_id)
+        if self.schema_of(spec) is None or not self.registered(spec):
             needs = f": it needs {spec.requires}" if spec.requires else ""
             raise NotFoundError(f"tool {name!r} is not available on this server{needs}")
         args = self.parse(spec, arguments)
@@ -349,6 +388,40 @@ def grant_key(spec: ToolSpec[Any], args: Any) -> str | None:
         # Still one resource's grant, in a key the store holds.
         key = f"{spec.hitl_action}:sha256:{hashlib.sha256(key.encode()).hexdigest()}"
     return key
+
+
+def provider_schema(name: str, schema: dict[str, Any]) -> dict[str, Any] | None:
+    """`schema` as model providers accept it, None (logged) when it cannot be expressed."""
+    try:
+        sanitized = sanitize(schema)
+    except Inexpressible as exc:
+        log.warning("dropping tool: its input schema cannot be sent", tool=name, why=str(exc))
+        return None
+    problems = provider_rule_violations(name, sanitized)
+    if problems:
+        log.warning("dropping tool", tool=name, why="; ".join(problems))
+        return None
+    return sanitized
+
+
+def _parse_json(spec: ToolSpec[Any], arguments: dict[str, Any]) -> dict[str, Any]:
+    """Arguments checked against a JSON-Schema tool's real schema (its own draft, else
+    2020-12), every problem listed so the model can correct them all at once."""
+    assert spec.json_schema is not None
+    validator_class = validator_for(spec.json_schema, default=Draft202012Validator)
+    problems = sorted(
+        validator_class(spec.json_schema).iter_errors(arguments), key=lambda e: list(e.path)
+    )
+    if problems:
+        lines = "\n".join(f"- {_where(p)}: {p.message[:300]}" for p in problems[:20])
+        raise ToolInputError(
+            f"Invalid arguments for {spec.name}; fix them and call again:\n{lines}"
+        )
+    return arguments
+
+
+def _where(problem: SchemaError) -> str:
+    return ".".join(str(p) for p in problem.absolute_path) or "arguments"
 
 
 def describe(exc: BaseException) -> str:

@@ -20,6 +20,7 @@ __all__ = [
     "Suspend",
     "ToolContext",
     "ToolModel",
+    "ToolSource",
     "ToolSpec",
     "blocked_message",
 ]
@@ -135,6 +136,11 @@ class ToolSpec(Generic[S]):
     # says what it needs, for people reading the tool list.
     condition: Callable[[S], bool] | None = None
     requires: str = ""
+    # A tool described by JSON Schema rather than a model (an MCP server's tool): calls are
+    # validated against `json_schema` as is, the model is shown `provider_schema` (sanitised),
+    # and the handler receives the arguments as a dict.
+    json_schema: dict[str, Any] | None = None
+    provider_schema: dict[str, Any] | None = None
 
 
 def blocked_message(spec: ToolSpec[Any]) -> str:
@@ -142,3 +148,12 @@ def blocked_message(spec: ToolSpec[Any]) -> str:
         f"{spec.name} is blocked on this server ({spec.hitl_action}: blocked in "
         "INSTANCE_AI_PERMISSIONS); do not retry it"
     )
+
+
+class ToolSource(Protocol):
+    """Tools that come and go while the service runs (MCP servers, filesystem gateways):
+    the registry asks for the current ones on every listing and lookup."""
+
+    def specs(self, user_id: str | None) -> list[ToolSpec[Any]]:
+        """The tools offered now: those of every user, plus `user_id`'s own when given."""
+        ...

@@ -17,6 +17,7 @@ import {
 } from './gen/instance_ai/v1/agent.js';
 import { BrowserClient } from './gen/instance_ai/v1/browser.js';
 import { CredentialsClient } from './gen/instance_ai/v1/credentials.js';
+import { GatewayClient } from './gen/instance_ai/v1/gateway.js';
 import {
   BuildWorkflowRequest,
   type BuildWorkflowResponse,
@@ -151,6 +152,7 @@ export class InstanceAiClient {
   readonly workspace: WorkspaceClient;
   readonly credentials: CredentialsClient;
   readonly browser: BrowserClient;
+  readonly gateway: GatewayClient;
 
   constructor(private readonly options: ClientOptions) {
     const credentials = channelCredentials(options.tls);
@@ -163,6 +165,7 @@ export class InstanceAiClient {
     this.workspace = new WorkspaceClient(options.address, credentials, shared);
     this.credentials = new CredentialsClient(options.address, credentials, shared);
     this.browser = new BrowserClient(options.address, credentials, shared);
+    this.gateway = new GatewayClient(options.address, credentials, shared);
   }
 
   close(): void {

@@ -17,6 +17,7 @@ export { status } from '@grpc/grpc-js';
 // The generated messages and stubs, per service of the contract.
 export * as agentProto from './gen/instance_ai/v1/agent.js';
 export * as browserProto from './gen/instance_ai/v1/browser.js';
+export * as gatewayProto from './gen/instance_ai/v1/gateway.js';
 export * as credentialsProto from './gen/instance_ai/v1/credentials.js';
 export * as eventsProto from './gen/instance_ai/v1/events.js';
 export * as pipelineProto from './gen/instance_ai/v1/pipeline.js';

@@ -8,6 +8,7 @@ from instance_ai.v1 import (
     agent_pb2,
     browser_pb2,
     credentials_pb2,
+    gateway_pb2,
     pipeline_pb2,
     tools_pb2,
     workspace_pb2,
@@ -15,6 +16,14 @@ from instance_ai.v1 import (
 
 SERVICES: tuple[str, ...] = tuple(
     service.full_name
-    for module in (agent_pb2, tools_pb2, workspace_pb2, pipeline_pb2, credentials_pb2, browser_pb2)
+    for module in (
+        agent_pb2,
+        tools_pb2,
+        workspace_pb2,
+        pipeline_pb2,
+        credentials_pb2,
+        browser_pb2,
+        gateway_pb2,
+    )
     for service in module.DESCRIPTOR.services_by_name.values()
 )
