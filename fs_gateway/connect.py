@@ -20,12 +20,22 @@ from fs_gateway.files import FileRoot
 from fs_gateway.link import message_streams
 from fs_gateway.server import gateway_server
 
-__all__ = ["GATEWAY_PATH", "GatewayRefused", "gateway_url", "hello", "run_gateway"]
+__all__ = [
+    "GATEWAY_ENDED_CODE",
+    "GATEWAY_PATH",
+    "GatewayRefused",
+    "gateway_url",
+    "hello",
+    "run_gateway",
+]
 
 log = structlog.get_logger(__name__)
 
 GATEWAY_PATH = "/gateway"
 MAX_FRAME_BYTES = 8 * 1024 * 1024
+# The close code of a connection the service ended on purpose (a newer gateway of the same
+# user, a new key): the gateway stops rather than take the place back.
+GATEWAY_ENDED_CODE = 4001
 
 
 class GatewayRefused(Exception):
@@ -91,3 +101,5 @@ async def _serve_once(url: str, key: str, files: FileRoot) -> None:
         async with message_streams(receive, socket_.send, ended) as (read, write):
             with contextlib.suppress(Exception):
                 await server.run(read, write, server.create_initialization_options())
+    if socket_.close_code == GATEWAY_ENDED_CODE:
+        raise GatewayRefused(f"the service ended this gateway: {socket_.close_reason}")

@@ -15,7 +15,10 @@ from typing import Any
 
 import grpc
 import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from fs_gateway.connect import gateway_url
 from fs_gateway.files import FileRoot, OutsideRoot, WriteNotAllowed
 from instance_ai.json_text import from_json, to_json
 from instance_ai.v1 import tools_pb2, tools_pb2_grpc
@@ -161,6 +164,11 @@ async def test_writes_need_write_and_a_call_in_flight_fails_when_the_gateway_goe
             await call("list_files", path=".")
         assert absent.value.code() is grpc.StatusCode.NOT_FOUND
 
+        # A new key ends the gateway connected with the last one: it says so and stops.
+        async with running_gateway(channel, shared) as revoked:
+            await gateway_key(channel)
+            _, stderr = await asyncio.wait_for(revoked.communicate(), 30)
+            assert revoked.returncode == 1 and b"key was replaced" in stderr
         # A replaced key is refused, and the gateway says so and stops (no retry loop).
         old_key, url = await gateway_key(channel)
         await gateway_key(channel)
@@ -176,3 +184,23 @@ async def test_writes_need_write_and_a_call_in_flight_fails_when_the_gateway_goe
         )
         _, stderr = await asyncio.wait_for(refused.communicate(), 30)
         assert refused.returncode == 1 and b"refused" in stderr
+
+
+async def test_a_gateway_must_present_a_key_and_introduce_itself(
+    make_settings: Callable[..., Settings],
+) -> None:
+    async with serving(make_settings(http_port=0)) as (_app, channel):
+        key, url = await gateway_key(channel)
+        endpoint = gateway_url(url)
+        with pytest.raises(InvalidStatus) as no_key:
+            async with connect(endpoint):
+                pass
+        assert no_key.value.response.status_code == 403
+        headers = {"Authorization": f"Bearer {key}"}
+        async with connect(endpoint, additional_headers=headers) as socket_:
+            await socket_.send('{"rootPath": 7}')
+            with pytest.raises(ConnectionClosed) as closed:
+                await asyncio.wait_for(socket_.recv(), 20)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+        assert "introduce" in closed.value.rcvd.reason
+        assert not (await gateway_state(channel)).connected

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -17,6 +19,7 @@ import pytest
 
 from instance_ai.json_text import from_json, to_json
 from instance_ai.v1 import tools_pb2, tools_pb2_grpc
+from server.mcp.naming import NameClaims
 from server.settings import Settings, SettingsError, load_settings
 from tests.agent_fixtures import Chat, model, model_settings, nth_card, of_type, tool_result
 from tests.conftest import serving
@@ -209,3 +212,28 @@ async def test_mcp_tools_are_found_and_loaded_on_demand(
     assert "demo__add" in [r["name"] for r in found["results"]]
     assert "demo__add" in {t["name"] for t in model.requests[2]["tools"]}
     assert "result=9" in tool_result(model, "c_add")["content"]
+
+
+def test_tool_names_are_valid_unique_and_never_shadow_the_services() -> None:
+    claims = NameClaims({"search-nodes", "build-workflow"})
+    first = claims.claim_prefixed("a", "b__c")
+    second = claims.claim_prefixed("a__b", "c")  # the same name: made unique, stably
+    assert first == "a__b__c" and second != first and second.startswith("a__b__c_")
+    assert NameClaims(set()).claim_prefixed("a__b", "c") == "a__b__c"
+    long = claims.claim_prefixed("srv", "x" * 100 + " with spaces/and:colons")
+    assert len(long) <= 64 and re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", long)
+    # A gateway's tools keep their names, unless invalid or like one of the service's.
+    assert claims.claim_exact("read_file") == "read_file"
+    assert claims.claim_exact("Search_Nodes") is None
+    assert claims.claim_exact("read file") is None
+
+
+def test_mcp_servers_come_from_the_config_file_too(tmp_path: Path) -> None:
+    config = tmp_path / "instance-ai.toml"
+    config.write_text(
+        '[mcp_servers.demo]\ncommand = ["python", "-m", "demo"]\nenv = { TOKEN = "t0ken" }\n'
+        '[mcp_servers.web]\nurl = "http://127.0.0.1:9/mcp"\n'
+    )
+    settings = load_settings(config_file=config)
+    assert settings.mcp_servers["demo"].command == ["python", "-m", "demo"]  # type: ignore[union-attr]
+    assert "t0ken" not in repr(settings)

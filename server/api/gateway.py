@@ -29,7 +29,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             raise FailedPreconditionError(
                 "gateways connect to the HTTP endpoint, which is off: set INSTANCE_AI_HTTP_PORT"
             )
-        key = await self._keys.mint(caller_of(context).user_id)
+        user_id = caller_of(context).user_id
+        key = await self._keys.mint(user_id)
+        # The last key is revoked: a gateway still connected with it goes too.
+        self._gateways.disconnect(user_id, "its key was replaced")
         return gateway_pb2.CreateGatewayKeyResponse(
             key=key,
             server_url=self._http_url,

@@ -28,6 +28,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from fs_gateway.connect import GATEWAY_ENDED_CODE
 from server.api.caller import caller_from
 from server.api.mcp_server import service_mcp_server
 from server.errors import InstanceAIError
@@ -175,15 +176,19 @@ class HttpEndpoint:
             text = message.get("text")
             return text if text is not None else (message.get("bytes") or b"").decode()
 
+        code, reason = 1000, ""
         try:
-            await self.gateways.serve(user_id, receive, websocket.send_text)
+            ended_by_service = await self.gateways.serve(user_id, receive, websocket.send_text)
+            if ended_by_service is not None:
+                code, reason = GATEWAY_ENDED_CODE, ended_by_service
         except InstanceAIError as exc:
             log.warning("gateway refused", user=user_id, why=str(exc))
+            code, reason = 1008, str(exc)[:120]
         except Exception as exc:
             log.warning("gateway connection ended", user=user_id, error=type(exc).__name__)
         finally:
             with contextlib.suppress(Exception):
-                await websocket.close()
+                await websocket.close(code=code, reason=reason)
 
 
 async def _healthz(_request: Request) -> PlainTextResponse:

@@ -61,6 +61,8 @@ class _Gateway:
     session: ClientSession
     gone: asyncio.Event
     connected_at: float
+    # Why the service ended it (a newer gateway of the user, a new key), if it did.
+    ended_by_service: str | None = None
     specs: list[ToolSpec[Any]] = field(default_factory=list)
     tools: list[types.Tool] = field(default_factory=list)
 
@@ -102,9 +104,10 @@ class Gateways:
         user_id: str,
         receive: Callable[[], Awaitable[str]],
         send: Callable[[str], Awaitable[None]],
-    ) -> None:
-        """Run one gateway's connection until it ends (or a newer one of the user replaces
-        it). Raises InvalidArgumentError for a gateway that does not introduce itself."""
+    ) -> str | None:
+        """Run one gateway's connection until it ends; returns why when the service ended it
+        (a newer gateway of the same user replaced it, or the user's key was replaced).
+        Raises InvalidArgumentError for a gateway that does not introduce itself."""
         try:
             first = await asyncio.wait_for(receive(), self._connect_timeout_s)
             hello = GatewayHello.model_validate_json(first)
@@ -126,9 +129,7 @@ class Gateways:
                 tools=tools,
             )
             gateway.specs = self._specs(gateway)
-            previous = self._by_user.get(user_id)
-            if previous is not None:
-                previous.gone.set()
+            self.disconnect(user_id, "a newer gateway of this user connected")
             self._by_user[user_id] = gateway
             log.info("gateway connected", user=user_id, tools=len(gateway.specs))
             try:
@@ -137,7 +138,15 @@ class Gateways:
                 gateway.gone.set()
                 if self._by_user.get(user_id) is gateway:
                     del self._by_user[user_id]
-                log.info("gateway disconnected", user=user_id)
+                log.info("gateway disconnected", user=user_id, why=gateway.ended_by_service)
+            return gateway.ended_by_service
+
+    def disconnect(self, user_id: str, why: str) -> None:
+        """End the user's gateway, telling it why (it stops instead of reconnecting)."""
+        gateway = self._by_user.get(user_id)
+        if gateway is not None:
+            gateway.ended_by_service = why
+            gateway.gone.set()
 
     def close(self) -> None:
         for gateway in list(self._by_user.values()):
