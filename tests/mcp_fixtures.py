@@ -79,13 +79,11 @@ async def gateway_state(channel: grpc.aio.Channel, user: str = "local") -> Any:
     )
 
 
-@contextlib.asynccontextmanager
-async def running_gateway(
-    channel: grpc.aio.Channel, root: Path, *, write: bool = False, user: str = "local"
-) -> AsyncIterator[asyncio.subprocess.Process]:
-    """`instance-ai gateway` sharing `root` for `user`, connected before this yields."""
-    key, url = await gateway_key(channel, user)
-    process = await asyncio.create_subprocess_exec(
+async def start_gateway(
+    url: str, key: str, root: Path, *, write: bool = False
+) -> asyncio.subprocess.Process:
+    """`instance-ai gateway` as a person runs it (the key in its environment)."""
+    return await asyncio.create_subprocess_exec(
         CLI,
         "gateway",
         "--server",
@@ -97,6 +95,15 @@ async def running_gateway(
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
+
+
+@contextlib.asynccontextmanager
+async def running_gateway(
+    channel: grpc.aio.Channel, root: Path, *, write: bool = False, user: str = "local"
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`instance-ai gateway` sharing `root` for `user`, connected before this yields."""
+    key, url = await gateway_key(channel, user)
+    process = await start_gateway(url, key, root, write=write)
     try:
         for _ in range(1200):
             if (await gateway_state(channel, user)).connected:

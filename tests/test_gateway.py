@@ -26,7 +26,7 @@ from server.settings import Settings
 from tests.agent_fixtures import Chat, model, model_settings, nth_card, of_type, tool_result
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, text, tool
-from tests.mcp_fixtures import CLI, gateway_key, gateway_state, running_gateway
+from tests.mcp_fixtures import gateway_key, gateway_state, running_gateway, start_gateway
 
 __all__ = ["model", "model_settings"]  # fixtures, shared
 
@@ -172,16 +172,7 @@ async def test_writes_need_write_and_a_call_in_flight_fails_when_the_gateway_goe
         # A replaced key is refused, and the gateway says so and stops (no retry loop).
         old_key, url = await gateway_key(channel)
         await gateway_key(channel)
-        refused = await asyncio.create_subprocess_exec(
-            CLI,
-            "gateway",
-            "--server",
-            url,
-            "--root",
-            str(shared),
-            env=os.environ | {"INSTANCE_AI_GATEWAY_KEY": old_key},
-            stderr=asyncio.subprocess.PIPE,
-        )
+        refused = await start_gateway(url, old_key, shared)
         _, stderr = await asyncio.wait_for(refused.communicate(), 30)
         assert refused.returncode == 1 and b"refused" in stderr
 

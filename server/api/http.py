@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -30,6 +28,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from fs_gateway.connect import GATEWAY_ENDED_CODE
 from server.api.caller import caller_from
+from server.api.interceptors import ApiKeys
 from server.api.mcp_server import service_mcp_server
 from server.errors import InstanceAIError
 from server.mcp.gateway import Gateways
@@ -63,7 +62,7 @@ class HttpEndpoint:
     public_url: str | None = None
 
     def __post_init__(self) -> None:
-        self._digests = [hashlib.sha256(k.encode()).digest() for k in self.api_keys]
+        self._keys = ApiKeys(self.api_keys)
         self._manager = StreamableHTTPSessionManager(app=service_mcp_server(self.registry))
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
@@ -131,7 +130,7 @@ class HttpEndpoint:
 
     async def _mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-        if self._digests and not self._key_accepted(headers.get("authorization", "")):
+        if self._keys and not self._keys.accept(headers.get("authorization", "")):
             await _refuse(
                 scope,
                 receive,
@@ -147,15 +146,6 @@ class HttpEndpoint:
             await _refuse(scope, receive, send, 400, str(exc))
             return
         await self._manager.handle_request(scope, receive, send)
-
-    def _key_accepted(self, header: str) -> bool:
-        if header[:7].lower() != "bearer ":
-            return False
-        presented = hashlib.sha256(header[7:].strip().encode()).digest()
-        matched = False
-        for digest in self._digests:
-            matched |= hmac.compare_digest(presented, digest)
-        return matched
 
     # -- /gateway -----------------------------------------------------------------------------
 

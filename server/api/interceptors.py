@@ -20,6 +20,7 @@ __all__ = [
     "N8N_KEY_METADATA",
     "UNAUTHENTICATED_METHODS",
     "ActingKeyInterceptor",
+    "ApiKeys",
     "AuthInterceptor",
     "Behavior",
     "ErrorInterceptor",
@@ -50,26 +51,39 @@ def _rewrap(
     return handler._replace(**{kind: unary(getattr(handler, kind))})
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Requires `authorization: Bearer <key>` with one of the configured keys. Keys are
-    compared as SHA-256 digests with `hmac.compare_digest`, against every key, so timing says
-    nothing about which key or how much of it matched."""
+class ApiKeys:
+    """The configured API keys, as SHA-256 digests: `accept` compares a presented bearer
+    token with every one (`hmac.compare_digest`), so timing says nothing about which key or
+    how much of it matched. Shared by gRPC and the HTTP endpoint."""
 
     def __init__(self, keys: list[str]) -> None:
-        if not keys:
-            raise ValueError("AuthInterceptor needs at least one key")
         self._digests = [hashlib.sha256(key.encode()).digest() for key in keys]
 
-    def _accepts(self, metadata: tuple[tuple[str, str | bytes], ...]) -> bool:
-        header = next((v for k, v in metadata if k == "authorization"), None)
+    def __bool__(self) -> bool:
+        return bool(self._digests)
+
+    def accept(self, authorization: str) -> bool:
         # The scheme name is case-insensitive (RFC 9110); the key is not.
-        if not isinstance(header, str) or header[:7].lower() != "bearer ":
+        if authorization[:7].lower() != "bearer ":
             return False
-        presented = hashlib.sha256(header[7:].strip().encode()).digest()
+        presented = hashlib.sha256(authorization[7:].strip().encode()).digest()
         matched = False
         for digest in self._digests:
             matched |= hmac.compare_digest(presented, digest)
         return matched
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Requires `authorization: Bearer <key>` with one of the configured keys (`ApiKeys`)."""
+
+    def __init__(self, keys: list[str]) -> None:
+        if not keys:
+            raise ValueError("AuthInterceptor needs at least one key")
+        self._keys = ApiKeys(keys)
+
+    def _accepts(self, metadata: tuple[tuple[str, str | bytes], ...]) -> bool:
+        header = next((v for k, v in metadata if k == "authorization"), None)
+        return isinstance(header, str) and self._keys.accept(header)
 
     async def intercept_service(
         self,
