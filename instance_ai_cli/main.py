@@ -20,7 +20,7 @@ from browser_relay.cli import browser_relay
 from evals.cli import eval_command
 from instance_ai.events import n8n_event
 from instance_ai.metadata import RESUME_AFTER_KEY
-from instance_ai.v1 import SERVICES, agent_pb2, agent_pb2_grpc
+from instance_ai.v1 import SERVICES, agent_pb2, agent_pb2_grpc, gateway_pb2, gateway_pb2_grpc
 from instance_ai_cli.build import (
     DEFAULT_THREAD,
     build,
@@ -205,6 +205,31 @@ async def _health(client: ClientConfig, deadline_s: float) -> dict[str, Any]:
         overall = await check("")
         services = {name: await check(name) for name in SERVICES}
     return {"server": client.server, "status": overall, "services": services}
+
+
+@app.command(name="gateway-key")
+def gateway_key(
+    server: ServerOption = DEFAULT_SERVER,
+    api_key: ApiKeyOption = None,
+    tls_ca: TlsCaOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """A filesystem-gateway key for you (shown once; it replaces your last one), and the
+    command that shares a folder with it."""
+    client = ClientConfig(server=server, api_key=api_key, tls_ca_file=tls_ca)
+    created = run_client(_gateway_key(client), client)
+    if as_json:
+        out.print_json(data=created)
+    else:
+        out.print(created["command"].replace(" --root DIR", " --root FOLDER"), markup=False)
+
+
+async def _gateway_key(client: ClientConfig) -> dict[str, str]:
+    async with client.channel() as channel:
+        created = await gateway_pb2_grpc.GatewayStub(channel).CreateGatewayKey(
+            gateway_pb2.CreateGatewayKeyRequest(), metadata=client.metadata()
+        )
+    return {"key": created.key, "serverUrl": created.server_url, "command": created.command}
 
 
 @app.command()

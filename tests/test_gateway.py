@@ -7,6 +7,7 @@ the gateway goes its tools go and a call in flight fails at once."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from server.settings import Settings
 from tests.agent_fixtures import Chat, model, model_settings, nth_card, of_type, tool_result
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, text, tool
-from tests.mcp_fixtures import gateway_key, gateway_state, running_gateway, start_gateway
+from tests.mcp_fixtures import CLI, gateway_key, gateway_state, running_gateway, start_gateway
 
 __all__ = ["model", "model_settings"]  # fixtures, shared
 
@@ -195,3 +196,31 @@ async def test_a_gateway_must_present_a_key_and_introduce_itself(
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
         assert "introduce" in closed.value.rcvd.reason
         assert not (await gateway_state(channel)).connected
+
+
+async def test_gateway_key_command_prints_the_key_and_how_to_use_it(
+    make_settings: Callable[..., Settings],
+) -> None:
+    async def gateway_key_command(port: int) -> tuple[int, bytes, bytes]:
+        process = await asyncio.create_subprocess_exec(
+            CLI,
+            "gateway-key",
+            "--server",
+            f"127.0.0.1:{port}",
+            "--json",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(process.communicate(), 120)
+        assert process.returncode is not None
+        return process.returncode, out, err
+
+    async with serving(make_settings(http_port=0)) as (app, _channel):
+        code, out, _ = await gateway_key_command(app.port)
+        created = json.loads(out)
+        assert code == 0 and created["key"].startswith("iagw_")
+        assert created["serverUrl"] == app.http_url
+        assert f"--server {app.http_url}" in created["command"]
+    async with serving(make_settings()) as (app, _channel):
+        code, _, err = await gateway_key_command(app.port)
+        assert code == 1 and b"INSTANCE_AI_HTTP_PORT" in err

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -69,8 +69,8 @@ class _Connection:
         self._wake = asyncio.Event()
         self._relisting: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
-        # Called with the connection whenever its tools change.
-        self.changed: list[Any] = []
+        # Called whenever its tools change.
+        self.changed: list[Callable[[], None]] = []
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._supervise(), name=f"mcp-{self.name}")
@@ -223,14 +223,6 @@ class McpServers:
 
     def states(self) -> list[ServerState]:
         return [c.status for c in self._connections.values()]
-
-    async def wait_connected(self, timeout_s: float) -> None:
-        """For start-up and tests: until every server connected or the time is up."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if all(c.session is not None for c in self._connections.values()):
-                return
-            await asyncio.sleep(0.05)
 
     def reconnect(self, name: str) -> None:
         connection = self._connections.get(name)

@@ -156,10 +156,6 @@ class ToolRegistry:
                     found.setdefault(spec.name, spec)
         return found
 
-    def reserved_names(self) -> frozenset[str]:
-        """The names of the service's own tools (a source's tool may not shadow them)."""
-        return frozenset(self._specs)
-
     @cached_property
     def provider_schemas(self) -> dict[str, dict[str, Any]]:
         """Each expressible tool's input schema as providers accept it. A tool that cannot be
