@@ -8,6 +8,7 @@ Both run on people's machines and start often, so they import nothing of the ser
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -52,6 +53,7 @@ def gateway(
     """Share a folder of this machine with the agent: connects out to the service (nothing
     listens here) and serves the folder's files until stopped."""
     configure_logging(log_format="console", level="info")
+    logging.getLogger("mcp").setLevel(logging.WARNING)  # not a line per request
     try:
         files = FileRoot(root, write=write)
     except OSError as exc:
@@ -110,8 +112,9 @@ async def _relay(url: str, headers: dict[str, str]) -> None:
         ClientSession(read, write) as upstream,
     ):
         started = await upstream.initialize()
+        info = started.serverInfo
         server: Server[Any, Any] = Server(
-            started.serverInfo.name, instructions=started.instructions
+            info.name, version=info.version, instructions=started.instructions
         )
 
         @server.list_tools()  # type: ignore[no-untyped-call, untyped-decorator]

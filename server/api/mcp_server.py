@@ -13,6 +13,7 @@ import json
 import secrets
 import weakref
 from collections.abc import Mapping
+from importlib import metadata
 from typing import Any
 
 from mcp import types
@@ -53,7 +54,7 @@ INSTRUCTIONS = (
 
 
 def service_mcp_server(registry: ToolRegistry) -> Server[Any, Any]:
-    server: Server[Any, Any] = Server("instance-ai", instructions=INSTRUCTIONS)
+    server: Server[Any, Any] = Server("instance-ai", version=_version(), instructions=INSTRUCTIONS)
     threads: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
 
     @server.list_tools()  # type: ignore[no-untyped-call, untyped-decorator]
@@ -95,6 +96,13 @@ def service_mcp_server(registry: ToolRegistry) -> Server[Any, Any]:
         )
 
     return server
+
+
+def _version() -> str:
+    try:
+        return metadata.version("instance-ai")
+    except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        return "0"
 
 
 def _headers(request: Any) -> Mapping[str, str]:
