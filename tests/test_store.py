@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +17,8 @@ from server.instance.types import WorkflowContent, WorkflowGoneError
 from server.runtime.events import EventLog
 from server.store import Database
 from server.store.models import Base
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _differences(connection: Connection) -> list[Any]:
@@ -79,3 +83,41 @@ async def test_concurrent_saves_of_one_workflow_get_distinct_version_numbers(
     finally:
         await events.close()
         await db.close()
+
+
+OPEN_DATABASE = """
+import asyncio, sys
+from server.store import Database
+from server.store.deployment import deployment_id
+
+async def main():
+    db = await Database.open(sys.argv[1])
+    print(await deployment_id(db))
+    await db.close()
+
+asyncio.run(main())
+"""
+
+
+async def test_processes_opening_a_new_database_at_once_migrate_it_once(
+    database_url: str,
+) -> None:
+    """Replicas starting at the same moment on a fresh database all start, on one
+    deployment (the migrations ran once)."""
+    processes = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            OPEN_DATABASE,
+            database_url,
+            cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for _ in range(3)
+    ]
+    results = [await asyncio.wait_for(p.communicate(), 120) for p in processes]
+    assert [p.returncode for p in processes] == [0, 0, 0], [
+        err.decode()[-800:] for _, err in results
+    ]
+    assert len({out.strip() for out, _ in results}) == 1

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import structlog
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, event, exc
+from sqlalchemy import Connection, event, exc, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -22,6 +25,8 @@ from server.errors import UnavailableError
 __all__ = ["MIGRATIONS_DIR", "Database", "storage_failure"]
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+# The advisory lock the migrations run under on PostgreSQL (any fixed 64-bit number).
+_MIGRATION_LOCK = 0x1A5E_A1_0001
 log = structlog.get_logger(__name__)
 
 
@@ -42,13 +47,26 @@ class Database:
         if engine.dialect.name == "sqlite":
             event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         db = cls(engine)
-        await db.migrate()
+        lock = (
+            Path(f"{parsed.database}.migrate.lock")
+            if engine.dialect.name == "sqlite" and parsed.database not in (None, "", ":memory:")
+            else None
+        )
+        await db.migrate(lock)
         return db
 
-    async def migrate(self) -> None:
-        """Apply every Alembic migration not yet applied (idempotent)."""
-        async with self.engine.begin() as conn:
-            await conn.run_sync(_upgrade_to_head)
+    async def migrate(self, sqlite_lock: Path | None = None) -> None:
+        """Apply every Alembic migration not yet applied (idempotent). Processes starting
+        together on one database take turns — on PostgreSQL under a transaction-scoped
+        advisory lock, on SQLite under a lock file beside the database — so the first one
+        migrates and the others find nothing to do."""
+        with _file_lock(sqlite_lock):
+            async with self.engine.begin() as conn:
+                if conn.dialect.name == "postgresql":
+                    await conn.execute(
+                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK}
+                    )
+                await conn.run_sync(_upgrade_to_head)
         log.info("database migrated", backend=self.engine.dialect.name)
 
     def session(self) -> AsyncSession:
@@ -56,6 +74,21 @@ class Database:
 
     async def close(self) -> None:
         await self.engine.dispose()
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path | None) -> Iterator[None]:
+    """An exclusive lock on `path` (created if missing) while the block runs; no-op for None.
+    Held only while migrating at start-up, so blocking the loop for it is harmless."""
+    if path is None:
+        yield
+        return
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _engine_options(url: str) -> dict[str, Any]:
