@@ -129,7 +129,7 @@ class HttpEndpoint:
     # -- /mcp ---------------------------------------------------------------------------------
 
     async def _mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         if self._keys and not self._keys.accept(headers.get("authorization", "")):
             await _refuse(
                 scope,
