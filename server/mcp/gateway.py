@@ -111,8 +111,10 @@ class Gateways:
         try:
             first = await asyncio.wait_for(receive(), self._connect_timeout_s)
             hello = GatewayHello.model_validate_json(first)
-        except (ValidationError, TimeoutError) as exc:
-            raise InvalidArgumentError(f"the gateway did not introduce itself: {exc}") from None
+        except (ValidationError, TimeoutError):
+            raise InvalidArgumentError(
+                "the gateway did not introduce itself (first a JSON hello with rootPath)"
+            ) from None
         ended = anyio.Event()
         async with (
             message_streams(receive, send, ended) as (read, write),
