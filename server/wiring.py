@@ -295,7 +295,7 @@ class Parts:
 
     async def close(self) -> None:
         await self.background.cancel_all()
-        self.gateways.close()
+        # Gateways are connections of the HTTP endpoint, which ends them when it closes.
         await self.mcp_servers.close()
         if self.drivers is not None:
             await self.drivers.close()
