@@ -34,7 +34,7 @@ LABEL_SANDBOX = LABEL_PREFIX + "sandbox"
 LABEL_CREATED = LABEL_PREFIX + "created"
 LABEL_IMAGE = LABEL_PREFIX + "image"
 LABEL_POOL = LABEL_PREFIX + "pool"
-# On the one container that proves a live service holds the owner (see sandbox/lease.py).
+# On the container that proves a live service holds the owner (see sandbox/lease.py).
 LABEL_LEASE = LABEL_PREFIX + "lease"
 # The container's own egress directory (see sandbox/egress.py), named at creation.
 LABEL_EGRESS = LABEL_PREFIX + "egress"
@@ -62,8 +62,9 @@ def pool_name(owner: str, pool_id: str) -> str:
     return f"instance-ai-{_owner_tag(owner)}-pool-{pool_id}"
 
 
-def lease_name(owner: str) -> str:
-    return f"instance-ai-{_owner_tag(owner)}-owner"
+def lease_name(owner: str, claim: str) -> str:
+    """One holder's lease on the owner (see sandbox/lease.py)."""
+    return f"instance-ai-{_owner_tag(owner)}-owner-{claim[:12]}"
 
 
 def sandbox_id_from_name(owner: str, name: str) -> str | None:

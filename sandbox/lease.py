@@ -1,11 +1,13 @@
-"""The owner lease: at most one live service manages the sandboxes of an owner on an engine.
+"""The owner lease: the sandboxes of an owner on an engine belong to one deployment.
 
-Two services with the same owner would adopt each other's pool, kill each other's commands
-and remove each other's sandboxes. The lease is one small container per owner, with a fixed
-name (so creating it is the atomic claim), running `cat` on a stdin that the holding process
-keeps attached. When that process ends, however it ends (SIGKILL included), the engine closes
-the attach, `cat` sees end of file, and the container stops and removes itself: the lease is
-held exactly as long as its holder lives, with no heartbeat to miss.
+Two deployments with the same owner would adopt each other's pool, kill each other's commands
+and remove each other's sandboxes; the replicas of *one* deployment (processes sharing its
+database) share them on purpose. Each live service holds one small lease container per owner,
+labelled with its deployment, running `cat` on a stdin that the holding process keeps
+attached. When that process ends, however it ends (SIGKILL included), the engine closes the
+attach, `cat` sees end of file, and the container stops and removes itself: a lease is held
+exactly as long as its holder lives, with no heartbeat to miss. A service whose owner has a
+live lease of another deployment refuses to start.
 """
 
 from __future__ import annotations
@@ -20,19 +22,18 @@ from sandbox import identity
 from sandbox.engine import (
     Attached,
     ContainerEngine,
-    ContainerGoneError,
     ContainerInfo,
     ContainerSpec,
     SandboxLimits,
 )
 from sandbox.errors import SandboxOwnerInUseError, SandboxUnavailableError
 
-__all__ = ["LABEL_HOLDER", "OwnerLease"]
+__all__ = ["LABEL_DEPLOYMENT", "LABEL_HOLDER", "OwnerLease"]
 
 # How long a claim waits for the lease of a holder that just died to go away.
 RELEASE_WAIT_S = 5.0
 LABEL_HOLDER = identity.LABEL_PREFIX + "holder"
-LABEL_CLAIM = identity.LABEL_PREFIX + "claim"
+LABEL_DEPLOYMENT = identity.LABEL_PREFIX + "deployment"
 # `cat` needs next to nothing.
 LEASE_LIMITS = SandboxLimits(
     user="65534:65534", pids_limit=8, memory_bytes=32 * 1024 * 1024, init=False, tmp_size=""
@@ -40,7 +41,8 @@ LEASE_LIMITS = SandboxLimits(
 
 
 class OwnerLease:
-    """`OwnerLease.acquire(engine, image=..., owner=...)` or SandboxOwnerInUseError."""
+    """`OwnerLease.acquire(engine, image=..., owner=..., deployment=...)` or
+    SandboxOwnerInUseError."""
 
     def __init__(self, engine: ContainerEngine, container: ContainerInfo, attached: Attached):
         self._engine = engine
@@ -51,6 +53,10 @@ class OwnerLease:
     def holder(self) -> str:
         return str(self._container.labels.get(LABEL_HOLDER, ""))
 
+    @property
+    def name(self) -> str:
+        return self._container.name
+
     @classmethod
     def acquire(
         cls,
@@ -58,28 +64,53 @@ class OwnerLease:
         *,
         image: str,
         owner: str,
+        deployment: str = "",
         holder: str = "",
         wait_s: float = RELEASE_WAIT_S,
     ) -> OwnerLease:
+        """Hold a lease on `owner` for `deployment` (empty: a deployment of its own, sharing
+        with no one)."""
         holder = holder or f"pid {os.getpid()} on {socket.gethostname()}"
+        claim = uuid.uuid4().hex
+        lease = cls._start(engine, image, owner, holder, deployment or claim, claim)
         deadline = time.monotonic() + wait_s
-        while True:
-            container = _create(engine, image, owner, holder)
-            if container is not None:
-                break
-            current = engine.inspect(identity.lease_name(owner))
-            if current is not None and current.status == "running":
+        try:
+            while (foreign := lease._foreign(owner)) is not None:
                 if time.monotonic() >= deadline:
                     raise SandboxOwnerInUseError(
                         f"the sandbox owner {owner!r} is held by another running instance-ai "
-                        f"service ({current.labels.get(LABEL_HOLDER, 'unknown')}); give this "
-                        "one its own INSTANCE_AI_SANDBOX_OWNER (or leave it unset: each "
-                        "database then gets its own), or stop the other"
+                        f"service of another deployment ({foreign.labels.get(LABEL_HOLDER)}); "
+                        "give this one its own INSTANCE_AI_SANDBOX_OWNER (or leave it unset: "
+                        "each database then gets its own), or stop the other"
                     )
-                time.sleep(0.2)
-            elif current is not None:  # stopped but not removed yet: a dead holder's
-                with contextlib.suppress(SandboxUnavailableError):
-                    engine.remove(current.id)
+                time.sleep(0.2)  # a holder that just died takes a moment to go
+        except BaseException:
+            lease.release()
+            raise
+        return lease
+
+    @classmethod
+    def _start(
+        cls,
+        engine: ContainerEngine,
+        image: str,
+        owner: str,
+        holder: str,
+        deployment: str,
+        claim: str,
+    ) -> OwnerLease:
+        labels = {identity.LABEL_LEASE: owner, LABEL_HOLDER: holder, LABEL_DEPLOYMENT: deployment}
+        container = engine.create(
+            ContainerSpec(
+                name=identity.lease_name(owner, claim),
+                image=image,
+                labels=labels,
+                limits=LEASE_LIMITS,
+                command=["cat"],
+                stdin_open=True,
+                auto_remove=True,
+            )
+        )
         attached = None
         try:
             attached = engine.attach(container.id)
@@ -91,6 +122,16 @@ class OwnerLease:
                 attached.close()
             raise SandboxUnavailableError(f"the engine failed to start a lease: {exc}") from exc
         return cls(engine, container, attached)
+
+    def _foreign(self, owner: str) -> ContainerInfo | None:
+        """A running lease on `owner` held for another deployment, if any."""
+        ours = self._container.labels.get(LABEL_DEPLOYMENT)
+        for lease in self._engine.containers({identity.LABEL_LEASE: owner}):
+            if lease.id == self._container.id or lease.status != "running":
+                continue
+            if lease.labels.get(LABEL_DEPLOYMENT) != ours:
+                return lease
+        return None
 
     def release(self) -> None:
         """Let go (idempotent): closing the attach ends the container; removing it makes the
@@ -106,28 +147,3 @@ class OwnerLease:
                 if time.monotonic() >= deadline:
                     break
                 time.sleep(0.05)
-
-
-def _create(engine: ContainerEngine, image: str, owner: str, holder: str) -> ContainerInfo | None:
-    """The lease container, or None when the name is taken."""
-    name = identity.lease_name(owner)
-    claim = uuid.uuid4().hex
-    labels = {identity.LABEL_LEASE: owner, LABEL_HOLDER: holder, LABEL_CLAIM: claim}
-    try:
-        container = engine.create(
-            ContainerSpec(
-                name=name,
-                image=image,
-                labels=labels,
-                limits=LEASE_LIMITS,
-                command=["cat"],
-                stdin_open=True,
-                auto_remove=True,
-            )
-        )
-    except ContainerGoneError:
-        # The name was taken by a holder's container that went away while we looked at it
-        # (it removes itself when its holder dies): the name is free again, try once more.
-        return None
-    # `create` answers the existing container when the name is taken: ours has our claim.
-    return container if container.labels.get(LABEL_CLAIM) == claim else None

@@ -127,6 +127,7 @@ class SandboxManager:
         pool_size: int = 0,
         egress: EgressProxy | None = None,
         reap_leftovers: bool = True,
+        adopt_pool: bool = True,
     ) -> None:
         self.provider = provider
         self.engine = provider.engine
@@ -150,7 +151,9 @@ class SandboxManager:
         # Started, seeded sandboxes (with their worker) waiting for a thread.
         self._pool: list[_Entry] = []
         self._refill: asyncio.Task[None] | None = None
-        self._adopted = False
+        # Whether unclaimed pool sandboxes left by an earlier process are taken over (not
+        # when other live services of the owner may be using theirs).
+        self._adopted = not adopt_pool
         self._closing = False
 
     # -- acquisition --------------------------------------------------------------------

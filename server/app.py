@@ -81,6 +81,7 @@ class Application:
             self._http = await self._start_http(registry)
             api_parts = replace(parts.api_parts(), http_url=self._http.url if self._http else None)
             self._grpc = await start_grpc_server(self.settings, api_parts, self._agent, registry)
+            await parts.replicas.advertise(self._grpc.address)
         except (RuntimeError, OSError) as exc:  # grpc raises RuntimeError when it cannot bind
             if self._http is not None:
                 await self._http.close()

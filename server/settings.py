@@ -262,6 +262,12 @@ class Settings(BaseSettings):
         86_400, ge=0, description="unanswered confirmations are denied after this; 0: never"
     )
     confirmation_sweep_interval_seconds: float = Field(60, gt=0)
+    replica_lease_seconds: float = Field(
+        10,
+        ge=0.5,
+        description="replicas sharing a PostgreSQL database: one that has not renewed its "
+        "lease for this long is dead, and another ends its active runs as interrupted",
+    )
     permissions: dict[str, PermissionMode] = Field(
         default_factory=dict,
         description='HITL mode per action, JSON, e.g. {"runWorkflow": "always_allow"}',

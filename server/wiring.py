@@ -63,6 +63,7 @@ from server.runtime.egress import egress_policy
 from server.runtime.events import EventLog
 from server.runtime.hitl import Hitl
 from server.runtime.plans import Plans
+from server.runtime.replicas import Replicas, open_replica
 from server.runtime.sandboxes import SandboxService
 from server.runtime.threads import Threads
 from server.settings import Settings, effective_permissions
@@ -131,6 +132,7 @@ class Parts:
 
     settings: Settings
     db: Database
+    replicas: Replicas
     events: EventLog
     threads: Threads
     hitl: Hitl
@@ -162,24 +164,31 @@ class Parts:
     @classmethod
     async def open(cls, settings: Settings) -> Parts:
         db = await Database.open(settings.resolved_database_url)
-        events = EventLog(db=db, subscriber_buffer=settings.subscriber_buffer)
-        events.start()
+        replicas, events = await open_replica(
+            db,
+            url=settings.resolved_database_url,
+            lease_s=settings.replica_lease_seconds,
+            subscriber_buffer=settings.subscriber_buffer,
+        )
         background = BackgroundTasks(
             events=events,
             limit=settings.background_task_limit,
             timeout_s=settings.background_task_timeout_seconds,
+            replicas=replicas,
         )
-        threads = Threads(db=db, events=events, background=background.running)
+        threads = Threads(db=db, events=events, background=background.running, replica=replicas.id)
         hitl = Hitl(db=db, events=events, modes=effective_permissions(settings.permissions))
         sandboxes = SandboxService(
             settings,
             db,
             thread_known=threads.exists,
             egress=EgressProxy(egress_policy(settings, hitl)),
+            replicas=replicas,
         )
         try:
             await sandboxes.start()
         except BaseException:
+            await replicas.close()
             await events.close()
             await db.close()
             raise
@@ -266,6 +275,7 @@ class Parts:
         return cls(
             settings=settings,
             db=db,
+            replicas=replicas,
             events=events,
             threads=threads,
             hitl=hitl,
@@ -302,6 +312,7 @@ class Parts:
         await self.headless.close()
         await self.relay.close()
         await self.sandboxes.close()
+        await self.replicas.close()
         await self.events.close()
         if self.n8n_probe is not None:
             await self.n8n_probe.close()
@@ -324,6 +335,7 @@ class Parts:
             background=self.background,
             sandbox_for=self.sandboxes.for_thread,
             skills=self.skills,
+            replicas=self.replicas,
         )
 
     def credential_types(self) -> CredentialTypeIndex:

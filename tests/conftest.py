@@ -76,7 +76,12 @@ async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh, empty database of each supported kind."""
     if request.param == "sqlite":
         return f"sqlite+aiosqlite:///{tmp_path / 'state.db'}"
-    server_url = make_url(request.getfixturevalue("postgres_url"))
+    return await new_postgres_database(request.getfixturevalue("postgres_url"))
+
+
+async def new_postgres_database(cluster_url: str) -> str:
+    """The URL of a new, empty database on the test cluster."""
+    server_url = make_url(cluster_url)
     name = f"test_{os.getpid()}_{next(_database_numbers)}"
     conn = await asyncpg.connect(
         host=server_url.host,

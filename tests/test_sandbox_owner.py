@@ -125,5 +125,7 @@ def test_a_killed_holder_frees_its_owner(
         assert lease.holder != "child"
     finally:
         lease.release()
-    with pytest.raises(docker.errors.NotFound):
-        docker_client.containers.get(identity.lease_name(owner))
+    leases = docker_client.containers.list(
+        all=True, filters={"label": f"{identity.LABEL_LEASE}={owner}"}
+    )
+    assert leases == []

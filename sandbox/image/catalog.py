@@ -38,7 +38,7 @@ def extract_catalog(client: docker.DockerClient, image: str, cache_dir: Path) ->
     """The catalog of `image`, copied once into `cache_dir/<image hash>/<package>/` (blocking).
     Catalogs of other images are removed: only the running image's is needed."""
     target = cache_dir / image.split(":")[-1]
-    if all((target / p / n).exists() for p in CATALOG_PACKAGES for n in CATALOG_FILES):
+    if _complete(target):
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".partial-", dir=cache_dir))
@@ -55,14 +55,23 @@ def extract_catalog(client: docker.DockerClient, image: str, cache_dir: Path) ->
         finally:
             container.remove(force=True)
         for other in cache_dir.iterdir():
-            if other != staging:
+            # Other images' catalogs go; this image's, or another process copying it, stay.
+            if other not in (staging, target) and not other.name.startswith(".partial-"):
                 shutil.rmtree(other, ignore_errors=True)
-        staging.rename(target)  # all or nothing: a half-copied catalog is never read
+        try:
+            staging.rename(target)  # all or nothing: a half-copied catalog is never read
+        except OSError:
+            if not _complete(target):  # not a process that got there first
+                raise
     except docker.errors.DockerException as exc:
         raise SandboxUnavailableError(f"reading the catalog from {image} failed: {exc}") from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _complete(target: Path) -> bool:
+    return all((target / p / n).exists() for p in CATALOG_PACKAGES for n in CATALOG_FILES)
 
 
 def _copy_out(container: object, path: str, destination: Path) -> None:

@@ -40,6 +40,7 @@ from server.runtime.conversation import Conversation, estimate_tokens, repair, t
 from server.runtime.events import ORCHESTRATOR, EventLog
 from server.runtime.hitl import DENIED_BY_TIMEOUT, Confirmation, Hitl, parse_resume
 from server.runtime.plans import Plans
+from server.runtime.replicas import Replicas
 from server.runtime.threads import RunInfo, Threads
 from server.settings import Settings
 from server.tools.loading import CORE_TOOLS, TOOL_LOADERS, loaded_tools
@@ -94,6 +95,7 @@ class AgentServices:
     background: BackgroundTasks
     sandbox_for: SandboxFor
     skills: SkillLibrary
+    replicas: Replicas
 
 
 class Agent(Orchestration):
@@ -113,10 +115,17 @@ class Agent(Orchestration):
         self._sweeper: asyncio.Task[None] | None = None
         self._starting: set[asyncio.Future[None]] = set()
         self._closing = False
+        self._recovered = False
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
+        replicas = self.services.replicas
+        replicas.handle("stop-thread", self._stop_thread_here)
+        replicas.handle("forget-thread", self._forget_thread_here)
+        replicas.handle("answer-background", self._answer_background_asked)
+        replicas.on_dead(self._take_over)
+        replicas.on_declared_dead(self._drop_drives)
         await self.recover()
         if self.settings.confirmation_timeout_seconds > 0:
             self._sweeper = asyncio.create_task(self._sweep_forever())
@@ -133,22 +142,55 @@ class Agent(Orchestration):
         await asyncio.gather(*drives.values(), return_exceptions=True)
         await self.services.background.cancel_all()
         for run in await self.services.threads.open_runs():
-            if run.status == "active":
+            # Only this replica's: the others' runs go on.
+            if run.status == "active" and run.owner == self.services.replicas.id:
                 await self._interrupt(run, reason="server_shutdown")
         if self.provider is not None:
             await self.provider.close()
 
     async def recover(self) -> None:
-        """Runs that were active when the process died are closed as interrupted; suspended
-        runs stay suspended and resume on Confirm (one executing a planned task still settles
-        it then). Planned tasks nothing executes any more (their run or background agent
-        ended with the process) fail, so their plans replan instead of waiting forever."""
+        """Runs that were active when their replica died are closed as interrupted;
+        suspended runs stay suspended and resume on Confirm, on any replica (one executing a
+        planned task still settles it then). See `_take_over` for the rest."""
         for run in await self.services.threads.open_runs():
-            if run.status == "active":
-                await self._interrupt(run, reason="crash_interrupted")
-            elif (task_id := await self._planned_task_of(run)) is not None:
+            if run.status == "suspended" and (task_id := await self._planned_task_of(run)):
                 self._planned_runs[run.id] = (task_id, run.caller)
+        await self._take_over()
+
+    async def _take_over(self) -> None:
+        """End what dead replicas left: their active runs (interrupted, `tool-interrupted`
+        for cut-off calls). When this replica is the only one alive, also fail planned tasks
+        nothing executes any more (their run or background agent ended with a process), so
+        their plans replan instead of waiting forever, and close tool calls made outside a
+        run that never ended; with others alive those may still be running there."""
+        replicas = self.services.replicas
+        orphans = await self.services.threads.orphaned_runs(replicas.owned_by_live)
+        for run in orphans:
+            log.warning("ending a run its replica left", run_id=run.id, replica=run.owner)
+            await self._interrupt(run, reason="crash_interrupted")
+        if (orphans or not self._recovered) and await replicas.alive() == {replicas.id}:
+            self._recovered = True
+            await self._fail_stranded_tasks()
+
+    async def _drop_drives(self) -> None:
+        """This replica was taken for dead (its lease lapsed): the runs it drove were ended
+        by another, so stop driving them without writing anything more."""
+        drives = list(self._drives.values())
+        for task in drives:
+            task.cancel()
+        await asyncio.gather(*drives, return_exceptions=True)
+
+    def _executing_here(self) -> set[str]:
+        """The planned tasks this replica executes: in runs (driven or suspended), queued as
+        follow-ups, or in background agents."""
         executing = {task_id for task_id, _ in self._planned_runs.values()}
+        for queued in self._follow_ups.values():
+            executing |= {f.task_id for f in queued if f.task_id is not None}
+        keys = self.services.background.keys()
+        return executing | {k.removeprefix("planned:") for k in keys if k.startswith("planned:")}
+
+    async def _fail_stranded_tasks(self) -> None:
+        executing = self._executing_here()
         plans = self.services.plans
         for plan in await plans.active():
             stranded = [
@@ -263,7 +305,7 @@ class Agent(Orchestration):
             raise FailedPreconditionError(
                 f"confirmation request {request_id!r} was already resolved ({found.status})"
             )
-        if await self._answer_background(found, answer, status="answered"):
+        if await self._answer_background_anywhere(found, answer, status="answered"):
             return found.run_id
         self._require_provider()
         await self._resume(found, answer, status="answered")
@@ -277,6 +319,9 @@ class Agent(Orchestration):
         if run is None or run.status != "suspended":
             raise FailedPreconditionError(f"run {confirmation.run_id!r} is not waiting any more")
         await self.services.threads.save_state(run.id, run.state, status="active")
+        # Suspended on another replica: this one now drives it, planned task and all.
+        if run.id not in self._planned_runs and (task_id := await self._planned_task_of(run)):
+            self._planned_runs[run.id] = (task_id, run.caller)
         scope = RunScope(
             thread_id=run.thread_id,
             run_id=run.id,
@@ -288,8 +333,12 @@ class Agent(Orchestration):
         self._launch(scope, RunState.load(run.state), answer=answer)
 
     async def forget_thread(self, thread_id: str) -> None:
-        """Stop everything running for a thread that is being deleted (nothing is written:
-        the thread's rows go with it)."""
+        """Stop everything running for a thread that is being deleted, on every replica
+        (nothing is written: the thread's rows go with it)."""
+        await self.services.replicas.ask("forget-thread", {"thread": thread_id})
+
+    async def _forget_thread_here(self, args: dict[str, str]) -> None:
+        thread_id = args["thread"]
         drive = self._drives.get(thread_id)
         if drive is not None:
             drive.cancel()
@@ -301,13 +350,8 @@ class Agent(Orchestration):
         """Cancel the thread's open run (idempotent): the model stream and running tools are
         aborted, background tasks stopped, open calls closed, `run-finish{cancelled}`."""
         status = await self.services.threads.status(thread_id)
-        drive = self._drives.get(thread_id)
-        if drive is not None:
-            drive.cancel()
-            await asyncio.gather(drive, return_exceptions=True)
-        # Not settled one by one: the plan as a whole is cancelled just below.
-        await self.services.background.cancel_thread(thread_id, settle=False)
-        self._follow_ups.pop(thread_id, None)
+        # The run's replica (and any running its background tasks) stops them first.
+        await self.services.replicas.ask("stop-thread", {"thread": thread_id})
         plan = await self.services.plans.get(thread_id)
         if plan is not None and plan.status in ("active", "awaiting_approval"):
             await self.services.plans.set_status(
@@ -324,6 +368,16 @@ class Agent(Orchestration):
             thread_id, run.id, status="cancelled", reason="user_cancelled"
         )
         return run.id if finished else None
+
+    async def _stop_thread_here(self, args: dict[str, str]) -> None:
+        thread_id = args["thread"]
+        drive = self._drives.get(thread_id)
+        if drive is not None:
+            drive.cancel()
+            await asyncio.gather(drive, return_exceptions=True)
+        # Not settled one by one: the canceller cancels the plan as a whole.
+        await self.services.background.cancel_thread(thread_id, settle=False)
+        self._follow_ups.pop(thread_id, None)
 
     # -- driving a run --------------------------------------------------------------------
 
@@ -817,6 +871,21 @@ class Agent(Orchestration):
         finally:
             self._background_asks.pop(confirmation.request_id, None)
 
+    async def _answer_background_anywhere(
+        self, found: Confirmation, answer: dict[str, Any], *, status: str
+    ) -> bool:
+        """Answer a card a background agent waits on, on whichever replica runs the agent
+        (False: no agent waits on it)."""
+        args = {"request": found.request_id, "answer": answer, "status": status}
+        return any(await self.services.replicas.ask("answer-background", args))
+
+    async def _answer_background_asked(self, args: dict[str, Any]) -> bool:
+        waiter = self._background_asks.get(args["request"])
+        if waiter is None or waiter.done():
+            return False
+        found = await self.services.hitl.get(args["request"])
+        return await self._answer_background(found, args["answer"], status=args["status"])
+
     async def _answer_background(
         self, found: Confirmation, answer: dict[str, Any], *, status: str
     ) -> bool:
@@ -869,6 +938,8 @@ class Agent(Orchestration):
     async def _sweep_forever(self) -> None:
         while True:
             await asyncio.sleep(self.settings.confirmation_sweep_interval_seconds)
+            if not self.services.replicas.is_leader:
+                continue  # one replica sweeps for all
             try:
                 await self.sweep_confirmations()
             except Exception:
@@ -880,7 +951,7 @@ class Agent(Orchestration):
         expired = await self.services.hitl.older_than(age)
         for found in expired:
             try:
-                if await self._answer_background(
+                if await self._answer_background_anywhere(
                     found, parse_resume(DENIED_BY_TIMEOUT), status="expired"
                 ):
                     continue

@@ -72,7 +72,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
     ) -> agent_pb2.CancelTaskResponse:
         check_thread_id(request.thread_id)
         _check_task_id(request.task_id)
-        cancelled = await self._parts.background.cancel(request.thread_id, request.task_id)
+        cancelled = await self._parts.background.cancel_anywhere(request.thread_id, request.task_id)
         return agent_pb2.CancelTaskResponse(cancelled=cancelled)
 
     async def CorrectTask(
@@ -82,7 +82,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         _check_task_id(request.task_id)
         if not request.correction.strip():
             raise InvalidArgumentError("correction is empty: say what the task should change")
-        result = self._parts.background.correct(
+        result = await self._parts.background.correct_anywhere(
             request.thread_id, request.task_id, request.correction
         )
         return agent_pb2.CorrectTaskResponse(result=result)

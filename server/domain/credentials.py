@@ -14,6 +14,7 @@ test, a run); tools, events and logs get `CredentialInfo` only.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -64,12 +65,17 @@ def decode_key(text: str, origin: str) -> bytes:
 
 
 def key_from_file(path: Path) -> bytes:
-    """The key in `path`, created (0600) on first use."""
+    """The key in `path`, created (0600) on first use. Written aside and linked into place,
+    so processes starting together on one data directory all read the one key that won."""
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        aside = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(base64.b64encode(os.urandom(32)).decode() + "\n")
+        with contextlib.suppress(FileExistsError):  # another process's key is there first
+            os.link(aside, path)
+        aside.unlink()
     return decode_key(path.read_text(), f"key file {path}")
 
 

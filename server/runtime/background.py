@@ -19,6 +19,7 @@ import structlog
 
 from server.core.ids import new_id
 from server.runtime.events import ORCHESTRATOR, EventLog
+from server.runtime.replicas import Replicas
 from server.runtime.threads import BackgroundTaskInfo
 
 __all__ = [
@@ -92,8 +93,42 @@ class BackgroundTasks:
     # A task still working after this long is stopped and settles as an error (a stuck model
     # stream or tool would otherwise hold its slot, and its plan, for ever).
     timeout_s: float = 3600.0
+    # Tasks live in the memory of the replica that spawned them: a cancel or a correction
+    # made on another replica is handed to every replica (None: this process alone).
+    replicas: Replicas | None = None
     _threads: dict[str, dict[str, _Running]] = field(default_factory=dict)
     _finished: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        if self.replicas is not None:
+            self.replicas.handle("cancel-task", self._cancel_asked)
+            self.replicas.handle("correct-task", self._correct_asked)
+
+    async def cancel_anywhere(self, thread_id: str, task_id: str) -> bool:
+        """Cancel the task on whichever replica runs it (`cancel` here and on the others)."""
+        if self.replicas is None:
+            return await self.cancel(thread_id, task_id)
+        args = {"thread": thread_id, "task": task_id}
+        return any(await self.replicas.ask("cancel-task", args))
+
+    async def correct_anywhere(
+        self, thread_id: str, task_id: str, correction: str
+    ) -> CorrectionResult:
+        """Queue a correction for the task on whichever replica runs it."""
+        if self.replicas is None:
+            return self.correct(thread_id, task_id, correction)
+        args = {"thread": thread_id, "task": task_id, "correction": correction}
+        answers = set(await self.replicas.ask("correct-task", args))
+        for result in ("queued", "task-completed"):
+            if result in answers:
+                return result
+        return "task-not-found"
+
+    async def _cancel_asked(self, args: dict[str, str]) -> bool:
+        return await self.cancel(args["thread"], args["task"])
+
+    async def _correct_asked(self, args: dict[str, str]) -> CorrectionResult:
+        return self.correct(args["thread"], args["task"], args["correction"])
 
     def running(self, thread_id: str) -> list[BackgroundTaskInfo]:
         return [
@@ -107,6 +142,12 @@ class BackgroundTasks:
             )
             for r in self._threads.get(thread_id, {}).values()
         ]
+
+    def keys(self) -> set[str]:
+        """The deduplication keys of the tasks running here."""
+        return {
+            r.key for tasks in self._threads.values() for r in tasks.values() if r.key is not None
+        }
 
     async def spawn(
         self,

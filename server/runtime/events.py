@@ -19,6 +19,14 @@ dropping live events whose id it has already passed: nothing committed before re
 missed (the second replay sees it) and nothing after it is missed (the live buffer gets it).
 A subscriber's live buffer is bounded; a publisher never waits for a subscriber. One that
 overflows is ended with `SubscriberLaggedError`, which says where to resume.
+
+Replicas sharing a PostgreSQL database (`shared_as`) deliver differently: every event, live-only
+ones included, leaves through the writer as a `NOTIFY` on `EVENTS_CHANNEL` (durable ones in the
+transaction that stores them), and reaches followers — this replica's too — only as the
+notification comes back. PostgreSQL delivers notifications in commit order, so every replica
+sees a thread's events in id order; the hand-over above holds unchanged. While the link that
+listens is down (`link_changed`), followers are ended and new ones refused: nothing is missed
+without the follower knowing where to resume.
 """
 
 from __future__ import annotations
@@ -33,7 +41,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import structlog
-from sqlalchemy import Row, insert, select
+from sqlalchemy import Row, insert, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from server.core.validation import check_thread_id
 from server.errors import (
@@ -49,7 +58,7 @@ from server.store.database import storage_failure
 from server.store.models import EventRow
 from server.store.threads import bump_event_counters, ensure_threads, get_thread
 
-__all__ = ["ORCHESTRATOR", "Event", "EventLog"]
+__all__ = ["EVENTS_CHANNEL", "ORCHESTRATOR", "Event", "EventLog"]
 
 log = structlog.get_logger(__name__)
 
@@ -65,6 +74,11 @@ MAX_BATCH = 512
 EVENTS = EventRow.metadata.tables["events"]
 # Events read from the store per replay query.
 REPLAY_PAGE = 500
+# The notification channel of replicas sharing a PostgreSQL database.
+EVENTS_CHANNEL = "instance_ai_events"
+# PostgreSQL refuses a notification payload of 8,000 bytes or more; an event bigger than this
+# travels as a reference the receivers read from the store.
+NOTIFY_MAX = 7_500
 # A tool call and each way it can end.
 CALL_EVENTS = ("tool-call", "tool-result", "tool-error", "tool-interrupted")
 
@@ -90,6 +104,16 @@ class Event:
 class _PendingAppend:
     event: Event
     done: asyncio.Future[Event]
+
+
+@dataclass(kw_only=True)
+class _LiveNotice:
+    """A live-only event on its way to the other replicas (shared mode)."""
+
+    event: Event
+
+
+_Queued = _PendingAppend | _LiveNotice
 
 
 class _Subscription:
@@ -164,7 +188,13 @@ class EventLog:
     # Events committed in one transaction at the most. A subscriber receives a whole batch
     # at once, so its buffer must hold at least one batch.
     max_batch: int = MAX_BATCH
-    _queue: asyncio.Queue[_PendingAppend | object] = field(default_factory=asyncio.Queue)
+    # This replica's id when replicas share the database (events then travel as
+    # notifications; see the module's docstring); None for one process on its own.
+    shared_as: str | None = None
+    _queue: asyncio.Queue[_Queued | object] = field(default_factory=asyncio.Queue)
+    _inbox: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
+    _receiver: asyncio.Task[None] | None = None
+    _link_up: bool = False
     _subscribers: defaultdict[str, set[_Subscription]] = field(
         default_factory=lambda: defaultdict(set)
     )
@@ -188,6 +218,8 @@ class EventLog:
                 f"({self.max_batch} events)"
             )
         self._writer = asyncio.create_task(self._write_loop(), name="event-log-writer")
+        if self.shared_as is not None:
+            self._receiver = asyncio.create_task(self._receive_loop(), name="event-log-receiver")
         self._state = _State.OPEN
 
     def end_live(self) -> None:
@@ -203,6 +235,9 @@ class EventLog:
             return
         self.end_live()
         self._state = _State.CLOSED
+        if self._receiver is not None:
+            self._receiver.cancel()
+            await asyncio.gather(self._receiver, return_exceptions=True)
         self._queue.put_nowait(_STOP)
         writer = self._writer
         if writer is None:
@@ -245,8 +280,51 @@ class EventLog:
     ) -> Event:
         """Deliver a live-only event (no id, never stored) to current subscribers."""
         event = _new_event(thread_id, type, payload, run_id=run_id, agent_id=agent_id)
-        self._fan_out(event)
+        if self.shared_as is None:
+            self._fan_out(event)
+        elif self._state is _State.OPEN:
+            self._queue.put_nowait(_LiveNotice(event=event))
         return event
+
+    # -- replicas -----------------------------------------------------------------------
+
+    def heard(self, payload: str) -> None:
+        """A notification on `EVENTS_CHANNEL` (from any replica, this one included)."""
+        self._inbox.put_nowait(payload)
+
+    def link_changed(self, up: bool) -> None:
+        """The listening link came up or went down: followers cannot trust live delivery
+        while it is down, so they are ended with where to resume."""
+        self._link_up = up
+        if not up:
+            self.end_subscriptions(_link_lost)
+
+    async def _receive_loop(self) -> None:
+        while True:
+            message = json.loads(await self._inbox.get())
+            for item in message.get("events", []):
+                thread_id = item["t"]
+                if not self._subscribers.get(thread_id):
+                    continue
+                try:
+                    event = await self._read(thread_id, item["ref"]) if "ref" in item else None
+                except Exception as exc:  # the store away: its followers resume later
+                    log.warning("a shared event could not be read", error=str(exc)[:200])
+                    self.end_subscriptions(_link_lost, thread_id=thread_id)
+                    continue
+                self._fan_out(event or _from_wire(item))
+            # Let followers drain before the next notification (as between two commits).
+            await asyncio.sleep(0)
+
+    async def _read(self, thread_id: str, event_id: int) -> Event | None:
+        column = EVENTS.c
+        async with self.db.engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(EVENTS).where(column.thread_id == thread_id, column.id == event_id)
+                )
+            ).first()
+        return _from_row(row) if row is not None else None
 
     # -- subscribing --------------------------------------------------------------------
 
@@ -276,8 +354,7 @@ class EventLog:
             async for event in self._replay(thread_id, after):
                 yield event
             return
-        if self._live_ended:
-            raise _shutting_down(after)
+        self._check_followable(after)
         # Register before replaying, so live-only events published meanwhile are kept.
         subscription = _Subscription(thread_id, self.subscriber_buffer)
         self._subscribers[thread_id].add(subscription)
@@ -302,6 +379,12 @@ class EventLog:
                 yield event
         finally:
             self._forget(subscription)
+
+    def _check_followable(self, after: int) -> None:
+        if self._live_ended:
+            raise _shutting_down(after)
+        if self.shared_as is not None and not self._link_up:
+            raise _link_lost(after)
 
     def end_subscriptions(self, reason: EndReason, thread_id: str | None = None) -> None:
         """End live subscriptions (of one thread, or all) with `reason`."""
@@ -394,12 +477,12 @@ class EventLog:
     async def _write_loop(self) -> None:
         stopping = False
         while not stopping:
-            batch: list[_PendingAppend] = []
+            batch: list[_Queued] = []
             item = await self._queue.get()
             while True:
                 if item is _STOP:
                     stopping = True
-                elif isinstance(item, _PendingAppend):
+                elif isinstance(item, _PendingAppend | _LiveNotice):
                     batch.append(item)
                 if stopping or len(batch) >= self.max_batch or self._queue.empty():
                     break
@@ -407,9 +490,9 @@ class EventLog:
             if batch:
                 await self._commit_batch(batch)
 
-    async def _commit_batch(self, batch: list[_PendingAppend]) -> None:
+    async def _commit_batch(self, batch: list[_Queued]) -> None:
         try:
-            committed = await self._persist([p.event for p in batch])
+            committed = await self._persist(batch)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -424,37 +507,104 @@ class EventLog:
                 log.warning("event append failed", thread_id=thread_id, error=str(failure))
             else:
                 log.error("event append failed", thread_id=thread_id, exc_info=exc)
-            if not batch[0].done.done():
-                batch[0].done.set_exception(
+            pending = batch[0]
+            if isinstance(pending, _PendingAppend) and not pending.done.done():
+                pending.done.set_exception(
                     failure
                     or UnavailableError(f"the event could not be stored: {type(exc).__name__}")
                 )
             return
         for pending, event in zip(batch, committed, strict=True):
-            self._fan_out(event)
-            if not pending.done.done():
+            if self.shared_as is None:  # shared: delivered when the notification comes back
+                self._fan_out(event)
+            if isinstance(pending, _PendingAppend) and not pending.done.done():
                 pending.done.set_result(event)
 
-    async def _persist(self, events: list[Event]) -> list[Event]:
-        """Assign ids and insert, all in one transaction of a fixed number of statements
-        however many threads the batch touches."""
+    async def _persist(self, batch: list[_Queued]) -> list[Event]:
+        """Assign ids to the durable events and insert them, all in one transaction of a fixed
+        number of statements however many threads the batch touches; in shared mode the
+        same transaction notifies every event, live-only ones included, in queue order."""
         counts: dict[str, int] = defaultdict(int)
-        for event in events:
-            counts[event.thread_id] += 1
+        for item in batch:
+            if isinstance(item, _PendingAppend):
+                counts[item.event.thread_id] += 1
         async with self.db.engine.begin() as conn:
-            await ensure_threads(conn, list(counts))
-            newest = await bump_event_counters(conn, counts)
-            next_id = {tid: newest[tid] - counts[tid] + 1 for tid in counts}
-            assigned = []
-            for event in events:
-                assigned.append(replace(event, id=next_id[event.thread_id]))
-                next_id[event.thread_id] += 1
-            await conn.execute(insert(EVENTS), [_to_row(e) for e in assigned])
+            assigned = [item.event for item in batch]
+            if counts:
+                await ensure_threads(conn, list(counts))
+                newest = await bump_event_counters(conn, counts)
+                next_id = {tid: newest[tid] - counts[tid] + 1 for tid in counts}
+                for index, item in enumerate(batch):
+                    if isinstance(item, _PendingAppend):
+                        thread_id = item.event.thread_id
+                        assigned[index] = replace(item.event, id=next_id[thread_id])
+                        next_id[thread_id] += 1
+                durable = [e for e in assigned if e.id is not None]
+                await conn.execute(insert(EVENTS), [_to_row(e) for e in durable])
+            if self.shared_as is not None:
+                await _notify(conn, self.shared_as, assigned)
         return assigned
 
 
 def _shutting_down(cursor: int) -> InstanceAIError:
     return UnavailableError(f"the server is shutting down; reconnect with after={cursor}")
+
+
+def _link_lost(cursor: int) -> InstanceAIError:
+    return UnavailableError(
+        "live events are not reaching this replica right now (its link to the database is "
+        f"down); reconnect with after={cursor}"
+    )
+
+
+async def _notify(conn: AsyncConnection, origin: str, events: list[Event]) -> None:
+    """`NOTIFY` the events in order, packed into as few payloads as fit."""
+    payloads: list[list[str]] = [[]]
+    size = 0
+    for event in events:
+        item = json.dumps(_to_wire(event), separators=(",", ":"))
+        if len(item) > NOTIFY_MAX:
+            if event.id is None:
+                log.warning("a live event too large to share was dropped", type=event.type)
+                continue
+            item = json.dumps({"t": event.thread_id, "ref": event.id})
+        if size + len(item) > NOTIFY_MAX and payloads[-1]:
+            payloads.append([])
+            size = 0
+        payloads[-1].append(item)
+        size += len(item) + 1
+    for items in payloads:
+        if items:
+            payload = f'{{"from":{json.dumps(origin)},"events":[{",".join(items)}]}}'
+            await conn.execute(
+                text("SELECT pg_notify(:channel, :payload)"),
+                {"channel": EVENTS_CHANNEL, "payload": payload},
+            )
+
+
+def _to_wire(event: Event) -> dict[str, Any]:
+    wire: dict[str, Any] = {
+        "t": event.thread_id,
+        "type": event.type,
+        "payload": event.payload,
+        "ts": event.ts.isoformat(),
+    }
+    for key, value in (("id", event.id), ("run", event.run_id), ("agent", event.agent_id)):
+        if value is not None:
+            wire[key] = value
+    return wire
+
+
+def _from_wire(item: dict[str, Any]) -> Event:
+    return Event(
+        thread_id=item["t"],
+        type=item["type"],
+        payload=item["payload"],
+        ts=datetime.fromisoformat(item["ts"]),
+        id=item.get("id"),
+        run_id=item.get("run"),
+        agent_id=item.get("agent") or ORCHESTRATOR,
+    )
 
 
 def _new_event(

@@ -31,6 +31,7 @@ from sandbox.provider import SandboxProvider
 from sandbox.workspace_disk import WorkspaceDisks
 from server.errors import FailedPreconditionError, NotFoundError, UnavailableError
 from server.runtime.egress import egress_root
+from server.runtime.replicas import Replicas
 from server.runtime.threads import OPEN_RUN_STATES
 from server.settings import Settings
 from server.store import Database
@@ -66,9 +67,12 @@ class SandboxService:
         *,
         thread_known: Callable[[str], Awaitable[bool]] | None = None,
         egress: EgressProxy | None = None,
+        replicas: Replicas | None = None,
     ) -> None:
         self.settings = settings
         self.db = db
+        # The other replicas of this deployment share its sandboxes (None: this one alone).
+        self._replicas = replicas
         self._egress = egress
         # For requests (may cache); the janitor always asks the database.
         self._thread_known = thread_known or self._thread_exists
@@ -77,6 +81,7 @@ class SandboxService:
         self._housekeeping: asyncio.Task[None] | None = None
         self._catalog_dir: Path | None = None
         self._lease: OwnerLease | None = None
+        self._deployment = ""
         self._engine_up = False
         self._engine_listeners: list[EngineListener] = []
         self._engine_watch: asyncio.Task[None] | None = None
@@ -94,8 +99,9 @@ class SandboxService:
         # Docker, and only Docker: an unreachable engine is an error, never a quiet switch
         # to something that does not isolate.
         owner = await sandbox_owner(self.settings, self.db)
+        self._deployment = await deployment_id(self.db)
         try:
-            manager = await asyncio.to_thread(self._connect, owner)
+            manager = await asyncio.to_thread(self._connect, owner, await self._alone())
         except SandboxOwnerInUseError as exc:
             # Starting anyway would let two services remove each other's sandboxes.
             raise FailedPreconditionError(str(exc)) from None
@@ -124,7 +130,7 @@ class SandboxService:
         while True:
             await asyncio.sleep(self.settings.sandbox_engine_probe_seconds)
             try:
-                manager = await asyncio.to_thread(self._connect, owner)
+                manager = await asyncio.to_thread(self._connect, owner, await self._alone())
             except SandboxError as exc:
                 self._unavailable = str(exc)
                 continue
@@ -164,7 +170,12 @@ class SandboxService:
         for listener in self._engine_listeners:
             await listener(up)
 
-    def _connect(self, owner: str) -> SandboxManager:
+    async def _alone(self) -> bool:
+        """Whether no other replica of this deployment lives: only then are commands left
+        running and pooled sandboxes taken over (otherwise they may be another's)."""
+        return self._replicas is None or await self._replicas.alive() == {self._replicas.id}
+
+    def _connect(self, owner: str, alone: bool) -> SandboxManager:
         engine = DockerEngine.connect()
         try:
             image = engine.require_image()
@@ -176,8 +187,12 @@ class SandboxService:
                 is_busy=self._is_busy,
                 thread_exists=self._thread_exists,
                 egress=self._egress,
+                reap_leftovers=alone,
+                adopt_pool=alone,
             )
-            self._lease = OwnerLease.acquire(engine, image=image, owner=owner)
+            self._lease = OwnerLease.acquire(
+                engine, image=image, owner=owner, deployment=self._deployment
+            )
             self._catalog_dir = engine.extract_catalog(image, self.settings.data_dir / "catalog")
         except SandboxError:
             if self._lease is not None:
@@ -230,12 +245,14 @@ class SandboxService:
         next_janitor = 0.0
         loop = asyncio.get_running_loop()
         try:
-            await manager.reap_all()
+            if manager.reap_leftovers:
+                await manager.reap_all()
         except SandboxError as exc:
             log.warning("clearing leftover commands failed", error=str(exc))
         while True:
             try:
-                if loop.time() >= next_janitor:
+                leads = self._replicas is None or self._replicas.is_leader
+                if leads and loop.time() >= next_janitor:  # one replica cleans up for all
                     await manager.janitor()
                     next_janitor = loop.time() + janitor_every
                 await manager.sweep_idle()
@@ -291,6 +308,7 @@ def build_manager(
     thread_exists: ThreadPredicate | None = None,
     egress: EgressProxy | None = None,
     reap_leftovers: bool = True,
+    adopt_pool: bool = True,
 ) -> SandboxManager:
     """The manager of this owner's sandboxes on `engine`, hardened as configured (blocking).
     Raises SandboxError with what to do when the workspace limit cannot be kept."""
@@ -326,6 +344,7 @@ def build_manager(
         thread_exists=thread_exists,
         egress=egress,
         reap_leftovers=reap_leftovers,
+        adopt_pool=adopt_pool,
     )
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import ColumnElement, delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -63,10 +63,13 @@ class RunInfo:
     message_group_id: str | None
     state: dict[str, Any] | None
     caller: Caller
+    # The replica driving it (see server/runtime/replicas.py); None before replicas.
+    owner: str | None = None
 
     @classmethod
     def of(cls, row: RunRow) -> RunInfo:
         return cls(
+            owner=row.owner,
             id=row.id,
             thread_id=row.thread_id,
             status=row.status,
@@ -103,6 +106,8 @@ class Threads:
     on_deleted: Callable[[str], Awaitable[None]] = _nothing
     # The thread's running background tasks (they live in memory, see background.py).
     background: Callable[[str], list[BackgroundTaskInfo]] = _no_tasks
+    # This replica's id: the owner of the runs it starts or resumes.
+    replica: str | None = None
     _known: set[str] = field(default_factory=set)
 
     async def exists(self, thread_id: str) -> bool:
@@ -186,6 +191,7 @@ class Threads:
                         kind=kind,
                         message_group_id=message_group_id,
                         caller=caller.as_json(),
+                        owner=self.replica,
                     )
                 )
         except IntegrityError:
@@ -210,14 +216,30 @@ class Threads:
             rows = await session.execute(select(RunRow).where(RunRow.status.in_(OPEN_RUN_STATES)))
             return [RunInfo.of(row) for row in rows.scalars()]
 
+    async def orphaned_runs(
+        self, owned_by_live: Callable[[ColumnElement[str | None]], ColumnElement[bool]]
+    ) -> list[RunInfo]:
+        """Active runs that no live replica drives: theirs died (or they predate replicas)."""
+        owner = RunRow.__table__.c.owner
+        async with self.db.session() as session:
+            rows = await session.execute(
+                select(RunRow).where(
+                    RunRow.status == "active", or_(owner.is_(None), ~owned_by_live(owner))
+                )
+            )
+            return [RunInfo.of(row) for row in rows.scalars()]
+
     async def save_state(
         self, run_id: str, state: dict[str, Any] | None, *, status: str | None = None
     ) -> bool:
-        """Store an open run's loop state (and move it between active and suspended).
-        False if the run is no longer open (cancelled meanwhile)."""
+        """Store an open run's loop state (and move it between active and suspended; the
+        replica that makes it active drives it). False if the run is no longer open
+        (cancelled, or ended because its replica was taken for dead)."""
         values: dict[str, Any] = {"state": state}
         if status is not None:
             values["status"] = status
+        if status == "active":
+            values["owner"] = self.replica
         async with self.db.session() as session, session.begin():
             changed = await session.execute(
                 update(RunRow)

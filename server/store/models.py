@@ -35,6 +35,7 @@ __all__ = [
     "MessageRow",
     "PermissionRow",
     "PlanRow",
+    "ReplicaRow",
     "RunRow",
     "SourceBindingRow",
     "TagRow",
@@ -97,6 +98,9 @@ class RunRow(Base):
     state: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     # Who started it (see server/runtime/caller.py); None: the local default.
     caller: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # The replica driving it while active (see server/runtime/replicas.py); a replica that
+    # stops renewing its lease has its active runs ended as interrupted by another.
+    owner: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
 
     __table_args__ = (
         # One open (active or suspended) run per thread, enforced by the database itself.
@@ -397,6 +401,20 @@ class DeploymentRow(Base):
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class ReplicaRow(Base):
+    """One live `instance-ai serve` process on this database: it renews `heartbeat_at`
+    (database time) while it lives; one whose heartbeat is older than the lease is dead."""
+
+    __tablename__ = "replicas"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    address: Mapped[str] = mapped_column(String(255), default="")
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
 class GatewayKeyRow(Base):

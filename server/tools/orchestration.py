@@ -220,7 +220,7 @@ class TaskIdInput(ToolModel):
 async def cancel_background_task(
     ctx: ToolContext[OrchestrationTools], args: TaskIdInput
 ) -> ResultOutput:
-    cancelled = await ctx.services.background.cancel(ctx.thread_id, args.task_id)
+    cancelled = await ctx.services.background.cancel_anywhere(ctx.thread_id, args.task_id)
     if not cancelled:
         return ResultOutput(result=f"No running background task {args.task_id}.")
     return ResultOutput(result=f"Background task {args.task_id} cancelled.")
@@ -234,7 +234,9 @@ class CorrectInput(ToolModel):
 async def correct_background_task(
     ctx: ToolContext[OrchestrationTools], args: CorrectInput
 ) -> ResultOutput:
-    outcome = ctx.services.background.correct(ctx.thread_id, args.task_id, args.correction)
+    outcome = await ctx.services.background.correct_anywhere(
+        ctx.thread_id, args.task_id, args.correction
+    )
     return ResultOutput(result=outcome)
 
 
