@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -115,7 +116,7 @@ async def test_a_follower_on_one_replica_gets_every_event_of_another_in_order(
 async def test_the_others_are_asked_and_one_replica_leads(shared_url: str) -> None:
     async with replica(shared_url) as (a, _), replica(shared_url) as (b, _):
         for member in (a, b):
-            member.handle("who", lambda args, m=member: _answer(m.id, args))
+            member.handle("who", functools.partial(_answer, member.id))
         answers = await a.ask("who", {"x": 1})
         assert answers[0] == f"{a.id}:1" and sorted(answers) == sorted([f"{a.id}:1", f"{b.id}:1"])
         assert await a.alive() == {a.id, b.id}
