@@ -76,7 +76,9 @@ def own_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def start_server(data_dir: Path, owner: str) -> tuple[subprocess.Popen[str], str]:
+def start_server(
+    data_dir: Path, owner: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], str]:
     cli = shutil.which("instance-ai", path=str(Path(sys.executable).parent))
     assert cli, "run from the project's virtual environment"
     process = subprocess.Popen(
@@ -85,7 +87,7 @@ def start_server(data_dir: Path, owner: str) -> tuple[subprocess.Popen[str], str
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
-        env={**os.environ, "INSTANCE_AI_SANDBOX_OWNER": owner},
+        env={**os.environ, "INSTANCE_AI_SANDBOX_OWNER": owner, **(env or {})},
     )
     assert process.stderr is not None
     for line in process.stderr:
@@ -98,22 +100,31 @@ def start_server(data_dir: Path, owner: str) -> tuple[subprocess.Popen[str], str
 
 
 async def run_level(
-    address: str, pid: int, concurrency: int, report: Path, limit: int | None = None
+    address: str | list[str],
+    pid: int | list[int],
+    concurrency: int,
+    report: Path,
+    limit: int | None = None,
 ) -> Figures:
+    """The source cases at `concurrency`, spread over the servers at `address` (processes
+    `pid`, whose CPU time is counted as the server's)."""
+    addresses = [address] if isinstance(address, str) else address
+    pids = [pid] if isinstance(pid, int) else pid
     loaded = load_cases([CASES])
     cases = [case for case in loaded.cases if case.kind == "source"][:limit]
     options = RunOptions(
-        servers=[ClientConfig(server=address)],
+        servers=[ClientConfig(server=a) for a in addresses],
         report_dir=report / f"c{concurrency}",
         concurrency=concurrency,
     )
     busy0 = machine_cpu()
-    server0, runner0 = process_cpu(pid), own_cpu()
+    server0, runner0 = sum(process_cpu(p) for p in pids), own_cpu()
     started = time.perf_counter()
     outcome = await Runner(options, cases, [], Quiet()).run()
     wall = time.perf_counter() - started
     busy1 = machine_cpu()
-    server_cpu, runner_cpu = process_cpu(pid) - server0, own_cpu() - runner0
+    server_cpu = sum(process_cpu(p) for p in pids) - server0
+    runner_cpu = own_cpu() - runner0
     busy = busy1 - busy0
     return Figures(
         concurrency=concurrency,

@@ -200,11 +200,26 @@ async def _health(client: ClientConfig, deadline_s: float) -> dict[str, Any]:
                 timeout=deadline_s,
                 metadata=client.metadata(),
             )
-            return str(health_pb2.HealthCheckResponse.ServingStatus.Name(response.status))
+            return _status_name(response.status)
 
         overall = await check("")
         services = {name: await check(name) for name in SERVICES}
+        try:  # everything the server reports on, e.g. each container engine
+            listed = await stub.List(
+                health_pb2.HealthListRequest(), timeout=deadline_s, metadata=client.metadata()
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+        else:
+            for name, status in sorted(listed.statuses.items()):
+                if name:
+                    services.setdefault(name, _status_name(status.status))
     return {"server": client.server, "status": overall, "services": services}
+
+
+def _status_name(status: int) -> str:
+    return str(health_pb2.HealthCheckResponse.ServingStatus.Name(status))
 
 
 @app.command(name="gateway-key")

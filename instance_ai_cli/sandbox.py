@@ -12,11 +12,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sandbox.docker_engine import connect
+from sandbox.docker_engine import DockerHost, connect
 from sandbox.errors import SandboxError
 from sandbox.image.build import ImageBuilder
 from server.logs import configure_logging
-from server.runtime.sandboxes import connect_manager, sandbox_owner
+from server.runtime.placements import Placements
+from server.runtime.sandboxes import connect_manager, docker_hosts, engine_name, sandbox_owner
 from server.settings import Settings, SettingsError, load_settings
 from server.store import Database
 from server.store.threads import get_thread
@@ -61,6 +62,21 @@ async def _owner(settings: Settings) -> str:
         await db.close()
 
 
+async def _thread_engine(settings: Settings, thread: str) -> DockerHost | None:
+    """The engine the thread's sandbox lives on (several engines: where it was placed)."""
+    hosts = docker_hosts(settings)
+    if len(hosts) < 2:
+        return hosts[0]
+    db = await Database.open(settings.resolved_database_url)
+    try:
+        placed = await Placements(db).engine_of(thread)
+    finally:
+        await db.close()
+    if placed is None:
+        raise _fail(SandboxError(f"thread {thread!r} has no sandbox on any engine yet"))
+    return next((h for h in hosts if engine_name(h) == placed), hosts[0])
+
+
 def _fail(exc: SandboxError) -> typer.Exit:
     err.print(f"instance-ai: {exc}", markup=False)
     return typer.Exit(1)
@@ -99,30 +115,32 @@ def list_sandboxes(as_json: JsonOption = False) -> None:
     """List this service's sandboxes (by its owner label)."""
     settings = _settings()
     owner = asyncio.run(_owner(settings))
-    try:
-        manager = connect_manager(settings, owner=owner)
-        sandboxes = manager.provider.list_sandboxes()
-        manager.engine.close()
-    except SandboxError as exc:
-        raise _fail(exc) from None
-    rows = [
-        {
-            "thread": s.thread_id,
-            "sandbox": s.sandbox_id,
-            "status": s.status,
-            "created": s.created_at.isoformat() if s.created_at else None,
-            "image": s.image,
-        }
-        for s in sandboxes
-    ]
+    rows = []
+    for host in docker_hosts(settings):
+        try:
+            manager = connect_manager(settings, owner=owner, host=host)
+            sandboxes = manager.provider.list_sandboxes()
+            manager.engine.close()
+        except SandboxError as exc:
+            raise _fail(exc) from None
+        rows += [
+            {
+                "thread": s.thread_id,
+                "sandbox": s.sandbox_id,
+                "status": s.status,
+                "created": s.created_at.isoformat() if s.created_at else None,
+                "image": s.image,
+                "engine": engine_name(host),
+            }
+            for s in sandboxes
+        ]
     if as_json:
         out.print_json(data={"owner": owner, "sandboxes": rows})
         return
-    table = Table("thread", "sandbox", "status", "created", "image")
+    columns = ("thread", "sandbox", "status", "created", "image", "engine")
+    table = Table(*columns)
     for row in rows:
-        table.add_row(
-            *(str(row[k] or "") for k in ("thread", "sandbox", "status", "created", "image"))
-        )
+        table.add_row(*(str(row[k] or "") for k in columns))
     out.print(table)
 
 
@@ -140,18 +158,23 @@ def garbage_collect(as_json: JsonOption = False) -> None:
                     return await get_thread(session, thread_id) is not None
 
             owner = await sandbox_owner(settings, db)
-            manager = await asyncio.to_thread(
-                connect_manager, settings, owner=owner, thread_exists=thread_exists
-            )
-            report = await manager.janitor()
-            manager.engine.close()
+            removed: dict[str, list[str]] = {
+                "removedSandboxes": [],
+                "removedVolumes": [],
+                "removedEgressDirs": [],
+            }
+            for host in docker_hosts(settings):
+                manager = await asyncio.to_thread(
+                    connect_manager, settings, owner=owner, host=host, thread_exists=thread_exists
+                )
+                report = await manager.janitor()
+                manager.engine.close()
+                removed["removedSandboxes"] += report.removed_sandboxes
+                removed["removedVolumes"] += report.removed_volumes
+                removed["removedEgressDirs"] += report.removed_egress_dirs
         finally:
             await db.close()
-        return {
-            "removedSandboxes": report.removed_sandboxes,
-            "removedVolumes": report.removed_volumes,
-            "removedEgressDirs": report.removed_egress_dirs,
-        }
+        return removed
 
     try:
         report = asyncio.run(run())
@@ -192,6 +215,7 @@ def exec_command(
             connect_manager,
             settings.model_copy(update={"sandbox_pool_size": 0}),
             owner=await _owner(settings),
+            host=await _thread_engine(settings, thread),
             reap_leftovers=False,  # the service's own commands may be running there
         )
         result = await manager.run_command(

@@ -13,6 +13,7 @@ import os
 import socket
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import docker
 import docker.errors
 import requests.exceptions
 from docker.models.containers import Container
+from docker.tls import TLSConfig
 from docker.transport.unixconn import UnixHTTPConnection
 from docker.utils.socket import frames_iter
 
@@ -37,8 +39,9 @@ from sandbox.image.build import require_image
 from sandbox.image.catalog import extract_catalog
 from sandbox.image.rootfs import USER_UID, WORKSPACE
 
-__all__ = ["DockerEngine", "connect"]
+__all__ = ["DockerEngine", "DockerHost", "connect"]
 
+DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 # The sandbox user, and the home directory every process starts with.
 USER = f"{USER_UID}:{USER_UID}"
 HOME = {"HOME": "/home/user"}
@@ -52,6 +55,31 @@ _KILL_ALL = (
     'left=$(ps -o sess= -u "$me" | grep -cvE "^ *$$$"); [ "$left" -eq 0 ] && exit 0; '
     "kill -9 -1 2>/dev/null; sleep 0.05; done; exit 1"
 )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DockerHost:
+    """Where one engine is reached: `unix://` (this host), `tcp://` (with TLS when the
+    certificate paths are given) or `ssh://` (the `ssh` client of this host)."""
+
+    url: str
+    ca_cert: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
+
+    @property
+    def local(self) -> bool:
+        """On this host: its bind mounts and volume directories are this host's paths."""
+        return self.url.startswith("unix://")
+
+    def client(self) -> docker.DockerClient:
+        tls: TLSConfig | bool = False
+        if self.ca_cert or self.client_cert:
+            cert = (self.client_cert, self.client_key) if self.client_cert else None
+            tls = TLSConfig(client_cert=cert, ca_cert=self.ca_cert, verify=bool(self.ca_cert))
+        return docker.DockerClient(
+            base_url=self.url, tls=tls, use_ssh_client=self.url.startswith("ssh://")
+        )
 
 
 @contextmanager
@@ -98,10 +126,9 @@ def _connect_or_close(self: UnixHTTPConnection) -> None:
 UnixHTTPConnection.connect = _connect_or_close
 
 
-def _probe_unix_socket() -> None:
+def _probe_unix_socket(host: str) -> None:
     """Fail early, and without leaking a socket (docker-py does on a refused connect), when
     the engine's unix socket cannot be reached."""
-    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     if not host.startswith("unix://"):
         return
     path = host[len("unix://") :]
@@ -116,12 +143,14 @@ def _probe_unix_socket() -> None:
             ) from None
 
 
-def connect() -> docker.DockerClient:
-    """A client for the local engine, or SandboxUnavailableError saying what to do."""
-    _probe_unix_socket()
+def connect(host: DockerHost | None = None) -> docker.DockerClient:
+    """A client for `host` (None: the engine DOCKER_HOST names, by default this host's), or
+    SandboxUnavailableError saying what to do."""
+    url = host.url if host is not None else os.environ.get("DOCKER_HOST", DEFAULT_SOCKET)
+    _probe_unix_socket(url)
     client = None
     try:
-        client = docker.from_env()
+        client = host.client() if host is not None else docker.from_env()
         client.ping()
     except docker.errors.DockerException as exc:
         if client is not None:
@@ -182,8 +211,8 @@ class DockerEngine:
         self.client = client
 
     @classmethod
-    def connect(cls) -> DockerEngine:
-        return cls(connect())
+    def connect(cls, host: DockerHost | None = None) -> DockerEngine:
+        return cls(connect(host))
 
     def ping(self) -> None:
         with engine_errors("answer a ping"):

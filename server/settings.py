@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -36,6 +37,7 @@ __all__ = [
     "ENV_PREFIX",
     "GATED_ACTIONS",
     "LICENSED_FEATURES",
+    "DockerHostConfig",
     "HttpServerConfig",
     "McpServerConfig",
     "PermissionMode",
@@ -118,6 +120,34 @@ class HttpServerConfig(BaseModel):
 McpServerConfig = StdioServerConfig | HttpServerConfig
 
 
+class DockerHostConfig(BaseModel):
+    """One Docker engine sandboxes may live on. `unix://` engines are this host's (egress
+    and workspace size limits need that); `tcp://` may carry TLS; `ssh://` uses this host's
+    ssh client."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(pattern=r"^(unix|tcp|ssh)://.+", description="the engine's address")
+    tls_ca_cert: str | None = None
+    tls_client_cert: str | None = None
+    tls_client_key: str | None = None
+
+    @model_validator(mode="after")
+    def _pairs(self) -> DockerHostConfig:
+        if (self.tls_client_cert is None) != (self.tls_client_key is None):
+            raise ValueError("tls_client_cert and tls_client_key go together")
+        if self.tls_ca_cert is not None and not self.url.startswith("tcp://"):
+            raise ValueError("TLS applies to tcp:// engines only")
+        return self
+
+
+def _docker_host(value: Any) -> Any:
+    return {"url": value} if isinstance(value, str) else value
+
+
+DockerHost = Annotated[DockerHostConfig, BeforeValidator(_docker_host)]
+
+
 def effective_permissions(configured: dict[str, PermissionMode]) -> dict[str, PermissionMode]:
     """The modes in force: as configured, and (n8n's rule) running a single node is blocked
     where running workflows is, unless executeNode is set itself."""
@@ -177,8 +207,15 @@ class Settings(BaseSettings):
         max_length=64,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
         description="label on this service's sandboxes [deployment-<id of its database>]: "
-        "services sharing a database share sandboxes, others never touch each other's; one "
-        "live service holds an owner at a time",
+        "services sharing a database (replicas) share sandboxes, others never touch each "
+        "other's; the owner's live services must all be of one deployment",
+    )
+    docker_hosts: list[DockerHost] = Field(
+        default_factory=list,
+        description='the Docker engines sandboxes spread over, JSON: ["unix:///…", {"url": '
+        '"tcp://…:2376", "tls_ca_cert": …, "tls_client_cert": …, "tls_client_key": …}, '
+        '"ssh://…"] [the one engine DOCKER_HOST names]; a thread stays on the engine '
+        "rendezvous hashing gives it while that engine answers",
     )
     sandbox_idle_ttl_seconds: float = Field(900, gt=0, description="idle time before eviction")
     sandbox_ephemeral: bool = Field(False, description="destroy sandboxes when idle")
@@ -413,6 +450,14 @@ class Settings(BaseSettings):
         if unknown:
             raise ValueError(f"unknown actions {unknown}; known: {', '.join(GATED_ACTIONS)}")
         return value
+
+    @field_validator("docker_hosts")
+    @classmethod
+    def _distinct_engines(cls, hosts: list[DockerHostConfig]) -> list[DockerHostConfig]:
+        urls = [host.url for host in hosts]
+        if len(set(urls)) != len(urls):
+            raise ValueError("each engine may be listed once")
+        return hosts
 
     @field_validator("database_url")
     @classmethod

@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import contextlib
-import itertools
-import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import grpc
 import pytest
-from sqlalchemy.engine import make_url
 
 from instance_ai.v1 import agent_pb2_grpc
 from server.app import Application
 from server.settings import Settings, load_settings
 from tests.agent_fixtures import STREAMED
 from tests.event_contract import invalid_events
-from tests.postgres import postgres_cluster
+from tests.postgres import new_postgres_database, postgres_cluster
 from tests.sandbox_fixtures import docker_client, docker_engine, owner, provider, sandbox_image
 
 __all__ = [
@@ -29,8 +25,6 @@ __all__ = [
     "provider",
     "sandbox_image",
 ]  # fixtures, shared
-
-_database_numbers = itertools.count()
 
 
 # Events checked against n8n's contract, per test (reported at the end of the run).
@@ -77,23 +71,6 @@ async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite+aiosqlite:///{tmp_path / 'state.db'}"
     return await new_postgres_database(request.getfixturevalue("postgres_url"))
-
-
-async def new_postgres_database(cluster_url: str) -> str:
-    """The URL of a new, empty database on the test cluster."""
-    server_url = make_url(cluster_url)
-    name = f"test_{os.getpid()}_{next(_database_numbers)}"
-    conn = await asyncpg.connect(
-        host=server_url.host,
-        port=server_url.port,
-        user=server_url.username,
-        database=server_url.database,
-    )
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    return server_url.set(database=name).render_as_string(hide_password=False)
 
 
 @pytest.fixture

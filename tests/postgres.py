@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import itertools
 import os
 import shutil
 import socket
@@ -12,6 +13,9 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+import asyncpg
+from sqlalchemy.engine import make_url
 
 
 def _bin(name: str) -> str:
@@ -32,6 +36,54 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class Cluster:
+    """A throwaway cluster: initdb into a temporary directory, a free loopback port."""
+
+    def __init__(self) -> None:
+        as_root = os.geteuid() == 0
+        self._prefix = ["runuser", "-u", "postgres", "--"] if as_root else []
+        self.workdir = Path(tempfile.mkdtemp(prefix="instance-ai-pg-"))
+        self._data = self.workdir / "data"
+        self.port = _free_port()
+        if as_root:
+            shutil.chown(self.workdir, "postgres", "postgres")
+        self._run(_bin("initdb"), "-D", str(self._data), "-U", "test", "--auth=trust", "-E", "UTF8")
+        self.url = f"postgresql+asyncpg://test@127.0.0.1:{self.port}/instance_ai"
+
+    def _run(self, *argv: str, check: bool = True) -> None:
+        subprocess.run([*self._prefix, *argv], check=check, capture_output=True, text=True)
+
+    def start(self) -> None:
+        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.workdir} -c fsync=off"
+        log = str(self.workdir / "log")
+        self._run(_bin("pg_ctl"), "-D", str(self._data), "-o", options, "-w", "-l", log, "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server (`fast`: connections are cut, as when a database goes away)."""
+        self._run(_bin("pg_ctl"), "-D", str(self._data), "-m", mode, "-w", "stop", check=False)
+
+    def create_database(self) -> None:
+        self._run(
+            _bin("createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "test", "instance_ai"
+        )
+
+    def remove(self) -> None:
+        self.stop("immediate")
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running_cluster() -> Iterator[Cluster]:
+    """A fresh cluster with the database `instance_ai`, removed at the end."""
+    cluster = Cluster()
+    try:
+        cluster.start()
+        cluster.create_database()
+        yield cluster
+    finally:
+        cluster.remove()
+
+
 @contextlib.contextmanager
 def postgres_cluster() -> Iterator[str]:
     """Yield a `postgresql+asyncpg://` URL of a fresh database."""
@@ -39,53 +91,25 @@ def postgres_cluster() -> Iterator[str]:
     if existing:
         yield existing
         return
-    as_root = os.geteuid() == 0
-    prefix = ["runuser", "-u", "postgres", "--"] if as_root else []
-    workdir = Path(tempfile.mkdtemp(prefix="instance-ai-pg-"))
-    data = workdir / "data"
-    port = _free_port()
-    if as_root:
-        shutil.chown(workdir, "postgres", "postgres")
-    run = {"check": True, "capture_output": True, "text": True}
-    subprocess.run(
-        [*prefix, _bin("initdb"), "-D", str(data), "-U", "test", "--auth=trust", "-E", "UTF8"],
-        **run,  # type: ignore[call-overload]
-    )
-    options = f"-c listen_addresses=127.0.0.1 -p {port} -k {workdir} -c fsync=off"
-    subprocess.run(
-        [
-            *prefix,
-            _bin("pg_ctl"),
-            "-D",
-            str(data),
-            "-o",
-            options,
-            "-w",
-            "-l",
-            str(workdir / "log"),
-            "start",
-        ],
-        **run,  # type: ignore[call-overload]
+    with running_cluster() as cluster:
+        yield cluster.url
+
+
+_database_numbers = itertools.count(1)
+
+
+async def new_postgres_database(cluster_url: str) -> str:
+    """The URL of a new, empty database on the test cluster."""
+    server_url = make_url(cluster_url)
+    name = f"test_{os.getpid()}_{next(_database_numbers)}"
+    conn = await asyncpg.connect(
+        host=server_url.host,
+        port=server_url.port,
+        user=server_url.username,
+        database=server_url.database,
     )
     try:
-        subprocess.run(
-            [
-                *prefix,
-                _bin("createdb"),
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "-U",
-                "test",
-                "instance_ai",
-            ],
-            **run,  # type: ignore[call-overload]
-        )
-        yield f"postgresql+asyncpg://test@127.0.0.1:{port}/instance_ai"
+        await conn.execute(f'CREATE DATABASE "{name}"')
     finally:
-        subprocess.run(
-            [*prefix, _bin("pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-            capture_output=True,
-        )
-        shutil.rmtree(workdir, ignore_errors=True)
+        await conn.close()
+    return server_url.set(database=name).render_as_string(hide_password=False)

@@ -11,14 +11,19 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import asyncpg
+import grpc
 import pytest
 from sqlalchemy.engine import make_url
 
+from instance_ai.json_text import from_json
+from instance_ai.v1 import agent_pb2, agent_pb2_grpc
 from server.errors import SubscriberLaggedError, UnavailableError
 from server.runtime.events import NOTIFY_MAX, Event, EventLog
 from server.runtime.replicas import Replicas, open_replica
+from server.settings import Settings
 from server.store import Database
-from tests.conftest import new_postgres_database
+from tests.conftest import serving
+from tests.postgres import new_postgres_database, running_cluster
 
 Replica = tuple[Replicas, EventLog]
 
@@ -172,3 +177,43 @@ async def _terminate(url: str, pid: int) -> None:
         await conn.execute("SELECT pg_terminate_backend($1)", pid)
     finally:
         await conn.close()
+
+
+async def test_the_database_going_away_is_unavailable_and_recovers_without_a_restart(
+    make_settings: Callable[..., Settings],
+) -> None:
+    with running_cluster() as cluster:
+        settings = make_settings(database_url=cluster.url, replica_lease_seconds=1)
+        async with serving(settings) as (app, channel):
+            agent = agent_pb2_grpc.AgentStub(channel)
+            await app.parts.events.append("away", "text-block", {"n": 1})
+            call = agent.StreamEvents(agent_pb2.StreamEventsRequest(thread_id="away", follow=True))
+            stream = aiter(call)
+            assert (await anext(stream)).event.id == 1
+            await asyncio.to_thread(cluster.stop)
+            with pytest.raises(grpc.aio.AioRpcError) as ended:
+                await anext(stream)
+            assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "after=1" in str(ended.value.details())
+            status = agent_pb2.GetThreadStatusRequest(thread_id="away")
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await agent.GetThreadStatus(status)
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "database" in str(refused.value.details())
+
+            await asyncio.to_thread(cluster.start)
+
+            async def answers() -> bool:
+                with contextlib.suppress(grpc.aio.AioRpcError):
+                    await agent.GetThreadStatus(status)
+                    return app.parts.replicas.link_up
+                return False
+
+            await eventually(answers, within=60)
+            await app.parts.events.append("away", "text-block", {"n": 2})
+            resumed = agent.StreamEvents(
+                agent_pb2.StreamEventsRequest(thread_id="away", after="1", follow=True)
+            )
+            event = (await anext(aiter(resumed))).event
+            resumed.cancel()
+            assert event.id == 2 and from_json(event.payload_json) == {"n": 2}

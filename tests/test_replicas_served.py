@@ -8,28 +8,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import docker
 import grpc
 import pytest
 
 from instance_ai.json_text import from_json, to_json
 from instance_ai.v1 import agent_pb2, pipeline_pb2, pipeline_pb2_grpc, tools_pb2, tools_pb2_grpc
+from sandbox.docker_engine import DEFAULT_SOCKET
+from sandbox.identity import sandbox_id
 from sandbox.image.build import BuiltImage
+from sandbox.placement import rank
 from tests.agent_fixtures import Chat, Event, model, model_env, of_type
-from tests.conftest import new_postgres_database
 from tests.fake_model import FakeMessagesAPI, Turn, text, tool
+from tests.postgres import new_postgres_database
 from tests.sandbox_fixtures import docker_env
+from tests.second_engine import SecondEngine, containers_of, second_engine
 from tests.test_cli import ServerProcess, start_server, stop_server
 
-__all__ = ["model"]  # fixtures, shared
+__all__ = ["model", "second_engine"]  # fixtures, shared
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "order-intake.workflow.ts"
 # Short, so a dead replica is noticed quickly; the heartbeat is a fifth of it.
-LEASE_S = 2.0
+LEASE_S = 3.0
 
 
 class Trio:
@@ -159,11 +165,21 @@ async def test_a_replica_killed_mid_run_has_its_run_ended_by_the_others(
     assert model.rejected == []
 
 
-async def test_twenty_threads_spread_over_the_replicas_build_and_verify(
-    tmp_path: Path, shared_env: dict[str, str]
+async def test_twenty_threads_spread_over_the_replicas_and_engines_build_and_verify(
+    tmp_path: Path,
+    shared_env: dict[str, str],
+    second_engine: SecondEngine,
+    docker_client: docker.DockerClient,
+    owner: str,
 ) -> None:
     source = await asyncio.to_thread(EXAMPLE.read_text)
-    async with replicas(tmp_path / "data", shared_env) as trio:
+    engines = [DEFAULT_SOCKET, second_engine.url]
+    env = shared_env | {
+        "INSTANCE_AI_DOCKER_HOSTS": json.dumps(engines),
+        # A first build starts the sandbox's worker: on two busy cores that can take seconds.
+        "INSTANCE_AI_BUILD_COMPILE_TIMEOUT_SECONDS": "60",
+    }
+    async with replicas(tmp_path / "data", env) as trio:
         tools = [tools_pb2_grpc.ToolsStub(c) for c in trio.channels]
         pipelines = [pipeline_pb2_grpc.PipelineStub(c) for c in trio.channels]
         gate = asyncio.Semaphore(4)  # two cores: more at once only queues
@@ -195,3 +211,9 @@ async def test_twenty_threads_spread_over_the_replicas_build_and_verify(
         outcomes = await asyncio.gather(*(case(n) for n in range(20)))
     assert all(ok for ok, _ in outcomes), outcomes
     assert len({workflow for _, workflow in outcomes}) == 20
+    # Each thread's one sandbox is on the engine rendezvous hashing gives it.
+    placed = {f"case-{n}": rank(engines, sandbox_id(f"case-{n}"))[0] for n in range(20)}
+    with second_engine.client() as second:
+        on_second = containers_of(second, owner)
+    assert containers_of(docker_client, owner) == {t for t, e in placed.items() if e != engines[1]}
+    assert on_second == {t for t, e in placed.items() if e == engines[1]} and on_second

@@ -122,7 +122,6 @@ class Agent(Orchestration):
     async def start(self) -> None:
         replicas = self.services.replicas
         replicas.handle("stop-thread", self._stop_thread_here)
-        replicas.handle("forget-thread", self._forget_thread_here)
         replicas.handle("answer-background", self._answer_background_asked)
         replicas.on_dead(self._take_over)
         replicas.on_declared_dead(self._drop_drives)
@@ -335,23 +334,14 @@ class Agent(Orchestration):
     async def forget_thread(self, thread_id: str) -> None:
         """Stop everything running for a thread that is being deleted, on every replica
         (nothing is written: the thread's rows go with it)."""
-        await self.services.replicas.ask("forget-thread", {"thread": thread_id})
-
-    async def _forget_thread_here(self, args: dict[str, str]) -> None:
-        thread_id = args["thread"]
-        drive = self._drives.get(thread_id)
-        if drive is not None:
-            drive.cancel()
-            await asyncio.gather(drive, return_exceptions=True)
-        self._follow_ups.pop(thread_id, None)
-        await self.services.background.cancel_thread(thread_id, quietly=True)
+        await self.services.replicas.ask("stop-thread", {"thread": thread_id, "forget": True})
 
     async def cancel_run(self, thread_id: str) -> str | None:
         """Cancel the thread's open run (idempotent): the model stream and running tools are
         aborted, background tasks stopped, open calls closed, `run-finish{cancelled}`."""
         status = await self.services.threads.status(thread_id)
         # The run's replica (and any running its background tasks) stops them first.
-        await self.services.replicas.ask("stop-thread", {"thread": thread_id})
+        await self.services.replicas.ask("stop-thread", {"thread": thread_id, "forget": False})
         plan = await self.services.plans.get(thread_id)
         if plan is not None and plan.status in ("active", "awaiting_approval"):
             await self.services.plans.set_status(
@@ -369,15 +359,21 @@ class Agent(Orchestration):
         )
         return run.id if finished else None
 
-    async def _stop_thread_here(self, args: dict[str, str]) -> None:
+    async def _stop_thread_here(self, args: dict[str, Any]) -> None:
+        """Stop what this replica runs for a thread: its drive, queued follow-ups and
+        background tasks — quietly when the thread is being forgotten (deleted), else
+        unsettled one by one (the canceller cancels the plan as a whole)."""
         thread_id = args["thread"]
         drive = self._drives.get(thread_id)
         if drive is not None:
             drive.cancel()
             await asyncio.gather(drive, return_exceptions=True)
-        # Not settled one by one: the canceller cancels the plan as a whole.
-        await self.services.background.cancel_thread(thread_id, settle=False)
         self._follow_ups.pop(thread_id, None)
+        background = self.services.background
+        if args["forget"]:
+            await background.cancel_thread(thread_id, quietly=True)
+        else:
+            await background.cancel_thread(thread_id, settle=False)
 
     # -- driving a run --------------------------------------------------------------------
 

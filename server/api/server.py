@@ -46,10 +46,12 @@ from server.settings import Settings
 from server.tools.registry import ToolRegistry
 
 __all__ = [
+    "ENGINE_HEALTH_PREFIX",
     "ENGINE_SERVICES",
     "INSTANCE_HEALTH",
     "ApiParts",
     "GrpcServer",
+    "ListingHealthServicer",
     "follow_engine",
     "follow_instance",
     "is_loopback",
@@ -97,6 +99,8 @@ def listen_host(settings: Settings, keys: list[str]) -> str:
 # The health service name that reports the user's n8n instance (when it is the instance).
 INSTANCE_HEALTH = "n8n"
 
+# The health entry of each container engine: this prefix and the engine's address.
+ENGINE_HEALTH_PREFIX = "sandbox-engine/"
 # The services that cannot answer anything useful without the container engine.
 ENGINE_SERVICES = (
     workspace_pb2.DESCRIPTOR.services_by_name["Workspace"].full_name,
@@ -128,10 +132,7 @@ async def follow_instance(
         return
 
     async def instance_changed(up: bool) -> None:
-        serving = health_pb2.HealthCheckResponse.SERVING
-        await health_servicer.set(
-            INSTANCE_HEALTH, serving if up else health_pb2.HealthCheckResponse.NOT_SERVING
-        )
+        await health_servicer.set(INSTANCE_HEALTH, _status(up))
 
     await instance_changed(probe.up)
     probe.on_change(instance_changed)
@@ -140,21 +141,42 @@ async def follow_instance(
 async def follow_engine(
     sandboxes: SandboxService, health_servicer: health.aio.HealthServicer
 ) -> None:
-    """Health of the engine's services follows the engine: NOT_SERVING while it is away."""
+    """Health of the engine's services follows the engines: NOT_SERVING while none answers.
+    Each engine has its own entry, `sandbox-engine/<its address>`."""
     if not sandboxes.engine_needed:
         return
 
-    async def engine_changed(up: bool) -> None:
-        status = (
-            health_pb2.HealthCheckResponse.SERVING
-            if up
-            else health_pb2.HealthCheckResponse.NOT_SERVING
-        )
+    async def engine_changed(engine: str, up: bool) -> None:
+        await health_servicer.set(ENGINE_HEALTH_PREFIX + engine, _status(up))
         for name in ENGINE_SERVICES:
-            await health_servicer.set(name, status)
+            await health_servicer.set(name, _status(sandboxes.engine_up))
 
-    await engine_changed(sandboxes.engine_up)
+    for engine, up in sandboxes.engines().items():
+        await engine_changed(engine, up)
     sandboxes.on_engine_change(engine_changed)
+
+
+def _status(serving: bool) -> health_pb2.HealthCheckResponse.ServingStatus.ValueType:
+    return (
+        health_pb2.HealthCheckResponse.SERVING
+        if serving
+        else health_pb2.HealthCheckResponse.NOT_SERVING
+    )
+
+
+class ListingHealthServicer(health.aio.HealthServicer):  # type: ignore[misc]
+    """grpc's asyncio health servicer, plus `List` (which it leaves unimplemented): how a
+    client learns the entries beyond the fixed services, such as each container engine."""
+
+    async def List(
+        self, request: health_pb2.HealthListRequest, context: grpc.aio.ServicerContext
+    ) -> health_pb2.HealthListResponse:
+        return health_pb2.HealthListResponse(
+            statuses={
+                name: health_pb2.HealthCheckResponse(status=status)
+                for name, status in self._server_status.items()
+            }
+        )
 
 
 async def start_grpc_server(
@@ -200,7 +222,7 @@ async def start_grpc_server(
         gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name,
     ]
 
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = ListingHealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ["", *services]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)

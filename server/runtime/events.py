@@ -301,7 +301,12 @@ class EventLog:
 
     async def _receive_loop(self) -> None:
         while True:
-            message = json.loads(await self._inbox.get())
+            payload = await self._inbox.get()
+            try:
+                message = json.loads(payload)
+            except ValueError:  # not ours: nothing else writes to the channel, but never die
+                log.warning("an event notification was not JSON", size=len(payload))
+                continue
             for item in message.get("events", []):
                 thread_id = item["t"]
                 if not self._subscribers.get(thread_id):

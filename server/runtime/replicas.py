@@ -98,6 +98,7 @@ class Replicas:
         self._link_ready = asyncio.Event()
         self._leader = not self.shared
         self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False
         self._answering: set[asyncio.Task[None]] = set()
 
     # -- wiring -------------------------------------------------------------------------
@@ -136,6 +137,7 @@ class Replicas:
         self._tasks.append(asyncio.create_task(self._heartbeat(), name="replica-heartbeat"))
 
     async def close(self) -> None:
+        self._closing = True
         for task in [*self._tasks, *self._answering]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._answering, return_exceptions=True)
@@ -352,7 +354,8 @@ class Replicas:
             log.info("replica link listening", replica=self.id)
         else:
             self._link_ready.clear()
-            log.warning("replica link lost; reconnecting", replica=self.id)
+            if not self._closing:
+                log.warning("replica link lost; reconnecting", replica=self.id)
         for listener in self._link_listeners:
             listener(up)
 

@@ -8,8 +8,7 @@ not isolate.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import functools
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -19,18 +18,22 @@ import structlog
 from sqlalchemy import select
 
 from sandbox.commands import CommandRunner
-from sandbox.docker_engine import DockerEngine
+from sandbox.docker_engine import DockerEngine, DockerHost
 from sandbox.egress import EgressProxy
 from sandbox.engine import ContainerEngine, SandboxLimits
 from sandbox.errors import SandboxError, SandboxOwnerInUseError
+from sandbox.identity import sandbox_id
 from sandbox.lease import OwnerLease
 from sandbox.local_engine import LocalEngine
 from sandbox.manager import SandboxManager, ThreadPredicate
+from sandbox.placement import rank
 from sandbox.protocol import Sandboxes
 from sandbox.provider import SandboxProvider
 from sandbox.workspace_disk import WorkspaceDisks
 from server.errors import FailedPreconditionError, NotFoundError, UnavailableError
 from server.runtime.egress import egress_root
+from server.runtime.engines import Connected, EngineListener, EngineSlot
+from server.runtime.placements import Placements
 from server.runtime.replicas import Replicas
 from server.runtime.threads import OPEN_RUN_STATES
 from server.settings import Settings
@@ -40,23 +43,22 @@ from server.store.models import RunRow
 from server.store.threads import get_thread
 
 __all__ = [
+    "DEFAULT_ENGINE",
     "MIB",
-    "SWEEP_INTERVAL_S",
-    "EngineListener",
     "SandboxService",
     "build_local",
     "build_manager",
     "connect_manager",
+    "docker_hosts",
+    "engine_name",
     "sandbox_owner",
 ]
 
 log = structlog.get_logger(__name__)
 
-EngineListener = Callable[[bool], Awaitable[None]]
-
 MIB = 1024 * 1024
-# How often idle sandboxes are looked for.
-SWEEP_INTERVAL_S = 30.0
+# The engine DOCKER_HOST names (this host's, by default) when no engines are configured.
+DEFAULT_ENGINE = "default"
 
 
 class SandboxService:
@@ -76,68 +78,92 @@ class SandboxService:
         self._egress = egress
         # For requests (may cache); the janitor always asks the database.
         self._thread_known = thread_known or self._thread_exists
-        self._manager: Sandboxes | None = None
+        self._local: Sandboxes | None = None
         self._unavailable = "sandboxes are disabled (INSTANCE_AI_SANDBOX_PROVIDER=none)"
-        self._housekeeping: asyncio.Task[None] | None = None
         self._catalog_dir: Path | None = None
-        self._lease: OwnerLease | None = None
-        self._deployment = ""
-        self._engine_up = False
+        self._engines: list[EngineSlot] = []
+        self._placements = Placements(db)
         self._engine_listeners: list[EngineListener] = []
-        self._engine_watch: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         provider = self.settings.sandbox_provider
         if provider == "none":
             return
+        owner = await sandbox_owner(self.settings, self.db)
         if provider == "local":
-            self._manager = build_local(
-                self.settings, owner=await sandbox_owner(self.settings, self.db)
-            )
+            self._local = build_local(self.settings, owner=owner)
             self._unavailable = "local sandboxes carry no sandbox image; use the docker provider"
             return
         # Docker, and only Docker: an unreachable engine is an error, never a quiet switch
         # to something that does not isolate.
-        owner = await sandbox_owner(self.settings, self.db)
-        self._deployment = await deployment_id(self.db)
-        try:
-            manager = await asyncio.to_thread(self._connect, owner, await self._alone())
-        except SandboxOwnerInUseError as exc:
-            # Starting anyway would let two services remove each other's sandboxes.
-            raise FailedPreconditionError(str(exc)) from None
-        except SandboxError as exc:
-            self._unavailable = str(exc)
-            log.error("sandboxes unavailable", reason=self._unavailable)
-            # An engine that comes up later (or an image built later) is taken up then.
-            self._engine_watch = asyncio.create_task(
-                self._connect_later(owner), name="sandbox-engine-wait"
+        deployment, alone = await deployment_id(self.db), await self._alone()
+        for host in docker_hosts(self.settings):
+            slot = EngineSlot(
+                name=engine_name(host),
+                connect=functools.partial(self._connect, host, owner, deployment, alone),
+                on_change=self._announce,
+                leads=self._leads,
+                probe_s=self.settings.sandbox_engine_probe_seconds,
+                janitor_s=self.settings.sandbox_janitor_interval_seconds,
             )
-            return
-        self._take_up(manager)
-
-    def _take_up(self, manager: SandboxManager) -> None:
-        self._manager = manager
-        self._engine_up = True
-        manager.refill_pool()
-        self._housekeeping = asyncio.create_task(
-            self._housekeep(manager), name="sandbox-housekeeping"
-        )
-        self._engine_watch = asyncio.create_task(
-            self._watch_engine(manager), name="sandbox-engine-watch"
-        )
-
-    async def _connect_later(self, owner: str) -> None:
-        while True:
-            await asyncio.sleep(self.settings.sandbox_engine_probe_seconds)
+            self._engines.append(slot)
             try:
-                manager = await asyncio.to_thread(self._connect, owner, await self._alone())
-            except SandboxError as exc:
-                self._unavailable = str(exc)
-                continue
-            log.info("sandboxes available again")
-            self._take_up(manager)
-            await self._announce(True)
-            return
+                await slot.start()
+            except SandboxOwnerInUseError as exc:
+                # Starting anyway would let two deployments remove each other's sandboxes.
+                await self.close()
+                raise FailedPreconditionError(str(exc)) from None
+
+    async def _alone(self) -> bool:
+        """Whether no other replica of this deployment lives: only then are commands left
+        running and pooled sandboxes taken over (otherwise they may be another's)."""
+        return self._replicas is None or await self._replicas.alive() == {self._replicas.id}
+
+    def _leads(self) -> bool:
+        return self._replicas is None or self._replicas.is_leader
+
+    def _connect(
+        self, host: DockerHost | None, owner: str, deployment: str, alone: bool
+    ) -> Connected:
+        """Connect to one engine and set it up (blocking)."""
+        engine = DockerEngine.connect(host)
+        lease = None
+        name = engine_name(host)
+        try:
+            image = engine.require_image()
+            # A remote engine cannot mount this host's egress sockets or workspace images.
+            local = host is None or host.local
+            manager = build_manager(
+                self.settings,
+                engine,
+                image=image,
+                owner=owner,
+                is_busy=self._is_busy,
+                thread_exists=functools.partial(self._thread_lives_on, name),
+                egress=self._egress if local else None,
+                reap_leftovers=alone,
+                adopt_pool=alone,
+                workspace_limit=local,
+            )
+            lease = OwnerLease.acquire(engine, image=image, owner=owner, deployment=deployment)
+            if self._catalog_dir is None:
+                self._catalog_dir = engine.extract_catalog(
+                    image, self.settings.data_dir / "catalog"
+                )
+        except SandboxError:
+            if lease is not None:
+                lease.release()
+            engine.close()
+            raise
+        return Connected(manager=manager, lease=lease)
+
+    def catalog_dir(self) -> Path:
+        """Where the running image's node and credential catalog was copied to."""
+        if self._catalog_dir is None:
+            raise UnavailableError(
+                f"the node catalog comes with the sandbox image: {self._why_unavailable()}"
+            )
+        return self._catalog_dir
 
     @property
     def engine_needed(self) -> bool:
@@ -146,123 +172,96 @@ class SandboxService:
 
     @property
     def engine_up(self) -> bool:
-        """Whether the engine answered its last ping (False when it never connected)."""
-        return self._engine_up
+        """Whether any engine answered its last ping (False when none ever connected)."""
+        return any(slot.up for slot in self._engines)
+
+    def engines(self) -> dict[str, bool]:
+        """Each configured engine, and whether it answers."""
+        return {slot.name: slot.up for slot in self._engines}
 
     def on_engine_change(self, listener: EngineListener) -> None:
-        """Call `listener(up)` each time the engine goes away or comes back."""
+        """Call `listener(engine, up)` each time an engine goes away or comes back."""
         self._engine_listeners.append(listener)
 
-    async def _watch_engine(self, manager: SandboxManager) -> None:
-        while True:
-            await asyncio.sleep(self.settings.sandbox_engine_probe_seconds)
-            try:
-                await asyncio.to_thread(manager.engine.ping)
-                up = True
-            except Exception:  # any failure to answer is the engine being away
-                up = False
-            if up != self._engine_up:
-                self._engine_up = up
-                log.warning("container engine " + ("back" if up else "unreachable"))
-                await self._announce(up)
-
-    async def _announce(self, up: bool) -> None:
+    async def _announce(self, engine: str, up: bool) -> None:
         for listener in self._engine_listeners:
-            await listener(up)
-
-    async def _alone(self) -> bool:
-        """Whether no other replica of this deployment lives: only then are commands left
-        running and pooled sandboxes taken over (otherwise they may be another's)."""
-        return self._replicas is None or await self._replicas.alive() == {self._replicas.id}
-
-    def _connect(self, owner: str, alone: bool) -> SandboxManager:
-        engine = DockerEngine.connect()
-        try:
-            image = engine.require_image()
-            manager = build_manager(
-                self.settings,
-                engine,
-                image=image,
-                owner=owner,
-                is_busy=self._is_busy,
-                thread_exists=self._thread_exists,
-                egress=self._egress,
-                reap_leftovers=alone,
-                adopt_pool=alone,
-            )
-            self._lease = OwnerLease.acquire(
-                engine, image=image, owner=owner, deployment=self._deployment
-            )
-            self._catalog_dir = engine.extract_catalog(image, self.settings.data_dir / "catalog")
-        except SandboxError:
-            if self._lease is not None:
-                self._lease.release()
-                self._lease = None
-            engine.close()
-            raise
-        return manager
-
-    def catalog_dir(self) -> Path:
-        """Where the running image's node and credential catalog was copied to."""
-        if self._catalog_dir is None:
-            raise UnavailableError(
-                f"the node catalog comes with the sandbox image: {self._unavailable}"
-            )
-        return self._catalog_dir
+            await listener(engine, up)
 
     @property
     def manager(self) -> Sandboxes:
-        if self._manager is None:
-            raise UnavailableError(self._unavailable)
-        return self._manager
+        """The sandboxes of the first engine that answers (the only one, usually); of one
+        that answered once if none does now (its calls then say what the engine says)."""
+        if self._local is not None:
+            return self._local
+        answering_first = sorted(self._engines, key=lambda slot: not slot.up)
+        managers = [slot.manager for slot in answering_first if slot.manager is not None]
+        if not managers:
+            raise UnavailableError(self._why_unavailable())
+        return managers[0]
+
+    def _why_unavailable(self) -> str:
+        if not self._engines:
+            return self._unavailable
+        return "; ".join(slot.unavailable for slot in self._engines if not slot.up)
 
     async def for_thread(self, thread_id: str) -> Sandboxes:
-        """The manager, once the thread is known to exist (no sandbox for unknown threads)."""
+        """The sandboxes of the engine the thread lives on, once the thread is known to exist
+        (no sandbox for unknown threads)."""
         manager = self.manager
         if not await self._thread_known(thread_id):
             raise NotFoundError(f"thread {thread_id!r} does not exist")
-        return manager
+        if len(self._engines) < 2:
+            return manager
+        return await self._placed(thread_id)
+
+    async def _placed(self, thread_id: str) -> SandboxManager:
+        """The thread's engine: where it was placed while that answers; else the first of
+        the engines that answer in rendezvous order, which then keeps it."""
+        answering = {s.name: s.manager for s in self._engines if s.up and s.manager is not None}
+        if not answering:
+            raise UnavailableError(self._why_unavailable())
+        placed = await self._placements.engine_of(thread_id)
+        if placed is not None and placed not in answering:
+            placed = await self._placements.engine_of(thread_id, fresh=True)  # moved meanwhile?
+        if placed in answering:
+            return answering[placed]
+        chosen = rank(answering, sandbox_id(thread_id))[0]
+        if placed is None:
+            await self._placements.place(thread_id, chosen)  # or another replica's choice
+            return await self._placed(thread_id)
+        if await self._placements.move(thread_id, placed, chosen):
+            raise FailedPreconditionError(
+                f"this thread's workspace was on the container engine {placed!r}, which is "
+                f"not answering: its files are lost to this conversation. A fresh sandbox on "
+                f"{chosen!r} takes over; write the files again, then retry"
+            )
+        return await self._placed(thread_id)
 
     async def destroy(self, thread_id: str) -> None:
-        if self._manager is not None:
-            await self._manager.destroy(thread_id)
+        if self._local is not None:
+            await self._local.destroy(thread_id)
+        for slot in self._engines:  # after a move it may have left one on an engine behind
+            if slot.up and slot.manager is not None:
+                await slot.manager.destroy(thread_id)
 
     async def close(self) -> None:
-        for task in (self._housekeeping, self._engine_watch):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        if self._manager is not None:
-            await self._manager.close()
-            if self._lease is not None:
-                await asyncio.to_thread(self._lease.release)
-            if isinstance(self._manager, SandboxManager):
-                self._manager.engine.close()
-
-    async def _housekeep(self, manager: SandboxManager) -> None:
-        janitor_every = self.settings.sandbox_janitor_interval_seconds
-        next_janitor = 0.0
-        loop = asyncio.get_running_loop()
-        try:
-            if manager.reap_leftovers:
-                await manager.reap_all()
-        except SandboxError as exc:
-            log.warning("clearing leftover commands failed", error=str(exc))
-        while True:
-            try:
-                leads = self._replicas is None or self._replicas.is_leader
-                if leads and loop.time() >= next_janitor:  # one replica cleans up for all
-                    await manager.janitor()
-                    next_janitor = loop.time() + janitor_every
-                await manager.sweep_idle()
-            except SandboxError as exc:
-                log.warning("sandbox housekeeping failed", error=str(exc))
-            await asyncio.sleep(min(SWEEP_INTERVAL_S, janitor_every))
+        for slot in self._engines:
+            await slot.close()
+        self._engines.clear()
+        if self._local is not None:
+            await self._local.close()
 
     async def _thread_exists(self, thread_id: str) -> bool:
         async with self.db.session() as session:
             return await get_thread(session, thread_id) is not None
+
+    async def _thread_lives_on(self, engine: str, thread_id: str) -> bool:
+        """For an engine's janitor: the thread exists and was not moved to another engine."""
+        if not await self._thread_exists(thread_id):
+            return False
+        if len(self._engines) < 2:
+            return True
+        return await self._placements.engine_of(thread_id, fresh=True) in (None, engine)
 
     async def _is_busy(self, thread_id: str) -> bool:
         async with self.db.session() as session:
@@ -287,10 +286,30 @@ async def sandbox_owner(settings: Settings, db: Database) -> str:
     return settings.sandbox_owner or f"deployment-{await deployment_id(db)}"
 
 
-def connect_manager(settings: Settings, *, owner: str, **options: Any) -> SandboxManager:
-    """Connect to the Docker engine and set up the manager (blocking), for one-off commands.
-    Raises SandboxError with what to do when the engine or the image is missing."""
-    engine = DockerEngine.connect()
+def docker_hosts(settings: Settings) -> list[DockerHost | None]:
+    """The configured engines (None: the one DOCKER_HOST names, when none are configured)."""
+    return [
+        DockerHost(
+            url=h.url,
+            ca_cert=h.tls_ca_cert,
+            client_cert=h.tls_client_cert,
+            client_key=h.tls_client_key,
+        )
+        for h in settings.docker_hosts
+    ] or [None]
+
+
+def engine_name(host: DockerHost | None) -> str:
+    return host.url if host is not None else DEFAULT_ENGINE
+
+
+def connect_manager(
+    settings: Settings, *, owner: str, host: DockerHost | None = None, **options: Any
+) -> SandboxManager:
+    """Connect to a Docker engine (None: DOCKER_HOST's) and set up the manager (blocking),
+    for one-off commands. Raises SandboxError with what to do when the engine or the image
+    is missing."""
+    engine = DockerEngine.connect(host)
     try:
         return build_manager(settings, engine, image=engine.require_image(), owner=owner, **options)
     except SandboxError:
@@ -309,11 +328,14 @@ def build_manager(
     egress: EgressProxy | None = None,
     reap_leftovers: bool = True,
     adopt_pool: bool = True,
+    workspace_limit: bool = True,
 ) -> SandboxManager:
     """The manager of this owner's sandboxes on `engine`, hardened as configured (blocking).
-    Raises SandboxError with what to do when the workspace limit cannot be kept."""
+    Raises SandboxError with what to do when the workspace limit cannot be kept (it needs
+    the engine on this host: `workspace_limit` false for a remote one)."""
     s = settings
-    disks = WorkspaceDisks(s.sandbox_workspace_max_mb * MIB) if s.sandbox_workspace_max_mb else None
+    limited = workspace_limit and s.sandbox_workspace_max_mb
+    disks = WorkspaceDisks(s.sandbox_workspace_max_mb * MIB) if limited else None
     if disks is not None:
         disks.check()
     limits = SandboxLimits(

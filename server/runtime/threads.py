@@ -24,6 +24,7 @@ from server.store.models import (
     PermissionRow,
     PlanRow,
     RunRow,
+    SandboxPlacementRow,
     SourceBindingRow,
     ThreadRow,
     WorkItemRow,
@@ -157,6 +158,7 @@ class Threads:
                 ConfirmationRow,
                 PermissionRow,
                 PlanRow,
+                SandboxPlacementRow,
             ):
                 await session.execute(delete(table).where(table.thread_id == thread_id))
             await session.execute(delete(ThreadRow).where(ThreadRow.id == thread_id))

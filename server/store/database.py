@@ -46,6 +46,8 @@ class Database:
         engine = create_async_engine(url, **_engine_options(url))
         if engine.dialect.name == "sqlite":
             event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        else:
+            event.listen(engine.sync_engine, "do_connect", _connect_or_operational_error)
         db = cls(engine)
         lock = (
             Path(f"{parsed.database}.migrate.lock")
@@ -106,6 +108,19 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cursor.execute("PRAGMA synchronous=FULL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
+
+
+def _connect_or_operational_error(
+    dialect: Any, _record: Any, cargs: list[Any], cparams: dict[str, Any]
+) -> Any:
+    """Connect as SQLAlchemy would, but a server that cannot be reached (the driver raises
+    the socket's own OSError) is the driver's OperationalError, which SQLAlchemy wraps like
+    any database error: callers then get UNAVAILABLE (`storage_failure`), not INTERNAL."""
+    dbapi = dialect.loaded_dbapi
+    try:
+        return dbapi.connect(*cargs, **cparams)
+    except (OSError, TimeoutError) as exc:
+        raise dbapi.OperationalError(f"cannot connect to the database server: {exc}") from exc
 
 
 def _upgrade_to_head(connection: Connection) -> None:

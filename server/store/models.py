@@ -37,6 +37,7 @@ __all__ = [
     "PlanRow",
     "ReplicaRow",
     "RunRow",
+    "SandboxPlacementRow",
     "SourceBindingRow",
     "TagRow",
     "ThreadRow",
@@ -415,6 +416,19 @@ class ReplicaRow(Base):
     address: Mapped[str] = mapped_column(String(255), default="")
     started_at: Mapped[datetime] = mapped_column(UTCDateTime())
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class SandboxPlacementRow(Base):
+    """The container engine a thread's sandbox lives on, when sandboxes span several: chosen
+    by rendezvous hashing when first needed, kept while that engine answers."""
+
+    __tablename__ = "sandbox_placements"
+
+    thread_id: Mapped[str] = mapped_column(
+        ForeignKey("threads.id", ondelete="CASCADE"), primary_key=True
+    )
+    engine: Mapped[str] = mapped_column(String(255))
+    placed_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
 class GatewayKeyRow(Base):

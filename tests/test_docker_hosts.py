@@ -1,0 +1,137 @@
+"""Sandboxes over two Docker engines (this host's and a second `dockerd` started by the
+test): each thread's sandbox lives on the engine rendezvous hashing gives it, health shows
+each engine, and when one engine stops its threads get a fresh sandbox on the other — the
+first call says the workspace was lost — while the others' threads go on untouched."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import docker
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from instance_ai.json_text import from_json, to_json
+from instance_ai.v1 import pipeline_pb2, pipeline_pb2_grpc, tools_pb2, tools_pb2_grpc
+from sandbox import identity
+from sandbox.docker_engine import DEFAULT_SOCKET
+from sandbox.placement import rank
+from server.api.server import ENGINE_HEALTH_PREFIX
+from server.settings import Settings
+from tests.conftest import serving
+from tests.second_engine import SecondEngine, containers_of, second_engine
+
+__all__ = ["second_engine"]  # fixtures, shared
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = (ROOT / "examples" / "order-intake.workflow.ts").read_text()
+THREADS = [f"spread-{n}" for n in range(6)]
+
+
+class Client:
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.tools = tools_pb2_grpc.ToolsStub(channel)
+        self.pipeline = pipeline_pb2_grpc.PipelineStub(channel)
+        self.health = health_pb2_grpc.HealthStub(channel)
+
+    async def write(self, thread: str) -> None:
+        await self.tools.CallTool(
+            tools_pb2.CallToolRequest(
+                thread_id=thread,
+                tool_name="workspace_write_file",
+                arguments_json=to_json({"path": "src/intake.ts", "content": SOURCE}),
+            )
+        )
+
+    async def build_and_verify(self, thread: str) -> bool:
+        built = await self.pipeline.BuildWorkflow(
+            pipeline_pb2.BuildWorkflowRequest(thread_id=thread, file_path="src/intake.ts")
+        )
+        assert built.success, built
+        verified = await self.pipeline.VerifyWorkflow(
+            pipeline_pb2.VerifyWorkflowRequest(thread_id=thread, workflow_id=built.workflow_id)
+        )
+        return bool(from_json(verified.result_json)["success"])
+
+    async def engines(self) -> dict[str, str]:
+        listed = await self.health.List(health_pb2.HealthListRequest())
+        return {
+            name.removeprefix(
+                ENGINE_HEALTH_PREFIX
+            ): health_pb2.HealthCheckResponse.ServingStatus.Name(status.status)
+            for name, status in listed.statuses.items()
+            if name.startswith(ENGINE_HEALTH_PREFIX)
+        }
+
+
+async def test_threads_spread_over_two_engines_and_move_off_one_that_stops(
+    make_docker_settings: Callable[..., Settings],
+    second_engine: SecondEngine,
+    docker_client: docker.DockerClient,
+    owner: str,
+) -> None:
+    engines = [DEFAULT_SOCKET, second_engine.url]
+    settings = make_docker_settings(
+        docker_hosts=engines,
+        sandbox_engine_probe_seconds=0.3,
+        # A first build starts the sandbox's worker: on two busy cores that can take seconds.
+        build_compile_timeout_seconds=60,
+    )
+    expected = {t: rank(engines, identity.sandbox_id(t))[0] for t in THREADS}
+    on_second = [t for t in THREADS if expected[t] == second_engine.url]
+    on_first = [t for t in THREADS if expected[t] == DEFAULT_SOCKET]
+    assert on_first and on_second  # six threads: both engines get some (fixed by the hash)
+    async with serving(settings) as (_app, channel):
+        client = Client(channel)
+        assert await client.engines() == dict.fromkeys(engines, "SERVING")
+        for thread in THREADS:
+            await client.write(thread)
+        gate = asyncio.Semaphore(2)  # two cores
+
+        async def build_and_verify(thread: str) -> bool:
+            async with gate:
+                return await client.build_and_verify(thread)
+
+        assert all(await asyncio.gather(*(build_and_verify(t) for t in THREADS)))
+        with second_engine.client() as second:
+            assert containers_of(second, owner) == set(on_second)
+        assert containers_of(docker_client, owner) == set(on_first)
+
+        await asyncio.to_thread(second_engine.stop)
+        for _ in range(100):
+            if (await client.engines())[second_engine.url] == "NOT_SERVING":
+                break
+            await asyncio.sleep(0.1)
+        assert await client.engines() == {
+            DEFAULT_SOCKET: "SERVING",
+            second_engine.url: "NOT_SERVING",
+        }
+        overall = await client.health.Check(
+            health_pb2.HealthCheckRequest(service="instance_ai.v1.Workspace")
+        )
+        assert overall.status == health_pb2.HealthCheckResponse.SERVING
+        # The threads of the stopped engine: told once that their files are gone, then a
+        # fresh sandbox on the other engine builds and verifies.
+        for thread in on_second:
+            with pytest.raises(grpc.aio.AioRpcError) as lost:
+                await client.build_and_verify(thread)
+            assert lost.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "workspace was on the container engine" in str(lost.value.details())
+            await client.write(thread)
+            assert await client.build_and_verify(thread)
+        for thread in on_first:  # untouched
+            assert await client.build_and_verify(thread)
+        assert containers_of(docker_client, owner) == set(THREADS)
+
+        await asyncio.to_thread(second_engine.start)
+        for _ in range(100):
+            if (await client.engines())[second_engine.url] == "SERVING":
+                break
+            await asyncio.sleep(0.1)
+        assert (await client.engines())[second_engine.url] == "SERVING"
+        # A thread stays where it was placed while that engine answers.
+        for thread in on_second:
+            assert await client.build_and_verify(thread)
