@@ -86,6 +86,7 @@ bench: setup n8n
 	$(BIN)/python -m bench.relay
 	$(BIN)/python -m bench.sandbox_browser
 	$(BIN)/python -m bench.instance
+	$(BIN)/python -m bench.replicas
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache clients/typescript/dist

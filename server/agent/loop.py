@@ -116,6 +116,7 @@ class Agent(Orchestration):
         self._starting: set[asyncio.Future[None]] = set()
         self._closing = False
         self._recovered = False
+        self._taking_over = asyncio.Lock()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -154,7 +155,8 @@ class Agent(Orchestration):
         for run in await self.services.threads.open_runs():
             if run.status == "suspended" and (task_id := await self._planned_task_of(run)):
                 self._planned_runs[run.id] = (task_id, run.caller)
-        await self._take_over()
+        if self.services.replicas.is_leader:  # else the leader does, within a heartbeat
+            await self._take_over()
 
     async def _take_over(self) -> None:
         """End what dead replicas left: their active runs (interrupted, `tool-interrupted`
@@ -163,13 +165,14 @@ class Agent(Orchestration):
         their plans replan instead of waiting forever, and close tool calls made outside a
         run that never ended; with others alive those may still be running there."""
         replicas = self.services.replicas
-        orphans = await self.services.threads.orphaned_runs(replicas.owned_by_live)
-        for run in orphans:
-            log.warning("ending a run its replica left", run_id=run.id, replica=run.owner)
-            await self._interrupt(run, reason="crash_interrupted")
-        if (orphans or not self._recovered) and await replicas.alive() == {replicas.id}:
-            self._recovered = True
-            await self._fail_stranded_tasks()
+        async with self._taking_over:  # start-up and the heartbeat may overlap
+            orphans = await self.services.threads.orphaned_runs(replicas.owned_by_live)
+            for run in orphans:
+                log.warning("ending a run its replica left", run_id=run.id, replica=run.owner)
+                await self._interrupt(run, reason="crash_interrupted")
+            if (orphans or not self._recovered) and await replicas.alive() == {replicas.id}:
+                self._recovered = True
+                await self._fail_stranded_tasks()
 
     async def _drop_drives(self) -> None:
         """This replica was taken for dead (its lease lapsed): the runs it drove were ended

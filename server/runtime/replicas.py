@@ -335,8 +335,8 @@ class Replicas:
                 await link.add_listener(CONTROL_CHANNEL, self._heard_control)
                 self._link, self._link_lost = link, lost
                 backoff = 0.5
+                await self._lead()  # settled before anyone is told the link is up
                 self._announce(True)
-                await self._lead()
                 await lost.wait()
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 log.warning("the replica link failed", error=str(exc)[:200])
