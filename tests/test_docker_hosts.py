@@ -6,6 +6,7 @@ first call says the workspace was lost — while the others' threads go on untou
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from server.api.server import ENGINE_HEALTH_PREFIX
 from server.settings import Settings
 from tests.conftest import serving
 from tests.second_engine import SecondEngine, containers_of, second_engine
+from tests.test_cli import run_cli
 
 __all__ = ["second_engine"]  # fixtures, shared
 
@@ -84,9 +86,14 @@ async def test_threads_spread_over_two_engines_and_move_off_one_that_stops(
     on_second = [t for t in THREADS if expected[t] == second_engine.url]
     on_first = [t for t in THREADS if expected[t] == DEFAULT_SOCKET]
     assert on_first and on_second  # six threads: both engines get some (fixed by the hash)
-    async with serving(settings) as (_app, channel):
+    async with serving(settings) as (app, channel):
         client = Client(channel)
         assert await client.engines() == dict.fromkeys(engines, "SERVING")
+        shown = await asyncio.to_thread(run_cli, "health", "--server", app.address, "--json")
+        listed = json.loads(shown.stdout)["services"]
+        assert {name: listed[ENGINE_HEALTH_PREFIX + name] for name in engines} == dict.fromkeys(
+            engines, "SERVING"
+        )
         for thread in THREADS:
             await client.write(thread)
         gate = asyncio.Semaphore(2)  # two cores

@@ -311,13 +311,16 @@ class EventLog:
                 thread_id = item["t"]
                 if not self._subscribers.get(thread_id):
                     continue
-                try:
-                    event = await self._read(thread_id, item["ref"]) if "ref" in item else None
-                except Exception as exc:  # the store away: its followers resume later
-                    log.warning("a shared event could not be read", error=str(exc)[:200])
-                    self.end_subscriptions(_link_lost, thread_id=thread_id)
-                    continue
-                self._fan_out(event or _from_wire(item))
+                event = _from_wire(item) if "ref" not in item else None
+                if event is None:
+                    try:
+                        event = await self._read(thread_id, item["ref"])
+                    except Exception as exc:  # the store away: its followers resume later
+                        log.warning("a shared event could not be read", error=str(exc)[:200])
+                        self.end_subscriptions(_link_lost, thread_id=thread_id)
+                        continue
+                if event is not None:  # None: its thread was deleted meanwhile
+                    self._fan_out(event)
             # Let followers drain before the next notification (as between two commits).
             await asyncio.sleep(0)
 

@@ -57,7 +57,8 @@ _LINK_TIMEOUT_S = 10.0
 _MAX_BACKOFF_S = 10.0
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
-DeadListener = Callable[[], Awaitable[None]]
+# Called with nothing: what happened is in the name it was registered under.
+Hook = Callable[[], Awaitable[None]]
 
 
 @dataclass(kw_only=True)
@@ -91,8 +92,8 @@ class Replicas:
         self._gatherings: dict[str, _Gathering] = {}
         self._event_listeners: list[Callable[[str], None]] = []
         self._link_listeners: list[Callable[[bool], None]] = []
-        self._dead_listeners: list[DeadListener] = []
-        self._declared_dead_listeners: list[Callable[[], Awaitable[None]]] = []
+        self._dead_listeners: list[Hook] = []
+        self._declared_dead_listeners: list[Hook] = []
         self._link: asyncpg.Connection | None = None
         self._link_lost: asyncio.Event | None = None
         self._link_ready = asyncio.Event()
@@ -111,12 +112,12 @@ class Replicas:
         """`listener(up)` each time the link comes up or goes down."""
         self._link_listeners.append(listener)
 
-    def on_dead(self, listener: DeadListener) -> None:
+    def on_dead(self, listener: Hook) -> None:
         """On the leader, each heartbeat: `await listener()` ends what dead replicas left
         behind (what `owned_by_live` does not match)."""
         self._dead_listeners.append(listener)
 
-    def on_declared_dead(self, listener: Callable[[], Awaitable[None]]) -> None:
+    def on_declared_dead(self, listener: Hook) -> None:
         """When this replica learns the others declared it dead (its row was deleted)."""
         self._declared_dead_listeners.append(listener)
 
