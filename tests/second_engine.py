@@ -23,6 +23,7 @@ from sandbox import identity
 from sandbox.docker_engine import DockerEngine
 from sandbox.image.build import BuiltImage
 from sandbox.provider import remove_owner
+from tests.sandbox_fixtures import EGRESS_ROOTS
 
 DATA_ROOT = Path.home() / ".cache" / "instance-ai" / "second-engine"
 
@@ -108,8 +109,11 @@ class SecondEngine:
                         client.images.remove(old)
 
     def remove_owner(self, owner: str) -> None:
+        """Remove the owner's containers here, with their egress directories (in /tmp for
+        servers whose data directory is deep, as the tests' are)."""
+        roots = sorted(Path(tempfile.gettempdir()).glob(EGRESS_ROOTS))
         with self.client() as client:
-            remove_owner(DockerEngine(client), owner)
+            remove_owner(DockerEngine(client), owner, roots)
 
     def cleanup(self) -> None:
         shutil.rmtree(self._run, ignore_errors=True)
