@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
@@ -74,9 +75,8 @@ class EngineSlot:
         self._spawn(self._housekeep(connected.manager), "sandbox-housekeeping")
         self._spawn(self._watch(connected.manager), "sandbox-engine-watch")
 
-    def _spawn(self, work: Awaitable[None], name: str) -> None:
-        self._tasks.append(asyncio.ensure_future(work))
-        self._tasks[-1].set_name(f"{name}-{self.name}")
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        self._tasks.append(asyncio.create_task(work, name=f"{name}-{self.name}"))
 
     async def _connect_later(self) -> None:
         while True:
