@@ -4,7 +4,9 @@
 - worker ping vs `docker exec true`; 10 KB write and read through the worker vs the archive
   upload / `docker exec cat` path; a warm compile vs the same compile in a one-shot
   `run-op.mjs` process (bench/build.py compares a whole build with `build.mjs`);
-- 20 threads acquiring at once: warm pool vs cold.
+- 20 threads acquiring at once: warm pool vs cold;
+- the memory of an idle ready pool sandbox (worker running, compiler and engine loaded and
+  warmed) vs a bare started sandbox, and how many ready ones fit in this machine's memory.
 
 Needs the engine and the image (`make sandbox-image`). Everything it creates carries a unique
 owner label and is removed at the end.
@@ -16,10 +18,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+
+import docker
 
 from sandbox import files
 from sandbox.docker_engine import DockerEngine
@@ -113,6 +118,35 @@ async def burst_figures(provider: SandboxProvider, threads: int) -> tuple[float,
     return pooled, unpooled
 
 
+async def memory_figures(provider: SandboxProvider, count: int) -> str:
+    """Median memory of `count` idle ready pool sandboxes vs `count` bare started ones."""
+    ready = SandboxManager(provider, pool_size=count)
+    await ready.fill_pool()
+    bare = SandboxManager(provider, use_worker=False)
+    bare_ids = [(await bare.acquire(f"bare-{n}")).id for n in range(count)]
+    await asyncio.sleep(2)  # let the warm-up's garbage go before sampling
+    client = docker.from_env()
+    try:
+        ready_mb = p50([container_mb(client, e.container.id) for e in ready._pool])
+        bare_mb = p50([container_mb(client, cid) for cid in bare_ids])
+    finally:
+        client.close()
+        await ready.close()
+    total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+    return (
+        f"{'idle sandbox memory: ready vs bare':<40} {ready_mb:>10.1f} {bare_mb:>10.1f} "
+        f"  (MB, p50; {total_mb / ready_mb:.0f} ready ones fit in this machine's "
+        f"{total_mb / 1024:.0f} GB)"
+    )
+
+
+def container_mb(client: docker.DockerClient, container_id: str) -> float:
+    """A container's memory in use (its cgroup's, less the page cache it can drop)."""
+    memory = client.api.stats(container_id, stream=False)["memory_stats"]
+    dropable = memory.get("stats", {}).get("inactive_file", 0)
+    return float(memory["usage"] - dropable) / 2**20
+
+
 def cleanup(engine: ContainerEngine, owner: str) -> None:
     remove_owner(engine, owner)
 
@@ -130,6 +164,7 @@ async def main(rounds: int, burst: int) -> None:
         lines.append(
             row(f"{burst} threads at once: pool vs cold", burst_pooled, burst_cold, "ms wall")
         )
+        lines.append(await memory_figures(provider, 3))
     finally:
         cleanup(engine, owner)
         engine.close()

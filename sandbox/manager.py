@@ -77,6 +77,9 @@ FULL_BELOW_BYTES = 1024 * 1024
 # How much longer than an operation's own deadline the host waits for its answer: the sandbox
 # enforces the deadline and reports, the host only guards against a stuck sandbox.
 HOST_GUARD_S = 1.0
+# The warm-up build and run of a pool sandbox (loading the SDK and the engine takes ~2 s of
+# CPU; a busy machine stretches it).
+WARM_TIMEOUT_S = 60.0
 
 ThreadPredicate = Callable[[str], Awaitable[bool]]
 T = TypeVar("T")
@@ -260,20 +263,39 @@ class SandboxManager:
                     # ours), or one too many: nobody's files are in it.
                     await _call(self.provider.discard, container)
                     continue
-                try:
-                    self._pool.append(await _call(self._warm, container))
-                except SandboxError as exc:
-                    log.warning("discarding a pooled sandbox", reason=str(exc))
-                    await _call(self.provider.discard, container)
+                await self._add_to_pool(container)
         while len(self._pool) < self.pool_size and not self._closing:
             container = await _call(self.provider.create_pooled)
+            if not await self._add_to_pool(container):
+                return  # the next claim tries the refill again
+
+    async def _add_to_pool(self, container: ContainerInfo) -> bool:
+        """Warm `container` into the pool; one that does not get ready is discarded."""
+        try:
             self._pool.append(await _call(self._warm, container))
+        except SandboxError as exc:
+            log.warning("discarding a pool sandbox that did not get ready", reason=str(exc))
+            await _call(self.provider.discard, container)
+            return False
+        return True
 
     def _warm(self, container: ContainerInfo) -> _Entry:
+        """A pool member ready to work: started, initialised, and (with the image) its worker
+        running with the compiler and the engine loaded by one warm-up build and run, so a
+        thread's first build and verification cost what warm ones do."""
         if container.status != "running":
             container = self.provider.start(container)
         self._initialise(container)
         worker = WorkerClient.start(self.engine, container.id) if self.use_worker else None
+        if worker is not None and self.runs_image:
+            try:
+                took = worker.call(
+                    "warm", timeout_s=WARM_TIMEOUT_S, timeoutMs=WARM_TIMEOUT_S * 1000
+                )
+            except SandboxError:
+                worker.close()
+                raise
+            log.debug("pool sandbox warmed", container=container.name, **took)
         return _Entry(container=container, last_used=time.monotonic(), worker=worker)
 
     def pooled_count(self) -> int:

@@ -29,10 +29,11 @@ from sandbox.errors import (
     WorkspaceFileNotFoundError,
     WorkspaceFullError,
 )
-from sandbox.image.build import BuiltImage
+from sandbox.image.build import BIN_DIR, BuiltImage
 from sandbox.image.rootfs import WORKSPACE
 from sandbox.manager import MARKER, SandboxManager
 from sandbox.provider import SandboxInfo, SandboxProvider
+from sandbox.worker import WorkerClient
 from sandbox.workspace_disk import WorkspaceDisks
 from tests.sandbox_fixtures import docker_attrs
 
@@ -432,6 +433,75 @@ async def test_a_new_thread_gets_a_warm_sandbox_from_the_pool(
     assert (await restarted.acquire("t1")).id == container.id
     # A thread that already has a sandbox keeps it rather than taking a warm one.
     assert (await manager.acquire("t1")).id == container.id and manager.pooled_count() == 2
+
+
+async def test_a_pool_sandbox_is_ready_to_build_and_run_before_a_thread_claims_it(
+    provider: SandboxProvider,
+) -> None:
+    """The warm-up loads the compiler and the engine in the pool member's worker (a sandbox
+    made for a thread on demand has neither until its first build), and leaves the
+    workspace as seeded."""
+    manager = SandboxManager(provider, pool_size=1)
+    try:
+        await manager.fill_pool()
+        pooled = manager._pool[0]
+        assert pooled.worker is not None
+        stats = await asyncio.to_thread(pooled.worker.call, "stats")
+        assert stats["threads"] == {"compiler": True, "engine": True}
+        cold = await manager.acquire("cold")  # the pool's member...
+        assert cold.id == pooled.container.id
+        seeded = {e.path for e in (await manager.list_files("cold", recursive=True))[0]}
+        assert not any("warm" in path for path in seeded)
+        manager.pool_size = 0  # ...and, with no pool left, one made on demand
+        fresh = await manager.acquire("fresh")
+        assert fresh.id != cold.id
+        on_demand = await manager.operation("fresh", "stats")
+        assert on_demand["threads"] == {"compiler": False, "engine": False}
+        # The claimed worker builds at once, in the same process the warm-up ran in.
+        await manager.write_file(
+            "cold", "src/a.workflow.ts", (BIN_DIR / "warm.workflow.ts").read_bytes()
+        )
+        built = await manager.compile("cold", "src/a.workflow.ts")
+        assert built["ok"], built
+        assert (await manager.operation("cold", "stats"))["pid"] == stats["pid"]
+    finally:
+        await manager.close()
+
+
+async def test_a_worker_past_its_memory_bound_recycles_its_threads_and_keeps_building(
+    provider: SandboxProvider, docker_engine: DockerEngine
+) -> None:
+    """With a bound below what a loaded compiler holds, the worker ends its threads (at
+    most once per 20 calls) and the builds after it still succeed on fresh ones."""
+    manager = SandboxManager(provider)
+    try:
+        await manager.write_file(
+            "t1", "src/a.workflow.ts", (BIN_DIR / "warm.workflow.ts").read_bytes()
+        )
+        container = await manager.acquire("t1")
+        worker = await asyncio.to_thread(
+            WorkerClient.start, docker_engine, container.id, recycle_mb=1
+        )
+        try:
+            for _ in range(25):
+                built = await asyncio.to_thread(
+                    worker.call,
+                    "compile",
+                    path="src/a.workflow.ts",
+                    timeoutMs=20000,
+                    maxBytes=1 << 20,
+                )
+                assert built["ok"], built
+            stats = await asyncio.to_thread(worker.call, "stats")
+            assert stats["recycled"] == 1
+        finally:
+            worker.close()
+        # The default bound is far above a worker's size: the manager's worker never recycles.
+        for _ in range(25):
+            assert (await manager.compile("t1", "src/a.workflow.ts"))["ok"]
+        assert (await manager.operation("t1", "stats"))["recycled"] == 0
+    finally:
+        await manager.close()
 
 
 async def test_a_restart_adopts_the_pool_and_the_janitor_leaves_it_alone(

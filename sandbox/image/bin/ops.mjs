@@ -1,7 +1,7 @@
 // The operations the sandbox offers the host, shared by the long-lived worker (worker.mjs, JSON
 // lines over one exec stream) and the one-shot runner (run-op.mjs, for when no worker runs).
 //
-// Operations: ping, stats, read, write, strReplace, list, compile, diagnose, toCode,
+// Operations: ping, stats, warm, read, write, strReplace, list, compile, diagnose, toCode,
 // definition, execute, cancelExecution, outputSchema. File contents travel as base64 so any
 // bytes survive. Every path is confined to the workspace and walked one component at a time
 // through open directory descriptors, never following a symlink (see openDirectory).
@@ -247,6 +247,24 @@ async function list(p, recursive, maxEntries) {
 
 // -- the worker threads ---------------------------------------------------------------------
 
+// The worker's memory bound: past it (what its threads keep of many builds: compiled scripts,
+// caches), both threads end after the call that found it, and the next calls start fresh ones
+// (one reload each, ~0.5 s and ~1 s). At most once per RECYCLE_GAP calls: memory the ended
+// threads held takes a while to leave the process. The host sets it (WORKER_RECYCLE_MB).
+const RECYCLE_BYTES = Number(process.env.WORKER_RECYCLE_MB || 400) * 1024 * 1024;
+const RECYCLE_GAP = 20;
+let recycled = 0;
+let callsSinceRecycle = 0;
+const threads = [];
+
+function recycleIfGrown() {
+  callsSinceRecycle += 1;
+  if (callsSinceRecycle < RECYCLE_GAP || process.memoryUsage.rss() <= RECYCLE_BYTES) return;
+  recycled += 1;
+  callsSinceRecycle = 0;
+  for (const thread of threads) thread.recycle();
+}
+
 // A worker_thread that takes one call at a time, under a deadline: a call that misses it, or
 // runs out of heap, ends the thread (and only its own call); the next call starts a new one.
 // The thread's stdout goes to stderr: stdout is the worker's protocol channel.
@@ -255,6 +273,8 @@ class PooledThread {
   #calls = 0;
   #waiters = new Map();
   #queue = Promise.resolve();
+  #busy = false;
+  #retiring = false;
 
   // `crashStage`: how a call that the thread's death ended is reported.
   constructor(file, heapMb, workerData, crashStage) {
@@ -262,6 +282,7 @@ class PooledThread {
     this.heapMb = heapMb;
     this.workerData = workerData;
     this.crashStage = crashStage;
+    threads.push(this);
   }
 
   #start() {
@@ -294,7 +315,16 @@ class PooledThread {
   }
 
   call(request, timeoutMs, what) {
-    const result = this.#queue.then(() => this.#call(request, timeoutMs, what));
+    const result = this.#queue.then(async () => {
+      this.#busy = true;
+      try {
+        return await this.#call(request, timeoutMs, what);
+      } finally {
+        this.#busy = false;
+        if (this.#retiring) this.recycle();
+        recycleIfGrown();
+      }
+    });
     this.#queue = result.catch(() => undefined);
     return result;
   }
@@ -327,6 +357,20 @@ class PooledThread {
 
   stop() {
     this.#thread?.terminate();
+  }
+
+  // End the thread between calls: now when idle, else once its call in flight returns.
+  recycle() {
+    this.#retiring = this.#busy;
+    if (this.#busy) return;
+    const ending = this.#thread;
+    this.#thread = undefined;
+    ending?.terminate();
+  }
+
+  // Whether the thread runs (has loaded what it loads at start).
+  get running() {
+    return this.#thread !== undefined;
   }
 }
 
@@ -409,6 +453,26 @@ async function nodeResources({ node, lookup, method, credentials, filter, pagina
 async function cancelExecution({ executionId }) {
   engine.post({ kind: 'cancel', executionId });
   return { requested: true };
+}
+
+// -- warming up ------------------------------------------------------------------------------
+
+// Compile and run the warm-up workflow (bin/warm.workflow.ts, read from the image, never the
+// workspace) once: the compile thread, the engine thread and esbuild's service start and load
+// what every build and run needs, so a pool sandbox's first real call costs a warm one.
+const WARM_SOURCE = path.join(path.dirname(fileURLToPath(import.meta.url)), 'warm.workflow.ts');
+
+async function warm({ timeoutMs }) {
+  const started = performance.now();
+  const source = await fs.readFile(WARM_SOURCE, 'utf8');
+  const compiled = await compileSource(WARM_SOURCE, 'warm.workflow.ts', source, timeoutMs);
+  if (!compiled.ok) throw new WorkerError('internal', `the warm-up build failed: ${compiled.message}`);
+  const compiledMs = performance.now() - started;
+  const ran = await execute({ executionId: 'warm-up', workflow: compiled.workflow, pinData: compiled.fixtures, timeoutMs });
+  if (!ran.ok || ran.status !== 'success') {
+    throw new WorkerError('internal', `the warm-up run failed: ${ran.message || ran.status}`);
+  }
+  return { compileMs: Math.round(compiledMs), totalMs: Math.round(performance.now() - started) };
 }
 
 // -- TypeScript diagnostics ------------------------------------------------------------------
@@ -580,8 +644,15 @@ export const handlers = {
   diagnose,
   toCode,
   definition,
+  warm,
   ping: async () => 'pong',
-  stats: async () => ({ pid: process.pid, memory: process.memoryUsage(), uptime: process.uptime() }),
+  stats: async () => ({
+    pid: process.pid,
+    memory: process.memoryUsage(),
+    uptime: process.uptime(),
+    threads: { compiler: compiler.running, engine: engine.running },
+    recycled,
+  }),
   read: async ({ path: p, maxBytes }) => ({ content: (await readRegularFile(p, maxBytes)).toString('base64') }),
   write: async ({ path: p, content, maxBytes }) => ({
     bytes: await writeFile(p, Buffer.from(content, 'base64'), maxBytes),
