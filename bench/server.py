@@ -25,7 +25,9 @@ async def bench_server(**overrides: Any) -> AsyncIterator[tuple[Application, grp
     owner = f"bench-{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory() as data_dir:
         settings = load_settings(
-            port=0, data_dir=Path(data_dir), sandbox_owner=owner, sandbox_pool_size=0, **overrides
+            **{"port": 0, "data_dir": Path(data_dir), "sandbox_owner": owner}
+            | {"sandbox_pool_size": 0}
+            | overrides
         )
         try:
             async with (
