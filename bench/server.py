@@ -24,10 +24,9 @@ async def bench_server(**overrides: Any) -> AsyncIterator[tuple[Application, grp
     configure_logging(level="warning")
     owner = f"bench-{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory() as data_dir:
+        defaults: dict[str, Any] = {"sandbox_pool_size": 0}  # no pool unless asked for
         settings = load_settings(
-            **{"port": 0, "data_dir": Path(data_dir), "sandbox_owner": owner}
-            | {"sandbox_pool_size": 0}
-            | overrides
+            port=0, data_dir=Path(data_dir), sandbox_owner=owner, **(defaults | overrides)
         )
         try:
             async with (
