@@ -77,6 +77,9 @@ FULL_BELOW_BYTES = 1024 * 1024
 # How much longer than an operation's own deadline the host waits for its answer: the sandbox
 # enforces the deadline and reports, the host only guards against a stuck sandbox.
 HOST_GUARD_S = 1.0
+# A fresh compile or engine thread may first spend up to this loading its modules (ops.mjs
+# LOAD_TIMEOUT_MS): not charged to the operation's deadline, so the host allows for it too.
+THREAD_LOAD_S = 120.0
 # The warm-up build and run of a pool sandbox (loading the SDK and the engine takes ~2 s of
 # CPU; a busy machine stretches it).
 WARM_TIMEOUT_S = 60.0
@@ -579,7 +582,7 @@ class SandboxManager:
             )
         return await self._file_op(
             thread_id,
-            lambda w: w.call(op, timeout_s=timeout_s + HOST_GUARD_S, **args),
+            lambda w: w.call(op, timeout_s=timeout_s + THREAD_LOAD_S + HOST_GUARD_S, **args),
             lambda workspace: self._run_op(workspace, {"op": op, **args}),
         )
 

@@ -64,6 +64,27 @@ async def test_concurrent_appends_get_strictly_increasing_gapless_ids(log: Event
     assert [event.payload["n"] for event in events] == list(range(300))
 
 
+async def test_a_thread_deleted_under_the_writer_is_made_again_and_its_ids_start_over(
+    log: EventLog, db: Database
+) -> None:
+    """The writer remembers which threads exist; one deleted since (rows gone from under
+    it) is noticed and made again, in the same batch as a thread that still exists."""
+    for thread_id in ("gone", "kept"):
+        for n in range(3):
+            await log.append(thread_id, "tick", {"n": n})
+    async with db.engine.begin() as conn:
+        await conn.execute(text("DELETE FROM events WHERE thread_id = 'gone'"))
+        await conn.execute(text("DELETE FROM threads WHERE id = 'gone'"))
+    again = await asyncio.gather(
+        log.append("gone", "tick", {"n": 9}),
+        log.append("kept", "tick", {"n": 9}),
+        log.append("gone", "tick", {"n": 10}),
+    )
+    assert [(e.thread_id, e.id) for e in again] == [("gone", 1), ("kept", 4), ("gone", 2)]
+    assert await stored_ids(db, "gone") == [1, 2]
+    assert await stored_ids(db, "kept") == [1, 2, 3, 4]
+
+
 async def test_two_processes_sharing_a_database_never_share_an_id(
     database_url: str, db: Database
 ) -> None:

@@ -504,6 +504,36 @@ async def test_a_worker_past_its_memory_bound_recycles_its_threads_and_keeps_bui
         await manager.close()
 
 
+async def test_a_fresh_thread_loading_its_modules_is_not_charged_to_the_call_deadline(
+    provider: SandboxProvider,
+) -> None:
+    """A cold worker's first compile and first run load the SDK (~0.5 s) and the engine
+    (~1 s) before they start: deadlines shorter than those loads still hold for the calls."""
+    manager = SandboxManager(provider)
+    try:
+        await manager.write_file(
+            "t1", "src/a.workflow.ts", (BIN_DIR / "warm.workflow.ts").read_bytes()
+        )
+        assert (await manager.operation("t1", "stats"))["threads"] == {
+            "compiler": False,
+            "engine": False,
+        }
+        built = await manager.compile("t1", "src/a.workflow.ts", timeout_s=0.5)
+        assert built["ok"], built
+        ran = await manager.execute(
+            "t1", built["workflow"], execution_id="e1", pin_data=built["fixtures"], timeout_s=0.5
+        )
+        assert ran["ok"] and ran["status"] == "success", ran
+        # A call that is itself too slow still meets its deadline.
+        await manager.write_file(
+            "t1", "src/loop.workflow.ts", b"while (true) {}\nexport default 1;\n"
+        )
+        stuck = await manager.compile("t1", "src/loop.workflow.ts", timeout_s=0.5)
+        assert stuck["stage"] == "timeout" and "did not finish within 500 ms" in stuck["message"]
+    finally:
+        await manager.close()
+
+
 async def test_a_restart_adopts_the_pool_and_the_janitor_leaves_it_alone(
     provider: SandboxProvider, owner: str
 ) -> None:

@@ -70,6 +70,7 @@ ORCHESTRATOR = "orchestrator"
 EndReason = Callable[[int], InstanceAIError]
 
 # Events committed in one transaction at the most; bounds a transaction's size and latency.
+KNOWN_THREADS_MAX = 100_000
 MAX_BATCH = 512
 EVENTS = EventRow.metadata.tables["events"]
 # Events read from the store per replay query.
@@ -201,6 +202,9 @@ class EventLog:
     _writer: asyncio.Task[None] | None = None
     _state: _State = _State.NEW
     _live_ended: bool = False
+    # Threads whose row this writer has seen: their appends skip the "create if missing"
+    # statement. One deleted since is noticed by the counter update, and made again.
+    _known_threads: set[str] = field(default_factory=set)
 
     async def __aenter__(self) -> EventLog:
         self.start()
@@ -539,8 +543,16 @@ class EventLog:
         async with self.db.engine.begin() as conn:
             assigned = [item.event for item in batch]
             if counts:
-                await ensure_threads(conn, list(counts))
+                unknown = [tid for tid in counts if tid not in self._known_threads]
+                if unknown:
+                    await ensure_threads(conn, unknown)
                 newest = await bump_event_counters(conn, counts)
+                if len(newest) < len(counts):  # deleted since this writer saw them
+                    gone = {tid: n for tid, n in counts.items() if tid not in newest}
+                    await ensure_threads(conn, list(gone))
+                    newest |= await bump_event_counters(conn, gone)
+                if len(newest) < len(counts):
+                    raise LookupError(f"threads vanished while appending: {sorted(counts)}")
                 next_id = {tid: newest[tid] - counts[tid] + 1 for tid in counts}
                 for index, item in enumerate(batch):
                     if isinstance(item, _PendingAppend):
@@ -551,6 +563,9 @@ class EventLog:
                 await conn.execute(insert(EVENTS), [_to_row(e) for e in durable])
             if self.shared_as is not None:
                 await _notify(conn, self.shared_as, assigned)
+        if len(self._known_threads) > KNOWN_THREADS_MAX:
+            self._known_threads.clear()  # a bound on memory: forgotten ones are looked up again
+        self._known_threads.update(counts)
         return assigned
 
 

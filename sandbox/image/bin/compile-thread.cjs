@@ -109,3 +109,6 @@ parentPort.on('message', ({ id, kind, ...request }) => {
   }
   parentPort.postMessage(answer.error ? { id, ok: false, error: answer.error } : { id, ok: true, result: answer.result });
 });
+
+// Loaded: the calls' deadlines start now (see PooledThread in ops.mjs).
+parentPort.postMessage({ loaded: true });

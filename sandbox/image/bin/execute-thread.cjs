@@ -344,3 +344,6 @@ parentPort.on('message', async (message) => {
     parentPort.postMessage({ id: message.id, ok: false, error: { stage: 'run', message: String((error && error.message) || error) } });
   }
 });
+
+// Loaded: the calls' deadlines start now (see PooledThread in ops.mjs).
+parentPort.postMessage({ loaded: true });
