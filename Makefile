@@ -75,18 +75,24 @@ proto: $(INSTALLED) client
 proto-check: $(INSTALLED) client
 	$(BIN)/python proto/generate.py --check
 
-## bench: benchmarks, each printed beside a baseline measured in the same run
+## bench: benchmarks, each printed beside a baseline measured in the same run, then one
+## summary table of every figure (bench/summary.py; docs/performance.md keeps the latest)
+BENCH_SUMMARY := .cache/bench-summary.jsonl
+bench: export INSTANCE_AI_BENCH_SUMMARY = $(abspath $(BENCH_SUMMARY))
 bench: setup n8n
+	mkdir -p $(dir $(BENCH_SUMMARY)) && rm -f $(BENCH_SUMMARY)
 	$(BIN)/python -m bench.events
 	$(BIN)/python -m bench.sandbox
 	$(BIN)/python -m bench.build
 	$(BIN)/python -m bench.verify
 	$(BIN)/python -m bench.agent
 	$(BIN)/python -m bench.eval
+	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.relay
 	$(BIN)/python -m bench.sandbox_browser
 	$(BIN)/python -m bench.instance
 	$(BIN)/python -m bench.replicas
+	$(BIN)/python -m bench.summary $(BENCH_SUMMARY)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache clients/typescript/dist

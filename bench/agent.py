@@ -30,6 +30,7 @@ import anthropic
 import grpc
 from anthropic.types import RawMessageStreamEvent
 
+from bench.summary import record
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc
 from server.app import Application
 from server.logs import configure_logging
@@ -146,6 +147,23 @@ async def main(rounds: int) -> None:
     print(f"  SDK alone (baseline)  {direct_p50:8.1f} ms")
     overhead, ratio = agent_p50 - direct_p50, agent_p50 / direct_p50
     print(f"  loop overhead         {overhead:8.1f} ms  (ratio {ratio:.1f})")
+    print(f"  own cost per model request {overhead / 2:8.1f} ms")
+    record(
+        "agent",
+        "agent turn (1 tool call, 2 model requests), p50",
+        agent_p50,
+        direct_p50,
+        "ms",
+        note="baseline: the two requests through the SDK alone",
+    )
+    record(
+        "agent",
+        "the loop's own cost per model request, p50",
+        overhead / 2,
+        None,
+        "ms",
+        note="turn minus the SDK alone, halved",
+    )
     print_tool_weight(every, core)
 
 

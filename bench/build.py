@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from bench.server import bench_server, time_in_sandbox
+from bench.summary import record
 from instance_ai.json_text import to_json
 from instance_ai.v1 import pipeline_pb2, pipeline_pb2_grpc, tools_pb2, tools_pb2_grpc
 from server.app import Application
@@ -97,6 +98,23 @@ async def main(rounds: int, threads: int) -> None:
     print(
         f"{f'builds/s: {threads} threads at once vs one alone':<46} {together:>10.1f} "
         f"{alone:>10.1f} {together / alone:>8.1f}x  (builds per second)"
+    )
+    record(
+        "build",
+        "five-node build, warm, p50",
+        ours,
+        base,
+        "ms",
+        note=f"p90 {p90:.1f} ms; baseline: one-shot build.mjs in the container",
+    )
+    record(
+        "build",
+        f"builds/s, {threads} threads at once",
+        together,
+        alone,
+        "builds/s",
+        lower_is_better=False,
+        note="baseline: one thread alone",
     )
 
 

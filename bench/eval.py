@@ -17,6 +17,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.sandbox import cleanup
+from bench.summary import record
 from evals.cases import load_cases
 from evals.rows import Row
 from evals.runner import Runner, RunOptions
@@ -57,6 +59,7 @@ class Figures:
     server_cpu: float
     runner_cpu: float
     other_cpu: float
+    case_p50_s: float
 
 
 def machine_cpu() -> float:
@@ -135,6 +138,7 @@ async def run_level(
         server_cpu=server_cpu,
         runner_cpu=runner_cpu,
         other_cpu=max(0.0, busy - server_cpu - runner_cpu),
+        case_p50_s=statistics.median(row.duration_ms for row in outcome.rows) / 1000,
     )
 
 
@@ -163,13 +167,24 @@ async def main(levels: list[int]) -> None:
     )
     print(
         f"{'conc':>4} {'wall s':>7} {'speed-up':>8} {'cases/min':>9} {'passed':>7} "
-        f"{'busy cores':>10} {'server cpu s':>12} {'runner cpu s':>12} {'sandbox+docker cpu s':>20}"
+        f"{'busy cores':>10} {'server cpu s':>12} {'runner cpu s':>12} "
+        f"{'sandbox+docker cpu s':>20} {'case p50 s':>10}"
     )
     for f in figures:
         print(
             f"{f.concurrency:>4} {f.wall:>7.1f} {base.wall / f.wall:>7.2f}x "
             f"{f.total / f.wall * 60:>9.1f} {f.passed:>3}/{f.total:<3} {f.busy_cores:>10.2f} "
-            f"{f.server_cpu:>12.1f} {f.runner_cpu:>12.1f} {f.other_cpu:>20.1f}"
+            f"{f.server_cpu:>12.1f} {f.runner_cpu:>12.1f} {f.other_cpu:>20.1f} "
+            f"{f.case_p50_s:>10.2f}"
+        )
+        record(
+            "eval",
+            f"{f.total} source cases at concurrency {f.concurrency}, wall",
+            f.wall,
+            base.wall,
+            "s",
+            note=f"{f.passed}/{f.total} passed, case p50 {f.case_p50_s:.2f} s; "
+            f"baseline: concurrency {base.concurrency}",
         )
     saturated = [f for f in figures if f.busy_cores >= 0.85 * (cores or 1)]
     if saturated:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import grpc
 
+from bench.summary import record
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc
 from server.app import Application
 from server.logs import configure_logging
@@ -121,6 +122,34 @@ async def main(events: int, threads: int, concurrency: int) -> None:
     )
     print(row("appends/s, 1 thread", one_thread, base_rate, "events/s", True))
     print(row(f"appends/s, {threads} threads", many_threads, base_rate, "events/s", True))
+    baseline = "bare SQLite insert + commit"
+    for percent in (50, 99):
+        record(
+            "events",
+            f"publish → receive over gRPC, p{percent}",
+            percentile(latencies, percent) * ms,
+            percentile(base_latencies, percent) * ms,
+            "ms",
+            note=baseline,
+        )
+    record(
+        "events",
+        "appends/s, 1 thread",
+        one_thread,
+        base_rate,
+        "events/s",
+        lower_is_better=False,
+        note=baseline,
+    )
+    record(
+        "events",
+        f"appends/s, {threads} threads",
+        many_threads,
+        base_rate,
+        "events/s",
+        lower_is_better=False,
+        note=baseline,
+    )
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import httpx
 
 from bench.build import FILE, build, prepare
 from bench.server import bench_server
+from bench.summary import record
 from instance_ai.json_text import to_json
 from instance_ai.v1 import pipeline_pb2, pipeline_pb2_grpc, tools_pb2, tools_pb2_grpc
 from instance_ai_cli import n8n_local
@@ -98,6 +99,7 @@ async def main(rounds: int) -> None:
     ]
     for name, ours, base in rows:
         print(f"{name:<52} {ours:>9.2f} {base:>9.2f} {ours / base:>7.2f}x")
+        record("instance", f"{name}, p50", ours, base, "ms")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from bench.summary import record
 from browser_relay.server import RelayServer
 from browser_relay.sessions import BrowserSessions
 from browser_relay.wire import MAX_MESSAGE_BYTES
@@ -140,6 +141,22 @@ async def measure(devtools: str, direct_devtools: str, hop_url: str, url: str, r
         f"  navigate + fill + click + read, p50: direct {p50(trips['direct']):.1f} ms, "
         f"relay {p50(trips['relay']):.1f} ms "
         f"({p50(trips['relay']) / p50(trips['direct']):.2f}x)"
+    )
+    record(
+        "relay",
+        "one CDP round trip through the relay, p50",
+        p50(evaluate["relay"]),
+        p50(evaluate["direct"]),
+        "ms",
+        note="baseline: direct connect_over_cdp",
+    )
+    record(
+        "relay",
+        "navigate + fill + click + read through the relay, p50",
+        p50(trips["relay"]),
+        p50(trips["direct"]),
+        "ms",
+        note="baseline: direct connect_over_cdp",
     )
 
 

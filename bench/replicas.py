@@ -25,6 +25,7 @@ from pathlib import Path
 from bench.eval import Figures, run_level, start_server
 from bench.events import percentile
 from bench.sandbox import cleanup
+from bench.summary import record
 from sandbox.docker_engine import DockerEngine
 from server.logs import configure_logging
 from server.runtime.events import Event, EventLog
@@ -132,6 +133,15 @@ async def main(levels: list[int], concurrency: int, events: int) -> None:
             f"{f.passed:>3}/{f.total:<3} {f.busy_cores:>10.2f} {f.server_cpu:>14.1f} "
             f"{f.runner_cpu:>12.1f} {f.other_cpu:>10.1f}"
         )
+        record(
+            "replicas",
+            f"cases/s with {n} replica(s) on one PostgreSQL",
+            f.total / f.wall,
+            base.total / base.wall,
+            "cases/s",
+            lower_is_better=False,
+            note=f"{f.passed}/{f.total} passed; baseline: {levels[0]} replica(s)",
+        )
     print(f"\npublish → receive, {events} events one at a time (ms)")
     baseline = percentile(latency[0][1], 50)
     for name, samples in latency:
@@ -139,6 +149,14 @@ async def main(levels: list[int], concurrency: int, events: int) -> None:
         print(
             f"  {name:<34} p50 {p50 * 1e3:6.2f}  p99 {p99 * 1e3:6.2f}  "
             f"({p50 / baseline:.1f}x the baseline's p50)"
+        )
+        record(
+            "replicas",
+            f"publish → receive, {name}, p50",
+            p50 * 1e3,
+            baseline * 1e3,
+            "ms",
+            note=f"p99 {p99 * 1e3:.2f} ms; baseline: {latency[0][0]}",
         )
 
 

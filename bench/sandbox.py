@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 
 import docker
 
+from bench.summary import record
 from sandbox import files
 from sandbox.docker_engine import DockerEngine
 from sandbox.engine import ContainerEngine
@@ -51,6 +52,8 @@ def p50(samples: list[float]) -> float:
 
 
 def row(name: str, ours: float, base: float, unit: str = "ms, p50") -> str:
+    """The figure's printed line (and its entry in the run's summary)."""
+    record("sandbox", name, ours, base, unit)
     return f"{name:<40} {ours:>10.2f} {base:>10.2f} {base / ours:>8.1f}x faster  ({unit})"
 
 
@@ -133,6 +136,15 @@ async def memory_figures(provider: SandboxProvider, count: int) -> str:
         client.close()
         await ready.close()
     total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+    record(
+        "sandbox",
+        "idle ready sandbox's memory, p50",
+        ready_mb,
+        None,
+        "MB",
+        note=f"a bare started one: {bare_mb:.1f} MB; {total_mb / ready_mb:.0f} ready ones "
+        f"fit in {total_mb / 1024:.0f} GB",
+    )
     return (
         f"{'idle sandbox memory: ready vs bare':<40} {ready_mb:>10.1f} {bare_mb:>10.1f} "
         f"  (MB, p50; {total_mb / ready_mb:.0f} ready ones fit in this machine's "

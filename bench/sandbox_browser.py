@@ -24,6 +24,7 @@ from playwright.async_api import Page, async_playwright
 
 from bench.relay import round_trip, timed
 from bench.sandbox import cleanup
+from bench.summary import record
 from browser_relay.driver import Drivers
 from browser_relay.headless import HeadlessBrowsers
 from browser_relay.server import RelayServer
@@ -98,6 +99,14 @@ async def main(rounds: int) -> None:
     ):
         ours, base = p50(figures["sandbox"]), p50(figures["host"])
         print(f"  {label}, p50: host {base:.2f} ms, sandbox {ours:.2f} ms ({ours / base:.2f}x)")
+        record(
+            "sandbox browser",
+            f"{label}, p50",
+            ours,
+            base,
+            "ms",
+            note="baseline: Chromium on the host",
+        )
 
 
 if __name__ == "__main__":
