@@ -20,10 +20,9 @@ import statistics
 import time
 from pathlib import Path
 
-from bench.server import bench_server, time_in_sandbox
+from bench.server import bench_server, time_in_sandbox, write_source
 from bench.summary import record
-from instance_ai.json_text import to_json
-from instance_ai.v1 import pipeline_pb2, pipeline_pb2_grpc, tools_pb2, tools_pb2_grpc
+from instance_ai.v1 import pipeline_pb2, pipeline_pb2_grpc, tools_pb2_grpc
 from server.app import Application
 
 SOURCE = (
@@ -45,13 +44,7 @@ async def build(stub: pipeline_pb2_grpc.PipelineStub, thread: str) -> float:
 
 
 async def prepare(tools: tools_pb2_grpc.ToolsStub, thread: str) -> None:
-    await tools.CallTool(
-        tools_pb2.CallToolRequest(
-            thread_id=thread,
-            tool_name="workspace_write_file",
-            arguments_json=to_json({"path": FILE, "content": SOURCE.read_text()}),
-        )
-    )
+    await write_source(tools, thread, FILE, SOURCE.read_text())
 
 
 async def one_shot_ms(app: Application, thread: str) -> float:

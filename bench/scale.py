@@ -21,10 +21,10 @@ from pathlib import Path
 import docker
 
 from bench.events import percentile
-from bench.server import bench_server
+from bench.server import bench_server, write_source
 from bench.summary import record
-from instance_ai.json_text import from_json, to_json
-from instance_ai.v1 import pipeline_pb2, pipeline_pb2_grpc, tools_pb2, tools_pb2_grpc
+from instance_ai.json_text import from_json
+from instance_ai.v1 import pipeline_pb2, pipeline_pb2_grpc, tools_pb2_grpc
 from sandbox.identity import LABEL_OWNER
 from server.app import Application
 
@@ -47,13 +47,7 @@ async def one_case(
 ) -> float:
     """Seconds for a fresh thread to write, build and verify the source; raises on failure."""
     started = time.perf_counter()
-    await tools.CallTool(
-        tools_pb2.CallToolRequest(
-            thread_id=thread,
-            tool_name="workspace_write_file",
-            arguments_json=to_json({"path": FILE, "content": SOURCE.read_text()}),
-        )
-    )
+    await write_source(tools, thread, FILE, SOURCE.read_text())
     built = await pipeline.BuildWorkflow(
         pipeline_pb2.BuildWorkflowRequest(thread_id=thread, file_path=FILE)
     )

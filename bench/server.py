@@ -13,6 +13,8 @@ from typing import Any
 import grpc
 
 from bench.sandbox import cleanup
+from instance_ai.json_text import to_json
+from instance_ai.v1 import tools_pb2, tools_pb2_grpc
 from sandbox.docker_engine import DockerEngine
 from server.app import Application
 from server.logs import configure_logging
@@ -49,3 +51,16 @@ async def time_in_sandbox(app: Application, thread: str, command: str) -> float:
     )
     result = await manager.run_command(thread, timed)
     return float(result.stdout.strip())
+
+
+async def write_source(
+    tools: tools_pb2_grpc.ToolsStub, thread: str, path: str, content: str
+) -> None:
+    """Write `content` into the thread's workspace at `path`, as a client would."""
+    await tools.CallTool(
+        tools_pb2.CallToolRequest(
+            thread_id=thread,
+            tool_name="workspace_write_file",
+            arguments_json=to_json({"path": path, "content": content}),
+        )
+    )

@@ -17,10 +17,10 @@ import statistics
 import time
 from pathlib import Path
 
-from bench.server import bench_server, time_in_sandbox
+from bench.server import bench_server, time_in_sandbox, write_source
 from bench.summary import record
-from instance_ai.json_text import from_json, to_json
-from instance_ai.v1 import pipeline_pb2, pipeline_pb2_grpc, tools_pb2, tools_pb2_grpc
+from instance_ai.json_text import from_json
+from instance_ai.v1 import pipeline_pb2, pipeline_pb2_grpc, tools_pb2_grpc
 from server.app import Application
 
 SOURCE = Path(__file__).resolve().parents[1] / "tests/workflows/merge-code.workflow.ts"
@@ -56,13 +56,7 @@ async def main(rounds: int) -> None:
     async with bench_server() as (app, channel):
         tools = tools_pb2_grpc.ToolsStub(channel)
         pipeline = pipeline_pb2_grpc.PipelineStub(channel)
-        await tools.CallTool(
-            tools_pb2.CallToolRequest(
-                thread_id=BUILD_THREAD,
-                tool_name="workspace_write_file",
-                arguments_json=to_json({"path": FILE, "content": SOURCE.read_text()}),
-            )
-        )
+        await write_source(tools, BUILD_THREAD, FILE, SOURCE.read_text())
         built = await pipeline.BuildWorkflow(
             pipeline_pb2.BuildWorkflowRequest(thread_id=BUILD_THREAD, file_path=FILE)
         )
