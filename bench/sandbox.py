@@ -6,7 +6,9 @@
   `run-op.mjs` process (bench/build.py compares a whole build with `build.mjs`);
 - 20 threads acquiring at once: warm pool vs cold;
 - the memory of an idle ready pool sandbox (worker running, compiler and engine loaded and
-  warmed) vs a bare started sandbox, and how many ready ones fit in this machine's memory.
+  warmed) vs a bare started sandbox, and how many ready ones fit in this machine's memory;
+- the worker's memory after 1,000 builds of a source edited before each vs after 100 (flat
+  is 1.0; the worker recycles its threads past a bound).
 
 Needs the engine and the image (`make sandbox-image`). Everything it creates carries a unique
 owner label and is removed at the end.
@@ -30,7 +32,7 @@ from bench.summary import record
 from sandbox import files
 from sandbox.docker_engine import DockerEngine
 from sandbox.engine import ContainerEngine
-from sandbox.image.build import image_tags
+from sandbox.image.build import BIN_DIR, image_tags
 from sandbox.manager import SandboxManager
 from sandbox.provider import SandboxProvider, remove_owner
 from server.logs import configure_logging
@@ -152,6 +154,39 @@ async def memory_figures(provider: SandboxProvider, count: int) -> str:
     )
 
 
+async def worker_growth(provider: SandboxProvider, builds: int) -> str:
+    """The worker's RSS after `builds` builds vs after the first 100 (each of an edited
+    source, as an agent's edits make them)."""
+    manager = SandboxManager(provider)
+    template = (BIN_DIR / "warm.workflow.ts").read_text()
+    rss: dict[int, float] = {}
+    try:
+        for n in range(1, builds + 1):
+            edited = template.replace("Warm-up", f"Edit {n}").encode()
+            await manager.write_file("growth", "src/a.workflow.ts", edited)
+            if not (await manager.compile("growth", "src/a.workflow.ts"))["ok"]:
+                raise SystemExit("a build of the growth benchmark failed")
+            if n in (100, builds):
+                stats = await manager.operation("growth", "stats")
+                rss[n] = stats["memory"]["rss"] / 2**20
+                recycled = stats["recycled"]
+    finally:
+        await manager.close()
+    name = f"worker memory: {builds} builds vs 100"
+    record(
+        "sandbox",
+        name,
+        rss[builds],
+        rss[100],
+        "MB RSS",
+        note=f"flat is 1.00x; threads recycled {recycled} times",
+    )
+    return (
+        f"{name:<40} {rss[builds]:>10.1f} {rss[100]:>10.1f}   (MB RSS; "
+        f"{rss[builds] / rss[100]:.2f}x; threads recycled {recycled} times)"
+    )
+
+
 def container_mb(client: docker.DockerClient, container_id: str) -> float:
     """A container's memory in use (its cgroup's, less the page cache it can drop)."""
     memory = client.api.stats(container_id, stream=False)["memory_stats"]
@@ -177,6 +212,7 @@ async def main(rounds: int, burst: int) -> None:
             row(f"{burst} threads at once: pool vs cold", burst_pooled, burst_cold, "ms wall")
         )
         lines.append(await memory_figures(provider, 3))
+        lines.append(await worker_growth(provider, 1000))
     finally:
         cleanup(engine, owner)
         engine.close()

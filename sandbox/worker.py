@@ -38,7 +38,7 @@ log = structlog.get_logger(__name__)
 HEARTBEAT_S = 20.0
 CALL_TIMEOUT_S = 30.0
 # The worker's memory (RSS) past which it ends its compile and engine threads for fresh ones.
-# After the first build it holds ~110 MB, after 1,000 builds ~125 MB (bench/sandbox.py).
+# After 100 builds it holds ~110 MB, after 1,000 ~125 MB (`python -m bench.sandbox`).
 RECYCLE_MB = 400
 _ERRORS: dict[str, type[errors.SandboxError]] = {
     "escape": errors.PathEscapeError,
