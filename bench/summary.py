@@ -38,7 +38,7 @@ class Figure(BaseModel):
         if not self.baseline or not self.ours:
             return ""
         better = self.baseline / self.ours if self.lower_is_better else self.ours / self.baseline
-        return f"{better:.2f}x"
+        return f"{better:.3g}x"
 
 
 def record(

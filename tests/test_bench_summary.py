@@ -24,6 +24,6 @@ def test_figures_reach_the_summary_file_and_the_table_says_which_way_is_better(
     figures = [Figure.model_validate_json(line) for line in path.read_text().splitlines()]
     assert [f.name for f in figures] == ["warm build, p50", "builds/s", "own cost"]
     rendered = table(figures).splitlines()
-    assert rendered[2] == "| build | warm build, p50 | 20.00 | 1,000 | ms | 50.00x |  |"
-    assert rendered[3] == "| build | builds/s | 40.00 | 20.00 | builds/s | 2.00x |  |"
+    assert rendered[2] == "| build | warm build, p50 | 20.00 | 1,000 | ms | 50x |  |"
+    assert rendered[3] == "| build | builds/s | 40.00 | 20.00 | builds/s | 2x |  |"
     assert rendered[4] == "| agent | own cost | 12.50 | — | ms |  | no baseline |"
