@@ -93,7 +93,7 @@ async def main(events: int, threads: int, concurrency: int) -> None:
     configure_logging(level="warning")
     with tempfile.TemporaryDirectory() as tmp:
         base_latencies, base_rate = bare_sqlite(Path(tmp) / "bare.db", events)
-        settings = load_settings(port=0, data_dir=Path(tmp) / "data")
+        settings = load_settings(port=0, data_dir=Path(tmp) / "data", sandbox_provider="none")
         async with Application(settings) as app:
             latencies = await publish_to_receive(app, events)
             one_thread = await throughput(app, events, 1, concurrency)
