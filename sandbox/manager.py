@@ -80,8 +80,8 @@ HOST_GUARD_S = 1.0
 # A fresh compile or engine thread may first spend up to this loading its modules (ops.mjs
 # LOAD_TIMEOUT_MS): not charged to the operation's deadline, so the host allows for it too.
 THREAD_LOAD_S = 120.0
-# The warm-up build and run of a pool sandbox (loading the SDK and the engine takes ~2 s of
-# CPU; a busy machine stretches it).
+# The deadline of each of a pool sandbox's warm-up build and run (their threads' loads, ~2 s
+# of CPU in all, are not charged to it; a busy machine stretches them).
 WARM_TIMEOUT_S = 60.0
 
 ThreadPredicate = Callable[[str], Awaitable[bool]]
@@ -293,7 +293,11 @@ class SandboxManager:
         if worker is not None and self.runs_image:
             try:
                 took = worker.call(
-                    "warm", timeout_s=WARM_TIMEOUT_S, timeoutMs=WARM_TIMEOUT_S * 1000
+                    "warm",
+                    # Its build and its run each get timeoutMs, after loading their thread
+                    # (up to THREAD_LOAD_S, not charged to it): the host waits for both.
+                    timeout_s=2 * (WARM_TIMEOUT_S + THREAD_LOAD_S) + HOST_GUARD_S,
+                    timeoutMs=WARM_TIMEOUT_S * 1000,
                 )
             except SandboxError:
                 worker.close()
