@@ -6,6 +6,7 @@ import pytest
 
 from server.errors import FailedPreconditionError
 from server.pipeline.loop import (
+    KEPT_ROUTINE_ATTEMPTS,
     MAX_VERIFY_ATTEMPTS,
     BuildReport,
     LoopState,
@@ -168,4 +169,27 @@ def test_the_verification_budget_and_a_round_trip_through_json() -> None:
         state = start_verification(state)
     with pytest.raises(FailedPreconditionError, match="attempt limit"):
         start_verification(state)
+    assert LoopState.from_json(state.as_json()) == state
+
+
+def test_the_history_keeps_repairs_and_the_latest_routine_attempts() -> None:
+    state, _ = on_verdict(
+        saved(fresh()), VerdictReport(verdict="needs_patch", failure_signature="Code:TypeError")
+    )
+    for _ in range(3 * KEPT_ROUTINE_ATTEMPTS):
+        state = saved(state)
+    total = 3 * KEPT_ROUTINE_ATTEMPTS + 2  # the first build, the repair, the rebuilds
+    assert [a.attempt for a in state.attempts][-1] == total
+    repairs = [a for a in state.attempts if a.action == "patch"]
+    assert [(a.attempt, a.failure_signature) for a in repairs] == [(2, "Code:TypeError")]
+    assert len(state.attempts) == KEPT_ROUTINE_ATTEMPTS + 1
+    assert [a.attempt for a in state.attempts][1:] == list(
+        range(total - KEPT_ROUTINE_ATTEMPTS + 1, total + 1)
+    )
+    # The repair is still seen: the same failure again is terminal.
+    blocked, action = on_verdict(
+        state, VerdictReport(verdict="needs_rebuild", failure_signature="Code:TypeError")
+    )
+    assert action.reason == "Repeated repair failure: Code:TypeError"
+    assert blocked.status == "blocked"
     assert LoopState.from_json(state.as_json()) == state

@@ -5,6 +5,10 @@ action to take; persisting the state is the caller's job.
 Budgets: 3 failed submits before the first save, 2 repair submits after it, 5 verification
 attempts. One automatic repair per failure signature: the same signature twice is terminal.
 A result from another run than the work item's (a stale run) changes nothing.
+
+The attempt history keeps every repair (the once-per-signature rule reads them; the budgets
+bound them) and the latest `KEPT_ROUTINE_ATTEMPTS` builds and verifications: a file rebuilt a
+thousand times in one work item must not make each build carry a thousand attempts.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from server.errors import FailedPreconditionError
 
 __all__ = [
     "DEFAULT_REMEDIATION",
+    "KEPT_ROUTINE_ATTEMPTS",
     "MAX_POST_SUBMIT_REMEDIATION_SUBMITS",
     "MAX_PRE_SAVE_SUBMIT_FAILURES",
     "MAX_VERIFY_ATTEMPTS",
@@ -43,6 +48,8 @@ __all__ = [
 MAX_PRE_SAVE_SUBMIT_FAILURES = 3
 MAX_POST_SUBMIT_REMEDIATION_SUBMITS = 2
 MAX_VERIFY_ATTEMPTS = 5
+KEPT_ROUTINE_ATTEMPTS = 20
+_REPAIRS = ("patch", "rebuild")
 
 Phase = Literal["building", "verifying", "repairing", "done", "blocked"]
 Status = Literal["active", "completed", "blocked"]
@@ -111,7 +118,12 @@ class LoopState:
         return self.status in ("completed", "blocked")
 
     def as_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # Every field is a scalar but these two; `dataclasses.asdict` deep-copies each value.
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if self.last_remediation is not None:
+            values["last_remediation"] = dataclasses.asdict(self.last_remediation)
+        values["attempts"] = [vars(a).copy() for a in self.attempts]
+        return values
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LoopState:
@@ -163,7 +175,13 @@ def _stale(state: LoopState, run_id: str | None) -> bool:
 
 
 def _attempt(state: LoopState, **fields: Any) -> tuple[Attempt, ...]:
-    return (*state.attempts, Attempt(attempt=len(state.attempts) + 1, **fields))
+    """The history with one more attempt (numbered on from the last), the oldest routine
+    attempts dropped past `KEPT_ROUTINE_ATTEMPTS`."""
+    number = state.attempts[-1].attempt + 1 if state.attempts else 1
+    attempts = (*state.attempts, Attempt(attempt=number, **fields))
+    routine = [a for a in attempts if a.action not in _REPAIRS]
+    dropped = {id(a) for a in routine[: max(0, len(routine) - KEPT_ROUTINE_ATTEMPTS)]}
+    return tuple(a for a in attempts if id(a) not in dropped)
 
 
 def _blocked(state: LoopState, reason: str, **changes: Any) -> tuple[LoopState, Action]:
@@ -331,9 +349,7 @@ def _escalate(state: LoopState, report: VerdictReport) -> tuple[LoopState, Actio
     """needs_patch / needs_rebuild: one automatic repair per failure signature, within budget."""
     action: Literal["patch", "rebuild"] = "patch" if report.verdict == "needs_patch" else "rebuild"
     earlier = {
-        a.failure_signature
-        for a in state.attempts
-        if a.action in ("patch", "rebuild") and a.failure_signature
+        a.failure_signature for a in state.attempts if a.action in _REPAIRS and a.failure_signature
     }
     attempts = _attempt(
         state,
