@@ -9,7 +9,8 @@ SandboxError
 ├── WorkspaceFileNotFoundError
 ├── FileTooLargeError        a write or read is over the configured cap
 ├── WorkspaceFullError       the workspace reached its size limit
-└── EditMismatchError        str-replace found the old text zero or several times
+├── EditMismatchError        str-replace found the old text zero or several times
+└── InvalidPatternError      a search pattern grep cannot compile
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ __all__ = [
     "EditMismatchError",
     "FileTooLargeError",
     "ImageBuildError",
+    "InvalidPatternError",
     "PathEscapeError",
     "SandboxError",
     "SandboxNotFoundError",
@@ -66,3 +68,7 @@ class SandboxOwnerInUseError(SandboxError):
 
 class WorkspaceFullError(SandboxError):
     """The workspace's filesystem reached its size limit."""
+
+
+class InvalidPatternError(SandboxError):
+    """A workspace search pattern that is not a valid regular expression."""

@@ -23,6 +23,8 @@ from sandbox.errors import (
     WorkspaceFileNotFoundError,
 )
 from sandbox.image.rootfs import USER_UID, WORKSPACE
+from sandbox.search import MAX_OUTPUT_BYTES, GrepQuery, GrepResult, grep_argv, read_grep_output
+from sandbox.search import TIMEOUT_S as GREP_TIMEOUT_S
 
 __all__ = [
     "DEFAULT_MAX_ENTRIES",
@@ -30,6 +32,7 @@ __all__ = [
     "FileEntry",
     "Workspace",
     "confine",
+    "grep",
     "list_files",
     "read_file",
     "replace_text",
@@ -56,6 +59,15 @@ _READ = (
 _PREPARE_WRITE = (
     _CONFINE + f'if [ -e "$p" ] && [ ! -f "$p" ]; then exit {_NOT_A_FILE}; fi; '
     'umask 002; mkdir -p -- "$(dirname -- "$p")" && printf %s "$p"'
+)
+# $1: path, $2: a byte limit, then grep's arguments. Output past the limit, or a search past its
+# 10-second deadline, is cut (`cut` on stderr says so).
+_GREP = (
+    _CONFINE + f'[ -e "$p" ] || exit {_MISSING}; limit=$2; shift 2; '
+    f'status=$(mktemp); {{ timeout {GREP_TIMEOUT_S} grep "$@"; '
+    'echo $? > "$status"; } | head -c "$limit"; '
+    'code=$(cat "$status"); rm -f "$status"; '
+    '{ [ "$code" -gt 128 ] || [ "$code" -eq 124 ]; } && { echo cut >&2; exit 0; }; exit "$code"'
 )
 _LIST = (
     _CONFINE + f'[ -d "$p" ] || exit {_MISSING}; '
@@ -173,6 +185,15 @@ def replace_text(text: str, old: str, new: str, *, replace_all: bool, path: str)
             "text so it matches once, or replace every match"
         )
     return text.replace(old, new), count
+
+
+def grep(workspace: Workspace, query: GrepQuery) -> GrepResult:
+    """Search the workspace (see search.py)."""
+    code, out, err = workspace.run(_GREP, query.path, str(MAX_OUTPUT_BYTES), *grep_argv(query))
+    if code in (_ESCAPE, _MISSING):
+        _raise_for(code, query.path, err)
+    cut = err.endswith(b"cut\n") or len(out) >= MAX_OUTPUT_BYTES
+    return read_grep_output(query, code, out, err.removesuffix(b"cut\n"), cut=cut)
 
 
 def list_files(

@@ -43,6 +43,7 @@ from sandbox.identity import LABEL_IMAGE
 from sandbox.image.browser import BROWSER_ENVIRONMENT, browser_command
 from sandbox.image.rootfs import APP_DIR, WORKSPACE
 from sandbox.provider import SandboxInfo, SandboxProvider
+from sandbox.search import GrepQuery, GrepResult
 from sandbox.streams import ProcessStream
 from sandbox.worker import WorkerClient, WorkerGoneError, result_of
 
@@ -417,6 +418,12 @@ class SandboxManager:
             thread_id,
             lambda w: w.list_files(path, recursive=recursive, max_entries=limit),
             lambda c: files.list_files(c, path, recursive=recursive, max_entries=limit),
+        )
+
+    async def grep(self, thread_id: str, query: GrepQuery) -> GrepResult:
+        confined = dataclasses.replace(query, path=files.confine(query.path))
+        return await self._file_op(
+            thread_id, lambda w: w.grep(confined), lambda c: files.grep(c, confined)
         )
 
     async def compile(

@@ -6,6 +6,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from sandbox.commands import CommandResult, OutputCallback
 from sandbox.files import FileEntry
+from sandbox.search import GrepQuery, GrepResult
 from sandbox.streams import ProcessStream
 
 __all__ = ["BrowserHost", "Sandboxes", "WorkflowToolchain"]
@@ -25,6 +26,10 @@ class Sandboxes(Protocol):
     async def list_files(
         self, thread_id: str, path: str = ".", *, recursive: bool = False
     ) -> tuple[list[FileEntry], bool]: ...
+
+    async def grep(self, thread_id: str, query: GrepQuery) -> GrepResult:
+        """Search the workspace's text files (see search.py)."""
+        ...
 
     async def run_command(
         self,

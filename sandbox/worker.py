@@ -23,6 +23,14 @@ from sandbox import errors
 from sandbox.engine import STDERR, STDOUT, Attached, ContainerEngine
 from sandbox.files import FileEntry
 from sandbox.image.rootfs import APP_DIR, WORKSPACE
+from sandbox.search import (
+    MAX_OUTPUT_BYTES,
+    TIMEOUT_S,
+    GrepQuery,
+    GrepResult,
+    grep_argv,
+    read_grep_output,
+)
 
 __all__ = [
     "CALL_TIMEOUT_S",
@@ -163,6 +171,19 @@ class WorkerClient:
             for e in result["entries"]
         ]
         return sorted(entries, key=lambda e: e.path), bool(result["truncated"])
+
+    def grep(self, query: GrepQuery) -> GrepResult:
+        result = self.call(
+            "grep",
+            timeout_s=TIMEOUT_S + CALL_TIMEOUT_S,
+            path=query.path,
+            argv=grep_argv(query),
+            maxBytes=MAX_OUTPUT_BYTES,
+            timeoutMs=TIMEOUT_S * 1000,
+        )
+        stdout = base64.b64decode(result["stdout"])
+        stderr = str(result["stderr"]).encode()
+        return read_grep_output(query, int(result["code"]), stdout, stderr, cut=bool(result["cut"]))
 
     # -- plumbing -------------------------------------------------------------------------
 

@@ -486,8 +486,8 @@ async def test_a_background_agent_gets_its_kinds_tools_and_asks_the_user_itself(
         name
         for name, group in registered.items()
         if group in ("workflows", "nodes", "data-tables") and name != "build-workflow"
-    } | {"ask-user", "workspace_read_file", "search-credential-types", "list-credentials"}
-    expected |= {"setup-credentials"}
+    } | {"ask-user", "workspace_read_file", "workspace_grep"}
+    expected |= {"search-credential-types", "list-credentials", "setup-credentials"}
     assert offered == expected
     for orchestrators_own in (
         "create-tasks",

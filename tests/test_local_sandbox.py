@@ -20,6 +20,7 @@ from sandbox.image.rootfs import WORKSPACE
 from sandbox.local_engine import LocalEngine
 from sandbox.manager import MARKER, SandboxManager
 from sandbox.provider import SandboxProvider
+from sandbox.search import GrepQuery
 from server.settings import Settings
 from tests.conftest import serving
 
@@ -97,6 +98,8 @@ async def test_files_are_confined_and_seeded(local: SandboxManager, tmp_path: Pa
     assert await local.str_replace("t1", "src/a.txt", "hello", "bye", replace_all=True) == 2
     names = {e.path for e in (await local.list_files("t1"))[0]}
     assert {MARKER, "src", "tsconfig.json", "knowledge-base"} <= names
+    found = await local.grep("t1", GrepQuery(pattern=r"b\w+", path="src"))
+    assert [(f.path, f.line, f.text) for f in found.lines] == [("src/a.txt", 1, "bye bye")]
     workspace = workspace_of(local, "t1")
     assert "t1" not in str(workspace)  # named by the hashed id, never the caller's text
     (workspace / "out").symlink_to(tmp_path)

@@ -24,6 +24,7 @@ from sandbox.engine import ContainerInfo
 from sandbox.errors import (
     EditMismatchError,
     FileTooLargeError,
+    InvalidPatternError,
     PathEscapeError,
     SandboxError,
     WorkspaceFileNotFoundError,
@@ -33,6 +34,7 @@ from sandbox.image.build import BIN_DIR, BuiltImage
 from sandbox.image.rootfs import WORKSPACE
 from sandbox.manager import MARKER, SandboxManager
 from sandbox.provider import SandboxInfo, SandboxProvider
+from sandbox.search import GrepQuery
 from sandbox.worker import WorkerClient
 from sandbox.workspace_disk import WorkspaceDisks
 from tests.sandbox_fixtures import docker_attrs
@@ -412,6 +414,28 @@ async def test_both_file_paths_follow_the_same_rules(
             await manager.read_file("t1", escape)
     with pytest.raises(FileTooLargeError):
         await manager.write_file("t1", "big", b"x" * 101)
+    # Search: the same answers on both paths; symlinks neither searched through nor followed.
+    await manager.write_file("t1", "d/notes.md", b"Alpha\nbeta 12\ngamma\nBETA 7\n")
+    found = await manager.grep("t1", GrepQuery(pattern=r"beta \d+", path="d", ignore_case=True))
+    assert [(f.path, f.line, f.text, f.match) for f in found.lines] == [
+        ("d/notes.md", 2, "beta 12", True),
+        ("d/notes.md", 4, "BETA 7", True),
+    ]
+    assert (found.matches, found.files, found.truncated) == (2, 1, False)
+    around = await manager.grep("t1", GrepQuery(pattern="gamma", path="d", context_lines=1))
+    assert [(f.line, f.match) for f in around.lines] == [(2, False), (3, True), (4, False)]
+    capped = await manager.grep("t1", GrepQuery(pattern="a", path="d", max_matches=2))
+    assert capped.matches == 2 and capped.truncated
+    binary = await manager.grep("t1", GrepQuery(pattern="binary", path="d/e"))
+    assert binary.matches == 0  # d/e/f.txt holds a NUL: skipped as binary
+    sh(container, f"ln -s {WORKSPACE}/d d/loop")
+    assert (await manager.grep("t1", GrepQuery(pattern="gamma"))).matches == 1
+    with pytest.raises(PathEscapeError):
+        await manager.grep("t1", GrepQuery(pattern="root", path="link"))
+    with pytest.raises(InvalidPatternError, match="not a valid"):
+        await manager.grep("t1", GrepQuery(pattern="(unclosed", path="d"))
+    with pytest.raises(WorkspaceFileNotFoundError):
+        await manager.grep("t1", GrepQuery(pattern="x", path="nowhere"))
 
 
 async def test_a_new_thread_gets_a_warm_sandbox_from_the_pool(

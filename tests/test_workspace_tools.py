@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ from server.tools.spec import ToolContext
 from server.tools.workspace import TOOLS, WorkspaceTools
 
 BY_NAME = {tool.name: tool for tool in TOOLS}
+KNOWLEDGE_BASE = Path(__file__).resolve().parents[1] / "sandbox/image/seed/knowledge-base"
 
 
 @pytest.fixture
@@ -43,6 +46,7 @@ def test_the_tool_names_are_the_reference_ones() -> None:
         "workspace_str_replace_file",
         "workspace_execute_command",
         "workspace_read_tool_result",
+        "workspace_grep",
     }
 
 
@@ -58,6 +62,46 @@ async def test_write_edit_read(ctx: ToolContext[WorkspaceTools]) -> None:
     assert read == {"content": "b\nb\n", "totalLines": 4, "truncated": True}
     with pytest.raises(PathEscapeError):
         await call(ctx, "workspace_read_file", path="../../etc/passwd")
+
+
+async def test_grep_searches_the_knowledge_base_as_the_image_ships_it(
+    ctx: ToolContext[WorkspaceTools],
+) -> None:
+    pattern = r"pin(ned)? ?data|fixture"
+    expected = sorted(
+        (f"knowledge-base/{path.relative_to(KNOWLEDGE_BASE)}", number, line)
+        for path in KNOWLEDGE_BASE.rglob("*.md")
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if re.search(pattern, line, re.IGNORECASE)
+    )
+    assert expected, "the knowledge base should mention pinned data"
+    found = await call(
+        ctx,
+        "workspace_grep",
+        pattern=pattern,
+        path="knowledge-base",
+        glob="*.md",
+        caseSensitive=False,
+        maxMatches=1000,
+    )
+    got = sorted((m["path"], m["line"], m["text"]) for m in found["matches"])
+    assert got == [(p, n, t[:400]) for p, n, t in expected]
+    assert found["matchCount"] == len(expected) and not found["truncated"]
+    assert found["fileCount"] == len({p for p, _, _ in expected})
+    first = found["matches"][0]
+    assert f"{first['path']}:{first['line']}:{first['text']}" in found["content"].splitlines()
+    # Case matters unless told otherwise; context lines come marked with '-' and groups split.
+    upper = await call(ctx, "workspace_grep", pattern="PIN", path="knowledge-base")
+    assert all("PIN" in m["text"] for m in upper["matches"])
+    text = "one\ntwo\nthree\nfour\n" * 3
+    await call(ctx, "workspace_write_file", path="notes/a.txt", content=text)
+    around = await call(ctx, "workspace_grep", pattern="^two$", path="notes", contextLines=1)
+    assert around["content"].split("\n--\n")[0] == "\n".join(
+        ["notes/a.txt-1-one", "notes/a.txt:2:two", "notes/a.txt-3-three"]
+    )
+    assert around["matchCount"] == 3 and len(around["content"].split("\n--\n")) == 3
+    with pytest.raises(ValidationError):
+        BY_NAME["workspace_grep"].input_model.model_validate({"pattern": "", "path": "."})
 
 
 async def test_execute_command_returns_the_reference_shape(

@@ -3,9 +3,9 @@
 The orchestrator has the whole surface (the core from the first request, the rest loaded on
 demand). A background agent gets only the domain tools wired into it: workflow tools (not the
 sandbox-backed `build-workflow`), node discovery, data tables, credential set-up (not reading
-or deleting credentials), the knowledge base through `workspace_read_file`, and `ask-user`.
-Never orchestration, verification, executions, the workspace's writes and commands, web
-research or the browser.
+or deleting credentials), the knowledge base through `workspace_read_file` and
+`workspace_grep`, and `ask-user`. Never orchestration, verification, executions, the
+workspace's writes and commands, web research or the browser.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ BACKGROUND_TOOLS = frozenset(
     {
         "ask-user",
         "workspace_read_file",
+        "workspace_grep",
         "search-credential-types",
         "list-credentials",
         "setup-credentials",

@@ -50,6 +50,7 @@ CORE_TOOLS = frozenset(
         "cancel-background-task",
         "correct-background-task",
         "workspace_read_file",
+        "workspace_grep",
         "workspace_write_file",
         "workspace_str_replace_file",
         "workspace_execute_command",

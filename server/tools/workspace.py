@@ -9,6 +9,7 @@ from pydantic import Field
 
 from sandbox.protocol import Sandboxes
 from sandbox.results import MAX_CHARS, MAX_ITEMS, View, render
+from sandbox.search import GrepQuery
 from server.tools.spec import SandboxFor, ToolContext, ToolModel, ToolSpec
 
 __all__ = ["GROUP", "TOOLS", "WorkspaceTools"]
@@ -90,6 +91,71 @@ async def str_replace_file(
         ctx.thread_id, args.path, args.old_string, args.new_string, replace_all=args.replace_all
     )
     return StrReplaceOutput(path=args.path, replacements=count)
+
+
+class GrepInput(ToolModel):
+    pattern: str = Field(
+        min_length=1,
+        max_length=1000,
+        description="Perl-compatible regular expression, e.g. 'httpRequest|webhook'",
+    )
+    path: str = Field(".", description="Folder or file to search, relative to the workspace")
+    glob: str | None = Field(
+        None, max_length=200, description="Only files whose name matches, e.g. '*.ts' or '*.md'"
+    )
+    case_sensitive: bool = Field(True, alias="caseSensitive")
+    context_lines: int = Field(
+        0, ge=0, le=10, alias="contextLines", description="Lines shown before and after a match"
+    )
+    max_matches: int = Field(100, ge=1, le=1000, alias="maxMatches")
+
+
+class GrepMatch(ToolModel):
+    path: str
+    line: int
+    text: str
+
+
+class GrepOutput(ToolModel):
+    content: str = Field(
+        description="grep-style lines: path:line:text for matches, path-line-text for context"
+    )
+    matches: list[GrepMatch]
+    match_count: int = Field(alias="matchCount")
+    file_count: int = Field(alias="fileCount")
+    truncated: bool = Field(description="More matches exist: narrow the pattern, path or glob")
+
+
+async def grep(ctx: ToolContext[WorkspaceTools], args: GrepInput) -> GrepOutput:
+    result = await (await _manager(ctx)).grep(
+        ctx.thread_id,
+        GrepQuery(
+            pattern=args.pattern,
+            path=args.path,
+            glob=args.glob,
+            ignore_case=not args.case_sensitive,
+            context_lines=args.context_lines,
+            max_matches=args.max_matches,
+        ),
+    )
+    lines, previous = [], None
+    for found in result.lines:
+        adjacent = previous is not None and (found.path, found.line - 1) == (
+            previous.path,
+            previous.line,
+        )
+        if args.context_lines and previous is not None and not adjacent:
+            lines.append("--")
+        mark = ":" if found.match else "-"
+        lines.append(f"{found.path}{mark}{found.line}{mark}{found.text}")
+        previous = found
+    return GrepOutput(
+        content="\n".join(lines),
+        matches=[GrepMatch(path=f.path, line=f.line, text=f.text) for f in result.lines if f.match],
+        match_count=result.matches,
+        file_count=result.files,
+        truncated=result.truncated,
+    )
 
 
 class ExecuteCommandInput(ToolModel):
@@ -192,6 +258,17 @@ TOOLS: list[ToolSpec[Any]] = [
         input_model=StrReplaceInput,
         output_model=StrReplaceOutput,
         handler=str_replace_file,
+    ),
+    ToolSpec(
+        name="workspace_grep",
+        description="Search workspace files (the knowledge base, sources, chunks) for a "
+        "regular expression; binary files, .git and node_modules are skipped. Read what it "
+        "finds with workspace_read_file.",
+        group=GROUP,
+        services=WorkspaceTools,
+        input_model=GrepInput,
+        output_model=GrepOutput,
+        handler=grep,
     ),
     ToolSpec(
         name="workspace_execute_command",

@@ -1,7 +1,7 @@
 // The operations the sandbox offers the host, shared by the long-lived worker (worker.mjs, JSON
 // lines over one exec stream) and the one-shot runner (run-op.mjs, for when no worker runs).
 //
-// Operations: ping, stats, warm, read, write, strReplace, list, compile, diagnose, toCode,
+// Operations: ping, stats, warm, read, write, strReplace, list, grep, compile, diagnose, toCode,
 // definition, execute, cancelExecution, outputSchema. File contents travel as base64 so any
 // bytes survive. Every path is confined to the workspace and walked one component at a time
 // through open directory descriptors, never following a symlink (see openDirectory).
@@ -625,6 +625,52 @@ async function definition({ nodeType, version, resource, operation, mode }) {
   return read(target, choices);
 }
 
+// grep over the workspace with the host's arguments (sandbox/search.py builds them and reads
+// the output): the path is checked first without following symlinks, the output kept up to
+// `maxBytes`, the search ended at its deadline; either cut says `cut`.
+async function grep({ path: p, argv, maxBytes, timeoutMs }) {
+  const names = parts(p);
+  try {
+    await (await openDirectory(p, names)).close();
+  } catch (error) {
+    if (!(error instanceof WorkerError) || error.code !== 'missing' || names.length === 0) throw error;
+    await (await openRegularFile(p, Number.MAX_SAFE_INTEGER)).close();
+  }
+  if (!Array.isArray(argv) || !argv.every((a) => typeof a === 'string')) {
+    throw new WorkerError('protocol', 'grep takes its arguments as strings');
+  }
+  return new Promise((resolve, reject) => {
+    const child = spawn('grep', argv, { cwd: WORKSPACE, stdio: ['ignore', 'pipe', 'pipe'] });
+    const out = [];
+    let size = 0;
+    let cut = false;
+    let stderr = '';
+    const stop = () => {
+      cut = true;
+      child.kill('SIGKILL');
+    };
+    const timer = setTimeout(stop, timeoutMs);
+    child.stdout.on('data', (chunk) => {
+      if (cut) return;
+      const room = maxBytes - size;
+      out.push(chunk.subarray(0, room));
+      size += Math.min(chunk.length, room);
+      if (chunk.length >= room) stop();
+    });
+    child.stderr.on('data', (chunk) => {
+      stderr = (stderr + chunk.toString()).slice(-2000);
+    });
+    child.on('error', (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code: cut ? 0 : code, stdout: Buffer.concat(out).toString('base64'), stderr, cut });
+    });
+  });
+}
+
 // -- output schemas ---------------------------------------------------------------------------
 
 const KNOWN_BASE = JSON.parse(await fs.readFile(path.join(NODE_MODULES, 'n8n-nodes-base/dist/known/nodes.json'), 'utf8'));
@@ -695,6 +741,7 @@ export const handlers = {
     return { replacements: count };
   },
   list: async ({ path: p, recursive, maxEntries }) => list(p, Boolean(recursive), Math.min(maxEntries, MAX_LIST)),
+  grep,
 };
 
 // One request object in, one reply object out (never throws).
