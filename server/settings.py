@@ -325,6 +325,11 @@ class Settings(BaseSettings):
         None, description="enables web-search through this SearXNG instance (if no Brave key)"
     )
     web_fetch_timeout_seconds: float = Field(30, gt=0, le=120, description="per fetch-url")
+    docs_url: str = Field(
+        "https://docs.n8n.io",
+        pattern=r"^https?://[^/\s]+$",
+        description="where n8n-docs reads n8n's documentation (scheme and host, no path)",
+    )
     browser: Literal["user", "sandbox"] = Field(
         "user",
         description="what the browser tools drive: user, the person's own browser through "

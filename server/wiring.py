@@ -17,6 +17,7 @@ from browser_relay.headless import HeadlessBrowsers
 from browser_relay.server import RelayServer
 from browser_relay.sessions import BrowserSessions, sandbox_key, session_id_for
 from sandbox.egress import EgressProxy
+from sandbox.image.build import SEED_DIR
 from server.agent import ModelProvider, provider_from_settings
 from server.agent.loop import AgentServices
 from server.agent.structured import structured_asker
@@ -74,6 +75,7 @@ from server.tools import (
     build,
     credentials,
     data_tables,
+    docs,
     executions,
     loading,
     nodes,
@@ -118,6 +120,7 @@ ALL_TOOLS: list[ToolSpec[Any]] = [
     *projects.TOOLS,
     *credentials.TOOLS,
     *web.TOOLS,
+    *docs.TOOLS,
     *browser.TOOLS,
     *agents_module.TOOLS,
     *mcp.TOOLS,
@@ -407,6 +410,13 @@ class Parts:
                 hitl=self.hitl,
             ),
             web.WebTools(fetcher=self.web, search=self.web_search, hitl=self.hitl),
+            docs.DocsTools(
+                catalog=self.catalog,
+                knowledge_base=SEED_DIR / "knowledge-base",
+                origin=self.settings.docs_url,
+                fetcher=self.web,
+                hitl=self.hitl,
+            ),
             browser.BrowserTools(
                 relay=self.relay,
                 drivers=self.drivers,

@@ -68,6 +68,7 @@ CORE_TOOLS = frozenset(
         "list-data-tables",
         "web-search",
         "fetch-url",
+        "n8n-docs",
         # What the deployment's MCP servers offer (their tools are loaded like the rest).
         "mcp-servers",
     }
