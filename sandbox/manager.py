@@ -495,6 +495,37 @@ class SandboxManager:
             )
         )
 
+    async def materialize_node_type(
+        self,
+        thread_id: str,
+        node_type: str,
+        version: float,
+        *,
+        description: dict[str, Any] | None = None,
+        resource: str | None = None,
+        operation: str | None = None,
+        mode: str | None = None,
+    ) -> dict[str, Any]:
+        """Write one node version's typed parameters into the workspace (`node-types/...`):
+        the image's files (a split node's whole folder), or generated from `description`
+        (the catalog's entry) when the image has none. `{path, content, source:
+        image|generated, files}`; `content` is the file of the resource/operation or mode
+        asked about, else the main one."""
+        return dict(
+            await self.operation(
+                thread_id,
+                "materialize",
+                timeout_s=30.0,
+                nodeType=node_type,
+                version=version,
+                description=description,
+                resource=resource,
+                operation=operation,
+                mode=mode,
+                maxBytes=self.max_file_bytes,
+            )
+        )
+
     async def execute(
         self,
         thread_id: str,

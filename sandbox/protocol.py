@@ -82,6 +82,18 @@ class WorkflowToolchain(Protocol):
         mode: str | None = None,
     ) -> dict[str, Any]: ...
 
+    async def materialize_node_type(
+        self,
+        thread_id: str,
+        node_type: str,
+        version: float,
+        *,
+        description: dict[str, Any] | None = None,
+        resource: str | None = None,
+        operation: str | None = None,
+        mode: str | None = None,
+    ) -> dict[str, Any]: ...
+
     async def execute(
         self,
         thread_id: str,

@@ -507,6 +507,7 @@ GATES = {
     "cleanup-test-executions": "cleanupTestExecutions",
     "delete-credential": "deleteCredential",
     "fetch-url": "fetchUrl",
+    "n8n-docs": "fetchUrl",
     "test-credential": "fetchUrl",
     "web-search": "webSearch",
     "build-workflow": "updateWorkflow",  # and createWorkflow

@@ -485,7 +485,8 @@ async def test_a_background_agent_gets_its_kinds_tools_and_asks_the_user_itself(
     expected = {
         name
         for name, group in registered.items()
-        if group in ("workflows", "nodes", "data-tables") and name != "build-workflow"
+        if group in ("workflows", "nodes", "data-tables")
+        and name not in ("build-workflow", "materialize-node-type")
     } | {"ask-user", "workspace_read_file", "workspace_grep"}
     expected |= {"search-credential-types", "list-credentials", "setup-credentials"}
     assert offered == expected

@@ -2,9 +2,9 @@
 
 The orchestrator has the whole surface (the core from the first request, the rest loaded on
 demand). A background agent gets only the domain tools wired into it: workflow tools (not the
-sandbox-backed `build-workflow`), node discovery, data tables, credential set-up (not reading
-or deleting credentials), the knowledge base through `workspace_read_file` and
-`workspace_grep`, and `ask-user`. Never orchestration, verification, executions, the
+sandbox-backed `build-workflow`), node discovery (not `materialize-node-type`, which writes
+into the workspace), data tables, credential set-up (not reading or deleting credentials),
+the knowledge base through `workspace_read_file` and `workspace_grep`, and `ask-user`. Never orchestration, verification, executions, the
 workspace's writes and commands, web research or the browser.
 """
 
@@ -29,7 +29,7 @@ BACKGROUND_TOOLS = frozenset(
     }
 )
 # Tools of those groups that stay with the orchestrator.
-EXCLUDED_FROM_BACKGROUND = frozenset({"build-workflow"})
+EXCLUDED_FROM_BACKGROUND = frozenset({"build-workflow", "materialize-node-type"})
 
 
 def for_background(spec: ToolSpec[Any]) -> bool:

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
+from sandbox.errors import SandboxError
 from server.catalog import Catalog, CatalogService, NodeType
 from server.errors import NotFoundError, UnavailableError
 from server.instance import Credentials, CredentialSecrets
@@ -339,6 +340,16 @@ class NodeTypeDefinitionOutput(ToolModel):
     )
 
 
+def _import_path(node_type: str, file: str) -> str:
+    """The module a typed import names for a definition `file` (relative to its package's
+    folder, e.g. httpRequest/v43.ts): @n8n/node-types/... or, for n8n's AI nodes,
+    @n8n/ai-node-types/...; the workspace's tsconfig maps both."""
+    package = node_type.rpartition(".")[0]
+    alias = "ai-node-types" if package.startswith("@n8n/") else "node-types"
+    module = file.removesuffix(".ts").removesuffix("/index")
+    return f"@n8n/{alias}/{package.split('/')[-1]}/{module}"
+
+
 async def get_node_type_definition(
     ctx: ToolContext[NodeTools], args: NodeTypeDefinitionInput
 ) -> NodeTypeDefinitionOutput:
@@ -353,19 +364,93 @@ async def get_node_type_definition(
         operation=args.operation,
         mode=args.mode,
     )
-    alias = (
-        "ai-node-types/n8n-nodes-langchain"
-        if node.name.startswith("@n8n/")
-        else "node-types/n8n-nodes-base"
-    )
-    module = found["file"].removesuffix(".ts").removesuffix("/index")
     return NodeTypeDefinitionOutput(
         node_type=node.name,
         version=version,
         file=found["file"],
         content=found["content"],
         discriminators=found["discriminators"],
-        import_path=f"@n8n/{alias}/{module}",
+        import_path=_import_path(node.name, found["file"]),
+    )
+
+
+class NodeRequest(ToolModel):
+    node_id: str = Field(alias="nodeId", min_length=1, max_length=200)
+    version: str | None = Field(None, max_length=20, description='e.g. "4.3" or "v43"')
+    resource: str | None = Field(None, max_length=100, description="For split nodes")
+    operation: str | None = Field(None, max_length=100)
+    mode: str | None = Field(None, max_length=100)
+
+
+class MaterializeInput(ToolModel):
+    node_ids: list[str | NodeRequest] = Field(
+        alias="nodeIds",
+        min_length=1,
+        max_length=5,
+        description='Node types, e.g. "n8n-nodes-base.httpRequest" or {nodeId, version}',
+    )
+
+
+class MaterializedDefinition(ToolModel):
+    node_id: str = Field(alias="nodeId")
+    path: str = Field(description="Where it was written in the workspace")
+    content: str
+    import_path: str = Field("", alias="importPath", description="Module to import types from")
+    source: str = Field("", description="image (shipped) or generated (from the description)")
+    error: str | None = None
+
+
+class MaterializeOutput(ToolModel):
+    definitions: list[MaterializedDefinition]
+
+
+def _requested_version(node: NodeType, given: str | None) -> float:
+    """`given` as "4.3", "4" or "v43" (the definition files' tag), among the node's versions."""
+    if given is None:
+        return node.default_version
+    text = given.strip().lower()
+    for version in node.versions:
+        if text in (f"{version:g}", f"v{version:g}".replace(".", "")):
+            return version
+    available = ", ".join(node.format_version(v) for v in node.versions)
+    raise NotFoundError(f"{node.name} has no version {given}; available: {available}")
+
+
+async def _materialize_one(
+    ctx: ToolContext[NodeTools], catalog: Catalog, request: str | NodeRequest
+) -> MaterializedDefinition:
+    wanted = request if isinstance(request, NodeRequest) else NodeRequest(node_id=request)
+    try:
+        node = _node(catalog, wanted.node_id)
+        version = _requested_version(node, wanted.version)
+        toolchain = await ctx.services.builder.toolchain(ctx.thread_id)
+        written = await toolchain.materialize_node_type(
+            ctx.thread_id,
+            node.name,
+            version,
+            description=node.entry(version),
+            resource=wanted.resource,
+            operation=wanted.operation,
+            mode=wanted.mode,
+        )
+    except (NotFoundError, SandboxError) as exc:
+        return MaterializedDefinition(node_id=wanted.node_id, path="", content="", error=str(exc))
+    path = str(written["path"])  # node-types/<package folder>/<file>
+    return MaterializedDefinition(
+        node_id=node.name,
+        path=path,
+        content=str(written["content"]),
+        import_path=_import_path(node.name, path.split("/", 2)[2]),
+        source=str(written["source"]),
+    )
+
+
+async def materialize_node_type(
+    ctx: ToolContext[NodeTools], args: MaterializeInput
+) -> MaterializeOutput:
+    catalog = await _catalog(ctx)
+    return MaterializeOutput(
+        definitions=[await _materialize_one(ctx, catalog, r) for r in args.node_ids]
     )
 
 
@@ -548,6 +633,18 @@ TOOLS: list[ToolSpec[Any]] = [
         input_model=NodeTypeDefinitionInput,
         output_model=NodeTypeDefinitionOutput,
         handler=get_node_type_definition,
+    ),
+    ToolSpec(
+        name="materialize-node-type",
+        description="Write nodes' TypeScript parameter types into the workspace (node-types/) "
+        "and return them, so a typed import compiles and type-checks: the image's definitions, "
+        "or generated from the node's description when the image has none. Use after "
+        "search-nodes, before writing typed workflow code.",
+        group=GROUP,
+        services=NodeTools,
+        input_model=MaterializeInput,
+        output_model=MaterializeOutput,
+        handler=materialize_node_type,
     ),
     ToolSpec(
         name="get-suggested-nodes",

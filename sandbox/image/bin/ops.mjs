@@ -2,9 +2,10 @@
 // lines over one exec stream) and the one-shot runner (run-op.mjs, for when no worker runs).
 //
 // Operations: ping, stats, warm, read, write, strReplace, list, grep, compile, diagnose, toCode,
-// definition, execute, cancelExecution, outputSchema. File contents travel as base64 so any
-// bytes survive. Every path is confined to the workspace and walked one component at a time
-// through open directory descriptors, never following a symlink (see openDirectory).
+// definition, materialize, execute, cancelExecution, outputSchema. File contents travel as
+// base64 so any bytes survive. Every path is confined to the workspace and walked one
+// component at a time through open directory descriptors, never following a symlink (see
+// openDirectory).
 //
 // compile: esbuild bundles the source to CommonJS here (`@n8n/*` and other packages stay
 // external, so the one installed SDK instance is used), then a pooled worker_thread evaluates
@@ -537,8 +538,9 @@ async function diagnose({ path: p, timeoutMs, maxBytes }) {
       // No diagnostic at all: the check itself failed (a broken tsconfig.json, say).
       return { ok: false, message: output.trim().slice(0, 2000) || `tsc exited with ${code}` };
     }
-    // The node definitions are not clean TypeScript: only the workspace's own files count.
-    const diagnostics = all.filter((d) => !d.file.includes('node_modules/'));
+    // The node definitions (the image's, or those materialized into node-types/) are not
+    // clean TypeScript: only the workspace's own files count.
+    const diagnostics = all.filter((d) => !d.file.includes('node_modules/') && !new RegExp(`(^|/)${WORKSPACE_TYPES}/`).test(d.file));
     return { ok: true, diagnostics };
   } finally {
     await fs.rm(dir, { recursive: true, force: true });
@@ -623,6 +625,46 @@ async function definition({ nodeType, version, resource, operation, mode }) {
     throw new WorkerError('missing', `${nodeType} v${version} has no definition for ${JSON.stringify({ resource, operation, mode })}; it has ${JSON.stringify(choices.slice(0, 20))}`);
   }
   return read(target, choices);
+}
+
+// A node version's typed parameters written into the workspace under node-types/ (which the
+// workspace's tsconfig consults before the image's definitions): the image's own files when it
+// ships them (a split node's whole folder), else generated from the node's description (the
+// host's catalog entry) with the SDK's type generator, the one the shipped files came from.
+const WORKSPACE_TYPES = 'node-types';
+const PACKAGE_NAME = /^(@[a-z0-9-]+\/)?[a-z0-9][a-z0-9._-]*$/;
+
+async function materialize({ nodeType, version, description, resource, operation, mode, maxBytes }) {
+  const dot = typeof nodeType === 'string' ? nodeType.lastIndexOf('.') : -1;
+  const pkg = dot > 0 ? nodeType.slice(0, dot) : '';
+  const name = dot > 0 ? nodeType.slice(dot + 1) : '';
+  if (!PACKAGE_NAME.test(pkg) || !NAME.test(name)) throw new WorkerError('missing', `${nodeType} is not a node type name like n8n-nodes-base.httpRequest`);
+  const tag = `v${String(version).replace('.', '')}`;
+  if (!/^v\d+$/.test(tag)) throw new WorkerError('missing', `${version} is not a node version like 4.2`);
+  const shipped = DEFINITIONS[pkg] ? path.join(DEFINITIONS[pkg], name) : undefined;
+  let files;
+  let source = 'image';
+  if (shipped && existsSync(path.join(shipped, `${tag}.ts`))) {
+    files = [{ rel: `${tag}.ts`, content: await fs.readFile(path.join(shipped, `${tag}.ts`), 'utf8') }];
+  } else if (shipped && existsSync(path.join(shipped, tag))) {
+    const names = (await fs.readdir(path.join(shipped, tag), { recursive: true })).filter((f) => f.endsWith('.ts')).sort();
+    files = await Promise.all(names.map(async (f) => ({ rel: `${tag}/${f}`, content: await fs.readFile(path.join(shipped, tag, f), 'utf8') })));
+  } else {
+    if (!description || typeof description !== 'object') throw new WorkerError('missing', `no type definitions for ${nodeType} v${version} and no description to make them from`);
+    const generator = require('@n8n/workflow-sdk/dist/generate-types/generate-types');
+    files = [{ rel: `${tag}.ts`, content: generator.generateSingleVersionTypeFile({ ...description, name: nodeType }, Number(version)) }];
+    source = 'generated';
+  }
+  const base = `${WORKSPACE_TYPES}/${pkg.split('/').pop()}/${name}`;
+  for (const file of files) await writeFile(`${base}/${file.rel}`, Buffer.from(file.content), maxBytes);
+  // A split node: the file of the resource/operation or mode asked about, else its index.
+  const wanted = mode
+    ? `${tag}/mode_${snake(mode)}.ts`
+    : resource
+      ? `${tag}/resource_${snake(resource)}/${operation ? `operation_${snake(operation)}.ts` : 'index.ts'}`
+      : undefined;
+  const main = files.find((f) => f.rel === wanted) ?? files.find((f) => f.rel === `${tag}.ts` || f.rel === `${tag}/index.ts`) ?? files[0];
+  return { path: `${base}/${main.rel}`, content: main.content, source, files: files.map((f) => `${base}/${f.rel}`) };
 }
 
 // grep over the workspace with the host's arguments (sandbox/search.py builds them and reads
@@ -711,6 +753,7 @@ export const handlers = {
   diagnose,
   toCode,
   definition,
+  materialize,
   warm,
   ping: async () => 'pong',
   stats: async () => ({
