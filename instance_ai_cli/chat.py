@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import mimetypes
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import grpc
@@ -42,11 +44,31 @@ def chat(
     api_key: ApiKeyOption = None,
     tls_ca: TlsCaOption = None,
     as_json: JsonOption = False,
+    attach: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--attach",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+            help="a file to attach (repeatable); the agent reads it with parse-file",
+        ),
+    ] = None,
 ) -> None:
     """Send a message and show the run as it happens: text, tool calls, checklists and
     confirmation cards (answered at the prompt, or approved with --yes). Ends with the run."""
     client = ClientConfig(server=server, api_key=api_key, tls_ca_file=tls_ca)
-    status = run_client(_Chat(client, thread, yes=yes, as_json=as_json).turn(message), client)
+    files = [
+        agent_pb2.Attachment(
+            name=path.name,
+            mime_type=mimetypes.guess_type(path.name)[0] or "",
+            data=path.read_bytes(),
+        )
+        for path in attach or []
+    ]
+    status = run_client(
+        _Chat(client, thread, yes=yes, as_json=as_json).turn(message, files), client
+    )
     if status != "completed":
         raise typer.Exit(EXIT_FAILURE)
 
@@ -60,13 +82,15 @@ class _Chat:
         self.streamed: set[str] = set()
         self.tool_names: dict[str, str] = {}
 
-    async def turn(self, message: str) -> str:
+    async def turn(self, message: str, files: list[agent_pb2.Attachment]) -> str:
         async with self.client.channel() as channel:
             stub = agent_pb2_grpc.AgentStub(channel)
             metadata = self.client.metadata()
             cursor = await self._last_event(stub)
             sent = await stub.SendMessage(
-                agent_pb2.SendMessageRequest(thread_id=self.thread, message=message),
+                agent_pb2.SendMessageRequest(
+                    thread_id=self.thread, message=message, attachments=files
+                ),
                 metadata=metadata,
             )
             request = agent_pb2.StreamEventsRequest(

@@ -191,7 +191,19 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     shutdown_grace_seconds: float = Field(10.0, ge=0, le=600)
     max_message_bytes: int = Field(
-        4 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024, description="largest request accepted"
+        32 * 1024 * 1024,
+        ge=1024,
+        le=256 * 1024 * 1024,
+        description="largest request accepted (room for a message's attachments)",
+    )
+    max_attachment_bytes: int = Field(
+        10 * 1024 * 1024, ge=1, description="largest file attached to a chat message"
+    )
+    max_attachments_bytes: int = Field(
+        25 * 1024 * 1024,
+        ge=1,
+        description="all the files attached to one chat message (the request as a whole is "
+        "also held to max_message_bytes)",
     )
     max_chat_message_chars: int = Field(
         200_000, ge=1, le=10_000_000, description="longest chat message accepted"

@@ -58,6 +58,7 @@ from server.pipeline.credential_types import CredentialTypeIndex
 from server.pipeline.runs import WorkflowRunner
 from server.pipeline.verify import Verifier
 from server.pipeline.work import WorkLoop
+from server.runtime.attachments import Attachments
 from server.runtime.background import BackgroundTasks
 from server.runtime.conversation import Conversation
 from server.runtime.egress import egress_policy
@@ -71,6 +72,7 @@ from server.settings import Settings, effective_permissions
 from server.store import Database
 from server.tools import (
     agents_module,
+    attachments,
     browser,
     build,
     credentials,
@@ -121,6 +123,7 @@ ALL_TOOLS: list[ToolSpec[Any]] = [
     *credentials.TOOLS,
     *web.TOOLS,
     *docs.TOOLS,
+    *attachments.TOOLS,
     *browser.TOOLS,
     *agents_module.TOOLS,
     *mcp.TOOLS,
@@ -142,6 +145,7 @@ class Parts:
     plans: Plans
     background: BackgroundTasks
     conversation: Conversation
+    attachments: Attachments
     sandboxes: SandboxService
     catalog: CatalogService
     instance: Instance
@@ -285,6 +289,7 @@ class Parts:
             plans=Plans(db=db, events=events),
             background=background,
             conversation=Conversation(db=db),
+            attachments=Attachments(db=db),
             sandboxes=sandboxes,
             catalog=catalog,
             instance=instance,
@@ -334,6 +339,7 @@ class Parts:
             threads=self.threads,
             hitl=self.hitl,
             conversation=self.conversation,
+            attachments=self.attachments,
             plans=self.plans,
             background=self.background,
             sandbox_for=self.sandboxes.for_thread,
@@ -410,6 +416,7 @@ class Parts:
                 hitl=self.hitl,
             ),
             web.WebTools(fetcher=self.web, search=self.web_search, hitl=self.hitl),
+            attachments.AttachmentTools(attachments=self.attachments),
             docs.DocsTools(
                 catalog=self.catalog,
                 knowledge_base=SEED_DIR / "knowledge-base",

@@ -63,6 +63,21 @@ async def test_chat_streams_the_run_and_answers_a_card_at_the_prompt(
     assert "Let me run it." not in denied.stdout  # only this turn is shown
 
 
+async def test_chat_attaches_files_the_agent_reads(
+    served: ServerProcess, model: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    table = tmp_path / "stock.csv"
+    table.write_text("item,count\nbolts,120\n")
+    model.script(tool("parse-file", {}), text("120 bolts."))
+    result = await cli(served, "chat", "how many bolts?", "--thread", "c3", "--attach", str(table))
+    assert result.returncode == 0, result.stderr
+    assert "✓ parse-file" in result.stdout and "bolts" in result.stdout
+    sent = model.requests[0]["messages"][0]["content"][0]["text"]
+    assert "0: stock.csv (text/csv, " in sent
+    missing = await cli(served, "chat", "hi", "--attach", str(tmp_path / "nope.csv"))
+    assert missing.returncode != 0 and "nope.csv" in missing.stderr
+
+
 async def test_tools_list_and_call(served: ServerProcess) -> None:
     listed = await cli(served, "tools", "list", "--json")
     assert listed.returncode == 0, listed.stderr

@@ -4,8 +4,9 @@ The orchestrator has the whole surface (the core from the first request, the res
 demand). A background agent gets only the domain tools wired into it: workflow tools (not the
 sandbox-backed `build-workflow`), node discovery (not `materialize-node-type`, which writes
 into the workspace), data tables, credential set-up (not reading or deleting credentials),
-the knowledge base through `workspace_read_file` and `workspace_grep`, and `ask-user`. Never orchestration, verification, executions, the
-workspace's writes and commands, web research or the browser.
+the knowledge base through `workspace_read_file` and `workspace_grep`, and `ask-user`.
+Never orchestration, verification, executions, the workspace's writes and commands, web
+research or the browser.
 """
 
 from __future__ import annotations

@@ -13,13 +13,14 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import structlog
 
+from server.agent.attachments import copy_into_workspace, manifest
 from server.agent.distribution import for_background
 from server.agent.prompt import background_prompt, orchestrator_prompt
 from server.agent.provider import (
@@ -35,6 +36,7 @@ from server.core.caller import LOCAL, Caller
 from server.core.ids import new_id
 from server.errors import FailedPreconditionError, NotFoundError
 from server.mcp.gateway import GROUP as FILESYSTEM_GROUP
+from server.runtime.attachments import Attachment, Attachments
 from server.runtime.background import BackgroundTasks, Settled, TaskHandle, TaskOutcome
 from server.runtime.conversation import Conversation, estimate_tokens, repair, trim
 from server.runtime.events import ORCHESTRATOR, EventLog
@@ -91,6 +93,7 @@ class AgentServices:
     threads: Threads
     hitl: Hitl
     conversation: Conversation
+    attachments: Attachments
     plans: Plans
     background: BackgroundTasks
     sandbox_for: SandboxFor
@@ -242,15 +245,33 @@ class Agent(Orchestration):
         return self.provider
 
     async def send_message(
-        self, thread_id: str, text: str, message_id: str = "", *, caller: Caller = LOCAL
+        self,
+        thread_id: str,
+        text: str,
+        message_id: str = "",
+        *,
+        caller: Caller = LOCAL,
+        attachments: Sequence[Attachment] = (),
     ) -> str:
         self._require_provider()
         return await self._start_run(
-            thread_id, text, kind="chat", message_id=message_id, caller=caller
+            thread_id,
+            text,
+            kind="chat",
+            message_id=message_id,
+            caller=caller,
+            attachments=attachments,
         )
 
     async def _start_run(
-        self, thread_id: str, text: str, *, kind: str, caller: Caller, message_id: str = ""
+        self,
+        thread_id: str,
+        text: str,
+        *,
+        kind: str,
+        caller: Caller,
+        message_id: str = "",
+        attachments: Sequence[Attachment] = (),
     ) -> str:
         group = new_id("mg")
         threads = self.services.threads
@@ -260,7 +281,9 @@ class Agent(Orchestration):
             thread_id, message_id=message_id, kind=kind, message_group_id=group, caller=caller
         )
         try:
-            content = [{"type": "text", "text": self._with_running_tasks(thread_id, text)}]
+            stored = await self.services.attachments.save(thread_id, run_id, list(attachments))
+            listed = manifest(stored, in_workspace=self.settings.sandbox_provider != "none")
+            content = [{"type": "text", "text": self._with_running_tasks(thread_id, text) + listed}]
             await conversation.append(thread_id, run_id, [{"role": "user", "content": content}])
         except BaseException:
             await threads.finish_run(thread_id, run_id, status="error", reason="store_failed")
@@ -276,8 +299,10 @@ class Agent(Orchestration):
             kind=kind,
             message_group_id=group,
             caller=caller,
+            attachments=any(a.format is not None for a in stored),
         )
-        self._launch(scope, RunState(), answer=None)
+        copying = copy_into_workspace(self.services.sandbox_for, thread_id, stored)
+        self._launch(scope, RunState(), answer=None, first=copying)
         return run_id
 
     def _with_running_tasks(self, thread_id: str, text: str) -> str:
@@ -331,6 +356,7 @@ class Agent(Orchestration):
             kind=run.kind,
             message_group_id=run.message_group_id,
             caller=run.caller,
+            attachments=await self.services.attachments.any_parseable(run.id),
         )
         self._launch(scope, RunState.load(run.state), answer=answer)
 
@@ -380,8 +406,17 @@ class Agent(Orchestration):
 
     # -- driving a run --------------------------------------------------------------------
 
-    def _launch(self, scope: RunScope, state: RunState, *, answer: dict[str, Any] | None) -> None:
-        task = asyncio.create_task(self._drive(scope, state, answer))
+    def _launch(
+        self,
+        scope: RunScope,
+        state: RunState,
+        *,
+        answer: dict[str, Any] | None,
+        first: Awaitable[None] | None = None,
+    ) -> None:
+        """Drive the run in a task of its own; `first` is awaited before anything else (the
+        message's attachments reaching the workspace before the model can ask for them)."""
+        task = asyncio.create_task(self._drive(scope, state, answer, first))
         self._drives[scope.thread_id] = task
 
         def done(_: asyncio.Task[None]) -> None:
@@ -390,8 +425,16 @@ class Agent(Orchestration):
 
         task.add_done_callback(done)
 
-    async def _drive(self, scope: RunScope, state: RunState, answer: dict[str, Any] | None) -> None:
+    async def _drive(
+        self,
+        scope: RunScope,
+        state: RunState,
+        answer: dict[str, Any] | None,
+        first: Awaitable[None] | None = None,
+    ) -> None:
         try:
+            if first is not None:
+                await first
             if answer is not None:
                 await self._resume_call(scope, state, answer)
             if state.pending and await self._run_calls(scope, state):
@@ -515,17 +558,27 @@ class Agent(Orchestration):
         return [
             {"name": spec.name, "description": spec.description, "input_schema": schema}
             for spec, schema in self.registry.listed(scope.caller.user_id)
-            if self._offered(spec, background=scope.background, loaded=loaded)
+            if self._offered(
+                spec, background=scope.background, loaded=loaded, attachments=scope.attachments
+            )
         ]
 
     def _offered(
-        self, spec: ToolSpec[Any], *, background: bool, loaded: Collection[str] | None = None
+        self,
+        spec: ToolSpec[Any],
+        *,
+        background: bool,
+        loaded: Collection[str] | None = None,
+        attachments: bool = False,
     ) -> bool:
         """Whether a run's model is offered the tool: registered and expressible; for a
         background agent, one of its kind's (`distribution`); for the orchestrator, a core
         tool or one the thread loaded (`loaded` None: whether it could be loaded). The
-        user's filesystem gateway's tools are offered as soon as it connects."""
+        user's filesystem gateway's tools are offered as soon as it connects; parse-file only
+        when the run's message carries a parseable attachment."""
         if not (self.registry.registered(spec) and self.registry.schema_of(spec) is not None):
+            return False
+        if spec.only_with_attachments and not attachments:
             return False
         if background:
             return for_background(spec)
@@ -733,12 +786,13 @@ class Agent(Orchestration):
     ) -> tuple[ToolSpec[Any], Any] | dict[str, Any]:
         """The tool and its validated arguments, or a correctable error for the model."""
         spec = self._spec(scope, call["name"])
-        if spec is None or not self._offered(spec, background=scope.background):
+        background, attachments = scope.background, scope.attachments
+        if spec is None or not self._offered(spec, background=background, attachments=attachments):
             error = f"Unknown tool {call['name']!r}; use one of your tools."
             return await self._refuse(site, call, announce, error)
         # Only a tool outside the core needs the thread's loads (read from its history).
         loaded = None if spec.name in CORE_TOOLS else await self._loaded(scope)
-        if not self._offered(spec, background=scope.background, loaded=loaded):
+        if not self._offered(spec, background=background, loaded=loaded, attachments=attachments):
             error = (
                 f"{spec.name} is not loaded: call load_tool with toolName {spec.name!r}, then "
                 "call it from your next turn on."

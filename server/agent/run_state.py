@@ -47,6 +47,8 @@ class RunScope:
     kind: str
     message_group_id: str | None = None
     caller: Caller = LOCAL
+    # The message that started the run carries a file parse-file reads (the tool is offered).
+    attachments: bool = False
 
     @property
     def background(self) -> bool:

@@ -13,6 +13,7 @@ from server.api.caller import caller_of
 from server.api.convert import event_to_proto, request_object, thread_status_to_proto
 from server.core.validation import check_chat_message, check_thread_id, parse_cursor
 from server.errors import InvalidArgumentError
+from server.runtime.attachments import Attachment, check_attachments
 
 __all__ = ["AgentServicer"]
 
@@ -32,8 +33,21 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             max_chars=limits.max_chat_message_chars,
             setting="INSTANCE_AI_MAX_CHAT_MESSAGE_CHARS",
         )
+        attachments = [
+            Attachment(name=a.name, mime_type=a.mime_type, data=a.data)
+            for a in request.attachments
+        ]
+        check_attachments(
+            attachments,
+            max_file_bytes=limits.max_attachment_bytes,
+            max_total_bytes=limits.max_attachments_bytes,
+        )
         run_id = await self._agent.send_message(
-            request.thread_id, request.message, request.message_id, caller=caller_of(context)
+            request.thread_id,
+            request.message,
+            request.message_id,
+            caller=caller_of(context),
+            attachments=attachments,
         )
         return agent_pb2.SendMessageResponse(run_id=run_id)
 

@@ -13,6 +13,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     TypeDecorator,
@@ -429,6 +430,24 @@ class SandboxPlacementRow(Base):
     )
     engine: Mapped[str] = mapped_column(String(255))
     placed_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class AttachmentRow(Base):
+    """A file a user attached to a chat message, kept with the thread (its run: the run the
+    message started)."""
+
+    __tablename__ = "attachments"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    thread_id: Mapped[str] = mapped_column(ForeignKey("threads.id", ondelete="CASCADE"), index=True)
+    run_id: Mapped[str] = mapped_column(String(64), index=True)
+    position: Mapped[int] = mapped_column(Integer)  # its index in the message's list
+    name: Mapped[str] = mapped_column(String(255))
+    mime_type: Mapped[str] = mapped_column(String(255))
+    size: Mapped[int] = mapped_column(Integer)
+    sha256: Mapped[str] = mapped_column(String(64))
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
 class GatewayKeyRow(Base):

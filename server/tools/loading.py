@@ -69,6 +69,8 @@ CORE_TOOLS = frozenset(
         "web-search",
         "fetch-url",
         "n8n-docs",
+        # Offered only in a run whose message carries a parseable attachment.
+        "parse-file",
         # What the deployment's MCP servers offer (their tools are loaded like the rest).
         "mcp-servers",
     }

@@ -136,6 +136,9 @@ class ToolSpec(Generic[S]):
     # says what it needs, for people reading the tool list.
     condition: Callable[[S], bool] | None = None
     requires: str = ""
+    # Offered to the model only in a run whose message carries a parseable attachment
+    # (registered, and callable directly, like any other).
+    only_with_attachments: bool = False
     # A tool described by JSON Schema rather than a model (an MCP server's tool): calls are
     # validated against `json_schema` as is, the model is shown `provider_schema` (sanitised),
     # and the handler receives the arguments as a dict.

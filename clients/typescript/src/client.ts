@@ -31,6 +31,13 @@ import { type JsonObject, parseJsonObject, stringifyJsonObject } from './json.js
 import type { ConfirmResume } from './resume.js';
 
 /** Who a call is for: the service scopes threads, credentials and workflows by them. */
+/** A file attached to a message: its name (its extension picks the format), bytes, type. */
+export interface MessageAttachment {
+  name: string;
+  data: Uint8Array;
+  mimeType?: string;
+}
+
 export interface Caller {
   /** x-instance-ai-user (default on the server: local). */
   userId?: string;
@@ -186,18 +193,27 @@ export class InstanceAiClient {
     return metadata;
   }
 
-  // -- the conversation ----------------------------------------------------------------------
+// -- the conversation ----------------------------------------------------------------------
 
-  /** Starts a run on the thread (created on first use); resolves to its run id. */
+  /**
+   * Starts a run on the thread (created on first use); resolves to its run id. `attachments`:
+   * files the user attached (the agent reads them with parse-file; at most 10, within the
+   * server's size limits).
+   */
   async sendMessage(
     threadId: string,
     message: string,
-    settings: CallSettings & { messageId?: string } = {},
+    settings: CallSettings & { messageId?: string; attachments?: MessageAttachment[] } = {},
   ): Promise<string> {
     const request = SendMessageRequest.fromPartial({
       threadId,
       message,
       messageId: settings.messageId ?? '',
+      attachments: (settings.attachments ?? []).map((a) => ({
+        name: a.name,
+        mimeType: a.mimeType ?? '',
+        data: Buffer.from(a.data),
+      })),
     });
     const response = await this.unary(this.agent.sendMessage.bind(this.agent), request, settings);
     return response.runId;

@@ -4,6 +4,7 @@ export {
   type ClientOptions,
   InstanceAiClient,
   InstanceAiError,
+  type MessageAttachment,
   type StreamOptions,
   type TlsOptions,
   type ToolCallResult,

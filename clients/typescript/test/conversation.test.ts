@@ -182,3 +182,26 @@ test('deadlines, aborts and the service’s errors reach the caller as InstanceA
   assert.equal(cancelled.cancelled, false); // nothing running: idempotent, says so
   client.close();
 });
+
+test('a message carries attachments the agent reads with parse-file', async () => {
+  const client = served.client();
+  await scriptModel({ tool: 'parse-file', args: { maxRows: 1 } }, { text: 'Read it.' });
+  const stream = client.streamEvents('conv-files');
+  const csv = new TextEncoder().encode('name,qty\nAda,3\nGrace,5\n');
+  const runId = await client.sendMessage('conv-files', 'load this', {
+    attachments: [{ name: 'orders.csv', data: csv, mimeType: 'text/csv' }],
+  });
+  const live = await readUntil(stream, (e) => e.type === 'run-finish' && e.runId === runId);
+  await stream.return(undefined);
+  const result = live.find((e) => isEvent(e, 'tool-result'));
+  assert.ok(result && isEvent(result, 'tool-result'), types(live));
+  const parsed = result.payload.result as {
+    rows: unknown[];
+    totalRows: number;
+    nextStartRow: number;
+  };
+  assert.deepEqual(parsed.rows, [{ name: 'Ada', qty: '3' }]);
+  assert.equal(parsed.totalRows, 2);
+  assert.equal(parsed.nextStartRow, 1);
+  assert.deepEqual(invalidEvents(live), []);
+});

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from instance_ai.v1 import events_pb2 as instance__ai_dot_v1_dot_events__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ainstance_ai/v1/agent.proto\x12\x0einstance_ai.v1\x1a\x1binstance_ai/v1/events.proto\"L\n\x12SendMessageRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x12\n\nmessage_id\x18\x03 \x01(\t\"%\n\x13SendMessageResponse\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"G\n\x13StreamEventsRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\r\n\x05\x61\x66ter\x18\x02 \x01(\t\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\"<\n\x14StreamEventsResponse\x12$\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x15.instance_ai.v1.Event\"Z\n\x0e\x43onfirmRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x13\n\x0bresume_json\x18\x04 \x01(\tJ\x04\x08\x03\x10\x04R\x06resume\"!\n\x0f\x43onfirmResponse\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"%\n\x10\x43\x61ncelRunRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\"6\n\x11\x43\x61ncelRunResponse\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tcancelled\x18\x02 \x01(\x08\"7\n\x11\x43\x61ncelTaskRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\"\'\n\x12\x43\x61ncelTaskResponse\x12\x11\n\tcancelled\x18\x01 \x01(\x08\"L\n\x12\x43orrectTaskRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x12\n\ncorrection\x18\x03 \x01(\t\"%\n\x13\x43orrectTaskResponse\x12\x0e\n\x06result\x18\x01 \x01(\t\"+\n\x16GetThreadStatusRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\"u\n\x0e\x42\x61\x63kgroundTask\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12\x0e\n\x06status\x18\x04 \x01(\t\x12\x12\n\nstarted_at\x18\x05 \x01(\t\x12\x0e\n\x06run_id\x18\x06 \x01(\t\"\xc2\x01\n\x17GetThreadStatusResponse\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x16\n\x0ehas_active_run\x18\x02 \x01(\x08\x12\x14\n\x0cis_suspended\x18\x03 \x01(\x08\x12\x15\n\ractive_run_id\x18\x04 \x01(\t\x12\x15\n\rlast_event_id\x18\x05 \x01(\x03\x12\x38\n\x10\x62\x61\x63kground_tasks\x18\x06 \x03(\x0b\x32\x1e.instance_ai.v1.BackgroundTask\"(\n\x13\x44\x65leteThreadRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\"\x16\n\x14\x44\x65leteThreadResponse2\xc6\x05\n\x05\x41gent\x12V\n\x0bSendMessage\x12\".instance_ai.v1.SendMessageRequest\x1a#.instance_ai.v1.SendMessageResponse\x12[\n\x0cStreamEvents\x12#.instance_ai.v1.StreamEventsRequest\x1a$.instance_ai.v1.StreamEventsResponse0\x01\x12J\n\x07\x43onfirm\x12\x1e.instance_ai.v1.ConfirmRequest\x1a\x1f.instance_ai.v1.ConfirmResponse\x12P\n\tCancelRun\x12 .instance_ai.v1.CancelRunRequest\x1a!.instance_ai.v1.CancelRunResponse\x12S\n\nCancelTask\x12!.instance_ai.v1.CancelTaskRequest\x1a\".instance_ai.v1.CancelTaskResponse\x12V\n\x0b\x43orrectTask\x12\".instance_ai.v1.CorrectTaskRequest\x1a#.instance_ai.v1.CorrectTaskResponse\x12\x62\n\x0fGetThreadStatus\x12&.instance_ai.v1.GetThreadStatusRequest\x1a\'.instance_ai.v1.GetThreadStatusResponse\x12Y\n\x0c\x44\x65leteThread\x12#.instance_ai.v1.DeleteThreadRequest\x1a$.instance_ai.v1.DeleteThreadResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ainstance_ai/v1/agent.proto\x12\x0einstance_ai.v1\x1a\x1binstance_ai/v1/events.proto\"}\n\x12SendMessageRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x12\n\nmessage_id\x18\x03 \x01(\t\x12/\n\x0b\x61ttachments\x18\x04 \x03(\x0b\x32\x1a.instance_ai.v1.Attachment\";\n\nAttachment\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tmime_type\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"%\n\x13SendMessageResponse\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"G\n\x13StreamEventsRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\r\n\x05\x61\x66ter\x18\x02 \x01(\t\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\"<\n\x14StreamEventsResponse\x12$\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x15.instance_ai.v1.Event\"Z\n\x0e\x43onfirmRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x13\n\x0bresume_json\x18\x04 \x01(\tJ\x04\x08\x03\x10\x04R\x06resume\"!\n\x0f\x43onfirmResponse\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"%\n\x10\x43\x61ncelRunRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\"6\n\x11\x43\x61ncelRunResponse\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tcancelled\x18\x02 \x01(\x08\"7\n\x11\x43\x61ncelTaskRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\"\'\n\x12\x43\x61ncelTaskResponse\x12\x11\n\tcancelled\x18\x01 \x01(\x08\"L\n\x12\x43orrectTaskRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x12\n\ncorrection\x18\x03 \x01(\t\"%\n\x13\x43orrectTaskResponse\x12\x0e\n\x06result\x18\x01 \x01(\t\"+\n\x16GetThreadStatusRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\"u\n\x0e\x42\x61\x63kgroundTask\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12\x0e\n\x06status\x18\x04 \x01(\t\x12\x12\n\nstarted_at\x18\x05 \x01(\t\x12\x0e\n\x06run_id\x18\x06 \x01(\t\"\xc2\x01\n\x17GetThreadStatusResponse\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x16\n\x0ehas_active_run\x18\x02 \x01(\x08\x12\x14\n\x0cis_suspended\x18\x03 \x01(\x08\x12\x15\n\ractive_run_id\x18\x04 \x01(\t\x12\x15\n\rlast_event_id\x18\x05 \x01(\x03\x12\x38\n\x10\x62\x61\x63kground_tasks\x18\x06 \x03(\x0b\x32\x1e.instance_ai.v1.BackgroundTask\"(\n\x13\x44\x65leteThreadRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\"\x16\n\x14\x44\x65leteThreadResponse2\xc6\x05\n\x05\x41gent\x12V\n\x0bSendMessage\x12\".instance_ai.v1.SendMessageRequest\x1a#.instance_ai.v1.SendMessageResponse\x12[\n\x0cStreamEvents\x12#.instance_ai.v1.StreamEventsRequest\x1a$.instance_ai.v1.StreamEventsResponse0\x01\x12J\n\x07\x43onfirm\x12\x1e.instance_ai.v1.ConfirmRequest\x1a\x1f.instance_ai.v1.ConfirmResponse\x12P\n\tCancelRun\x12 .instance_ai.v1.CancelRunRequest\x1a!.instance_ai.v1.CancelRunResponse\x12S\n\nCancelTask\x12!.instance_ai.v1.CancelTaskRequest\x1a\".instance_ai.v1.CancelTaskResponse\x12V\n\x0b\x43orrectTask\x12\".instance_ai.v1.CorrectTaskRequest\x1a#.instance_ai.v1.CorrectTaskResponse\x12\x62\n\x0fGetThreadStatus\x12&.instance_ai.v1.GetThreadStatusRequest\x1a\'.instance_ai.v1.GetThreadStatusResponse\x12Y\n\x0c\x44\x65leteThread\x12#.instance_ai.v1.DeleteThreadRequest\x1a$.instance_ai.v1.DeleteThreadResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,39 +33,41 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'instance_ai.v1.agent_pb2', 
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SENDMESSAGEREQUEST']._serialized_start=75
-  _globals['_SENDMESSAGEREQUEST']._serialized_end=151
-  _globals['_SENDMESSAGERESPONSE']._serialized_start=153
-  _globals['_SENDMESSAGERESPONSE']._serialized_end=190
-  _globals['_STREAMEVENTSREQUEST']._serialized_start=192
-  _globals['_STREAMEVENTSREQUEST']._serialized_end=263
-  _globals['_STREAMEVENTSRESPONSE']._serialized_start=265
-  _globals['_STREAMEVENTSRESPONSE']._serialized_end=325
-  _globals['_CONFIRMREQUEST']._serialized_start=327
-  _globals['_CONFIRMREQUEST']._serialized_end=417
-  _globals['_CONFIRMRESPONSE']._serialized_start=419
-  _globals['_CONFIRMRESPONSE']._serialized_end=452
-  _globals['_CANCELRUNREQUEST']._serialized_start=454
-  _globals['_CANCELRUNREQUEST']._serialized_end=491
-  _globals['_CANCELRUNRESPONSE']._serialized_start=493
-  _globals['_CANCELRUNRESPONSE']._serialized_end=547
-  _globals['_CANCELTASKREQUEST']._serialized_start=549
-  _globals['_CANCELTASKREQUEST']._serialized_end=604
-  _globals['_CANCELTASKRESPONSE']._serialized_start=606
-  _globals['_CANCELTASKRESPONSE']._serialized_end=645
-  _globals['_CORRECTTASKREQUEST']._serialized_start=647
-  _globals['_CORRECTTASKREQUEST']._serialized_end=723
-  _globals['_CORRECTTASKRESPONSE']._serialized_start=725
-  _globals['_CORRECTTASKRESPONSE']._serialized_end=762
-  _globals['_GETTHREADSTATUSREQUEST']._serialized_start=764
-  _globals['_GETTHREADSTATUSREQUEST']._serialized_end=807
-  _globals['_BACKGROUNDTASK']._serialized_start=809
-  _globals['_BACKGROUNDTASK']._serialized_end=926
-  _globals['_GETTHREADSTATUSRESPONSE']._serialized_start=929
-  _globals['_GETTHREADSTATUSRESPONSE']._serialized_end=1123
-  _globals['_DELETETHREADREQUEST']._serialized_start=1125
-  _globals['_DELETETHREADREQUEST']._serialized_end=1165
-  _globals['_DELETETHREADRESPONSE']._serialized_start=1167
-  _globals['_DELETETHREADRESPONSE']._serialized_end=1189
-  _globals['_AGENT']._serialized_start=1192
-  _globals['_AGENT']._serialized_end=1902
+  _globals['_SENDMESSAGEREQUEST']._serialized_end=200
+  _globals['_ATTACHMENT']._serialized_start=202
+  _globals['_ATTACHMENT']._serialized_end=261
+  _globals['_SENDMESSAGERESPONSE']._serialized_start=263
+  _globals['_SENDMESSAGERESPONSE']._serialized_end=300
+  _globals['_STREAMEVENTSREQUEST']._serialized_start=302
+  _globals['_STREAMEVENTSREQUEST']._serialized_end=373
+  _globals['_STREAMEVENTSRESPONSE']._serialized_start=375
+  _globals['_STREAMEVENTSRESPONSE']._serialized_end=435
+  _globals['_CONFIRMREQUEST']._serialized_start=437
+  _globals['_CONFIRMREQUEST']._serialized_end=527
+  _globals['_CONFIRMRESPONSE']._serialized_start=529
+  _globals['_CONFIRMRESPONSE']._serialized_end=562
+  _globals['_CANCELRUNREQUEST']._serialized_start=564
+  _globals['_CANCELRUNREQUEST']._serialized_end=601
+  _globals['_CANCELRUNRESPONSE']._serialized_start=603
+  _globals['_CANCELRUNRESPONSE']._serialized_end=657
+  _globals['_CANCELTASKREQUEST']._serialized_start=659
+  _globals['_CANCELTASKREQUEST']._serialized_end=714
+  _globals['_CANCELTASKRESPONSE']._serialized_start=716
+  _globals['_CANCELTASKRESPONSE']._serialized_end=755
+  _globals['_CORRECTTASKREQUEST']._serialized_start=757
+  _globals['_CORRECTTASKREQUEST']._serialized_end=833
+  _globals['_CORRECTTASKRESPONSE']._serialized_start=835
+  _globals['_CORRECTTASKRESPONSE']._serialized_end=872
+  _globals['_GETTHREADSTATUSREQUEST']._serialized_start=874
+  _globals['_GETTHREADSTATUSREQUEST']._serialized_end=917
+  _globals['_BACKGROUNDTASK']._serialized_start=919
+  _globals['_BACKGROUNDTASK']._serialized_end=1036
+  _globals['_GETTHREADSTATUSRESPONSE']._serialized_start=1039
+  _globals['_GETTHREADSTATUSRESPONSE']._serialized_end=1233
+  _globals['_DELETETHREADREQUEST']._serialized_start=1235
+  _globals['_DELETETHREADREQUEST']._serialized_end=1275
+  _globals['_DELETETHREADRESPONSE']._serialized_start=1277
+  _globals['_DELETETHREADRESPONSE']._serialized_end=1299
+  _globals['_AGENT']._serialized_start=1302
+  _globals['_AGENT']._serialized_end=2012
 # @@protoc_insertion_point(module_scope)

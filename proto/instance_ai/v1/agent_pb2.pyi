@@ -26,24 +26,63 @@ class SendMessageRequest(_message.Message):
     THREAD_ID_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    ATTACHMENTS_FIELD_NUMBER: _builtins.int
     thread_id: _builtins.str
     message: _builtins.str
     message_id: _builtins.str
     """Optional client-side id of the message, echoed in the run-start event."""
+    @_builtins.property
+    def attachments(self) -> _containers.RepeatedCompositeFieldContainer[Global___Attachment]:
+        """Files the user attached to this message (at most 10; each and all together under the
+        server's limits, INSTANCE_AI_MAX_ATTACHMENT_BYTES and INSTANCE_AI_MAX_ATTACHMENTS_BYTES).
+        Kept with the thread, copied into the workspace under attachments/, and readable by the
+        agent with parse-file (CSV, TSV, JSON, XLSX, text, Markdown, HTML, PDF, DOCX).
+        """
+
     def __init__(
         self,
         *,
         thread_id: _builtins.str = ...,
         message: _builtins.str = ...,
         message_id: _builtins.str = ...,
+        attachments: _abc.Iterable[Global___Attachment] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "message_id", b"message_id", "thread_id", b"thread_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachments", b"attachments", "message", b"message", "message_id", b"message_id", "thread_id", b"thread_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SendMessageRequest: _TypeAlias = SendMessageRequest  # noqa: Y015
+
+@_typing.final
+class Attachment(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    MIME_TYPE_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The file's name, e.g. orders.csv (its extension picks the format when the MIME type
+    does not say).
+    """
+    mime_type: _builtins.str
+    """e.g. text/csv; empty: from the name."""
+    data: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        mime_type: _builtins.str = ...,
+        data: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "mime_type", b"mime_type", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Attachment: _TypeAlias = Attachment  # noqa: Y015
 
 @_typing.final
 class SendMessageResponse(_message.Message):

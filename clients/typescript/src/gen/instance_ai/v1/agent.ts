@@ -31,6 +31,24 @@ export interface SendMessageRequest {
   message: string;
   /** Optional client-side id of the message, echoed in the run-start event. */
   messageId: string;
+  /**
+   * Files the user attached to this message (at most 10; each and all together under the
+   * server's limits, INSTANCE_AI_MAX_ATTACHMENT_BYTES and INSTANCE_AI_MAX_ATTACHMENTS_BYTES).
+   * Kept with the thread, copied into the workspace under attachments/, and readable by the
+   * agent with parse-file (CSV, TSV, JSON, XLSX, text, Markdown, HTML, PDF, DOCX).
+   */
+  attachments: Attachment[];
+}
+
+export interface Attachment {
+  /**
+   * The file's name, e.g. orders.csv (its extension picks the format when the MIME type
+   * does not say).
+   */
+  name: string;
+  /** e.g. text/csv; empty: from the name. */
+  mimeType: string;
+  data: Buffer;
 }
 
 export interface SendMessageResponse {
@@ -125,7 +143,7 @@ export interface DeleteThreadResponse {
 }
 
 function createBaseSendMessageRequest(): SendMessageRequest {
-  return { threadId: "", message: "", messageId: "" };
+  return { threadId: "", message: "", messageId: "", attachments: [] };
 }
 
 export const SendMessageRequest: MessageFns<SendMessageRequest> = {
@@ -138,6 +156,9 @@ export const SendMessageRequest: MessageFns<SendMessageRequest> = {
     }
     if (message.messageId !== "") {
       writer.uint32(26).string(message.messageId);
+    }
+    for (const v of message.attachments) {
+      Attachment.encode(v!, writer.uint32(34).fork()).join();
     }
     return writer;
   },
@@ -179,6 +200,14 @@ export const SendMessageRequest: MessageFns<SendMessageRequest> = {
             message.messageId = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.attachments.push(Attachment.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -204,6 +233,9 @@ export const SendMessageRequest: MessageFns<SendMessageRequest> = {
         : isSet(object.message_id)
         ? globalThis.String(object.message_id)
         : "",
+      attachments: globalThis.Array.isArray(object?.attachments)
+        ? object.attachments.map((e: any) => Attachment.fromJSON(e))
+        : [],
     };
   },
 
@@ -218,6 +250,9 @@ export const SendMessageRequest: MessageFns<SendMessageRequest> = {
     if (message.messageId !== "") {
       obj.messageId = message.messageId;
     }
+    if (message.attachments?.length) {
+      obj.attachments = message.attachments.map((e) => Attachment.toJSON(e));
+    }
     return obj;
   },
 
@@ -229,6 +264,112 @@ export const SendMessageRequest: MessageFns<SendMessageRequest> = {
     message.threadId = object.threadId ?? "";
     message.message = object.message ?? "";
     message.messageId = object.messageId ?? "";
+    message.attachments = object.attachments?.map((e) => Attachment.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseAttachment(): Attachment {
+  return { name: "", mimeType: "", data: Buffer.alloc(0) };
+}
+
+export const Attachment: MessageFns<Attachment> = {
+  encode(message: Attachment, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.mimeType !== "") {
+      writer.uint32(18).string(message.mimeType);
+    }
+    if (message.data.length !== 0) {
+      writer.uint32(26).bytes(message.data);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Attachment {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAttachment();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.mimeType = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.data = Buffer.from(reader.bytes());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Attachment {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      mimeType: isSet(object.mimeType)
+        ? globalThis.String(object.mimeType)
+        : isSet(object.mime_type)
+        ? globalThis.String(object.mime_type)
+        : "",
+      data: isSet(object.data) ? Buffer.from(bytesFromBase64(object.data)) : Buffer.alloc(0),
+    };
+  },
+
+  toJSON(message: Attachment): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.mimeType !== "") {
+      obj.mimeType = message.mimeType;
+    }
+    if (message.data.length !== 0) {
+      obj.data = base64FromBytes(message.data);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Attachment>, I>>(base?: I): Attachment {
+    return Attachment.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Attachment>, I>>(object: I): Attachment {
+    const message = createBaseAttachment();
+    message.name = object.name ?? "";
+    message.mimeType = object.mimeType ?? "";
+    message.data = object.data ?? Buffer.alloc(0);
     return message;
   },
 };
@@ -1959,6 +2100,14 @@ export const AgentClient = makeGenericClientConstructor(AgentService, "instance_
   service: typeof AgentService;
   serviceName: string;
 };
+
+function bytesFromBase64(b64: string): Uint8Array {
+  return Uint8Array.from(globalThis.Buffer.from(b64, "base64"));
+}
+
+function base64FromBytes(arr: Uint8Array): string {
+  return globalThis.Buffer.from(arr).toString("base64");
+}
 
 type Builtin = Date | Function | Uint8Array | string | number | boolean | undefined;
 
