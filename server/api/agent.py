@@ -34,8 +34,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             setting="INSTANCE_AI_MAX_CHAT_MESSAGE_CHARS",
         )
         attachments = [
-            Attachment(name=a.name, mime_type=a.mime_type, data=a.data)
-            for a in request.attachments
+            Attachment(name=a.name, mime_type=a.mime_type, data=a.data) for a in request.attachments
         ]
         check_attachments(
             attachments,
