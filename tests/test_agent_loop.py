@@ -92,10 +92,11 @@ async def test_every_tool_schema_passes_the_provider_rules(
         } <= names
         run_id = await chat.send("t1", "hi")
         await chat.finished("t1", run_id)
-    # The real request carried every tool (no loading them: deferral is off here), and the
-    # stand-in accepted it.
+    # The real request carried every tool (no loading them: deferral is off here) but
+    # parse-file (the message had no attachment), and the stand-in accepted it.
     assert model.rejected == []
-    assert {t["name"] for t in model.requests[0]["tools"]} == names - TOOL_LOADERS
+    offered = {t["name"] for t in model.requests[0]["tools"]}
+    assert offered == names - TOOL_LOADERS - {"parse-file"}
 
 
 async def test_a_second_message_while_a_run_is_active_is_refused(

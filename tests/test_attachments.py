@@ -167,7 +167,7 @@ async def test_parse_file_is_offered_only_with_a_parseable_attachment(
     model_settings: Callable[..., Settings], model: FakeMessagesAPI
 ) -> None:
     model.script(text("no files"), text("a picture"), text("a table"))
-    async with serving(model_settings()) as (_app, channel):
+    async with serving(model_settings()) as (app, channel):
         chat = Chat(channel)
         await chat.finished("a2", await send(channel, "a2", "hello", []))
         picture = [attachment("photo.png", b"\x89PNG", "image/png")]
@@ -178,6 +178,10 @@ async def test_parse_file_is_offered_only_with_a_parseable_attachment(
         direct = await ToolClient(channel, "a2").call("parse-file")
         assert direct["rows"] == [{"a": "1", "b": "2"}]  # CSV cells stay text, typed by column
         assert [c["inferredType"] for c in direct["columns"]] == ["number", "number"]
+        # They go with the thread.
+        assert len(await app.parts.attachments.latest("a2")) == 1
+        await chat.agent.DeleteThread(agent_pb2.DeleteThreadRequest(thread_id="a2"))
+        assert await app.parts.attachments.latest("a2") == []
     offered = [{t["name"] for t in r["tools"]} for r in model.requests]
     assert ["parse-file" in names for names in offered] == [False, False, True]
     manifest = model.requests[2]["messages"][-1]["content"][0]["text"]

@@ -68,7 +68,6 @@ CORE_TOOLS = frozenset(
         "list-data-tables",
         "web-search",
         "fetch-url",
-        "n8n-docs",
         # Offered only in a run whose message carries a parseable attachment.
         "parse-file",
         # What the deployment's MCP servers offer (their tools are loaded like the rest).
