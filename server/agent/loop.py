@@ -301,8 +301,12 @@ class Agent(Orchestration):
             caller=caller,
             attachments=any(a.format is not None for a in stored),
         )
-        copying = copy_into_workspace(self.services.sandbox_for, thread_id, stored)
-        self._launch(scope, RunState(), answer=None, first=copying)
+        sandbox_for = self.services.sandbox_for
+
+        async def copy() -> None:
+            await copy_into_workspace(sandbox_for, thread_id, stored)
+
+        self._launch(scope, RunState(), answer=None, first=copy)
         return run_id
 
     def _with_running_tasks(self, thread_id: str, text: str) -> str:
@@ -412,9 +416,9 @@ class Agent(Orchestration):
         state: RunState,
         *,
         answer: dict[str, Any] | None,
-        first: Awaitable[None] | None = None,
+        first: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        """Drive the run in a task of its own; `first` is awaited before anything else (the
+        """Drive the run in a task of its own; `first` runs before anything else (the
         message's attachments reaching the workspace before the model can ask for them)."""
         task = asyncio.create_task(self._drive(scope, state, answer, first))
         self._drives[scope.thread_id] = task
@@ -430,11 +434,11 @@ class Agent(Orchestration):
         scope: RunScope,
         state: RunState,
         answer: dict[str, Any] | None,
-        first: Awaitable[None] | None = None,
+        first: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         try:
             if first is not None:
-                await first
+                await first()
             if answer is not None:
                 await self._resume_call(scope, state, answer)
             if state.pending and await self._run_calls(scope, state):
