@@ -708,7 +708,7 @@ async function grep({ path: p, argv, maxBytes, timeoutMs }) {
     });
     child.on('close', (code) => {
       clearTimeout(timer);
-      resolve({ code: cut ? 0 : code, stdout: Buffer.concat(out).toString('base64'), stderr, cut });
+      resolve({ code: cut ? 0 : (code ?? 2), stdout: Buffer.concat(out).toString('base64'), stderr, cut });
     });
   });
 }
