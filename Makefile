@@ -7,7 +7,7 @@ INSTALLED := $(VENV)/.installed
 # The sandbox image's build cache (npm tree, catalogs), shared by the tests.
 SANDBOX_CACHE := .cache/sandbox
 
-.PHONY: run test setup system n8n contract client client-test sandbox-image lint typecheck proto proto-check bench clean
+.PHONY: run test setup system n8n contract client sandbox-client client-test sandbox-image lint typecheck proto proto-check bench clean
 
 ## run: set up, then serve on the embedded defaults (127.0.0.1:50051, SQLite, Docker sandboxes),
 ## building the bundled example workflow through the API once serving and printing the result
@@ -15,7 +15,7 @@ run: setup
 	$(BIN)/instance-ai serve --build-example examples/order-intake.workflow.ts
 
 ## test: set up everything the tests need, then lint, type-check and run the suite
-test: setup n8n contract client lint typecheck
+test: setup n8n contract client sandbox-client lint typecheck
 	$(BIN)/pytest
 
 setup: system $(INSTALLED) sandbox-image
@@ -39,6 +39,15 @@ contract: $(CONTRACT_DEPS)
 
 $(CONTRACT_DEPS): tests/contract/package-lock.json
 	cd tests/contract && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+
+## sandbox-client: n8n's own sandbox service client (@n8n/sandbox-client, pinned in
+## tests/sandbox_client), which the sandbox API's tests drive against the service
+SANDBOX_CLIENT_DEPS := tests/sandbox_client/node_modules/.package-lock.json
+sandbox-client: $(SANDBOX_CLIENT_DEPS)
+
+$(SANDBOX_CLIENT_DEPS): tests/sandbox_client/package-lock.json
+	cd tests/sandbox_client && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
 	touch $@
 
 ## client: the TypeScript client's npm dependencies (clients/typescript: its generator,

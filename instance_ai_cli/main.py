@@ -48,6 +48,7 @@ from instance_ai_cli.credentials import app as credentials_app
 from instance_ai_cli.mcp import gateway, mcp
 from instance_ai_cli.n8n import app as n8n_app
 from instance_ai_cli.sandbox import app as sandbox_app
+from instance_ai_cli.sandbox_api import app as sandbox_api_app
 from server.app import Application
 from server.errors import InstanceAIError
 from server.logs import configure_logging
@@ -66,6 +67,7 @@ app.add_typer(nodes_app, name="nodes")
 app.add_typer(tools_app, name="tools")
 app.add_typer(credentials_app, name="credentials")
 app.add_typer(n8n_app, name="n8n")
+app.add_typer(sandbox_api_app, name="sandbox-api")
 app.command()(chat)
 app.command()(build)
 app.command()(verify)
@@ -83,6 +85,13 @@ def serve(
     config: Annotated[Path | None, typer.Option(help="TOML config file")] = None,
     log_format: Annotated[str | None, typer.Option(help="console or json")] = None,
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error")] = None,
+    sandbox_api: Annotated[
+        str | None,
+        typer.Option(
+            help="host:port to serve the sandbox service API on (what n8n's sandbox client "
+            "speaks) [INSTANCE_AI_SANDBOX_API_ADDRESS; unset: off]"
+        ),
+    ] = None,
     build_example: Annotated[
         Path | None,
         typer.Option(
@@ -100,6 +109,7 @@ def serve(
             data_dir=data_dir,
             log_format=log_format,
             log_level=log_level,
+            sandbox_api_address=sandbox_api,
         )
     except SettingsError as exc:
         err.print(f"instance-ai: {exc}", markup=False)

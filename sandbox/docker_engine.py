@@ -27,6 +27,7 @@ from docker.transport.unixconn import UnixHTTPConnection
 from docker.utils.socket import frames_iter
 
 from sandbox.engine import (
+    HOME_DIR,
     Attached,
     ContainerGoneError,
     ContainerInfo,
@@ -44,7 +45,9 @@ __all__ = ["DockerEngine", "DockerHost", "connect"]
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 # The sandbox user, and the home directory every process starts with.
 USER = f"{USER_UID}:{USER_UID}"
-HOME = {"HOME": "/home/user"}
+HOME = {"HOME": HOME_DIR}
+# Where a sandbox's own volume may be mounted: a thread's workspace, or a service sandbox's home.
+VOLUME_MOUNTS = (WORKSPACE, HOME_DIR)
 
 # Run as the job uid. Counts the uid's processes outside this script's own session (`docker
 # exec` makes the script a session leader), and while any is left sends `kill -9 -1`, which
@@ -239,7 +242,7 @@ class DockerEngine:
             host: {"bind": path, "mode": "rw"} for host, path in spec.binds.items()
         }
         if spec.workspace_volume is not None:
-            volumes[spec.workspace_volume] = {"bind": WORKSPACE, "mode": "rw"}
+            volumes[spec.workspace_volume] = {"bind": spec.volume_mount, "mode": "rw"}
         options: dict[str, Any] = {
             "name": spec.name,
             "labels": dict(spec.labels),
@@ -440,7 +443,7 @@ def _user(job: int | None) -> str:
 def _info(container: Container) -> ContainerInfo:
     volume = None
     for mount in container.attrs.get("Mounts", []):
-        if mount.get("Destination") == WORKSPACE and mount.get("Type") == "volume":
+        if mount.get("Destination") in VOLUME_MOUNTS and mount.get("Type") == "volume":
             volume = str(mount.get("Name"))
     return ContainerInfo(
         id=container.id or "",

@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from sandbox.errors import SandboxUnavailableError
+from sandbox.image.rootfs import WORKSPACE
 
 __all__ = [
+    "HOME_DIR",
     "Attached",
     "ContainerEngine",
     "ContainerGoneError",
@@ -39,6 +41,8 @@ __all__ = [
 ]
 
 GIB = 1024**3
+# The sandbox user's home: a service sandbox's volume is mounted here (see volume_mount).
+HOME_DIR = "/home/user"
 STDOUT, STDERR = 1, 2
 
 
@@ -70,8 +74,11 @@ class ContainerSpec:
     image: str
     labels: Mapping[str, str]
     limits: SandboxLimits = field(default_factory=SandboxLimits)
-    # Mounted read-write at the workspace path (created by `create_volume` first).
+    # Mounted read-write at `volume_mount` (created by `create_volume` first).
     workspace_volume: str | None = None
+    # Where the volume goes: the workspace for a thread's sandbox, the whole home for a
+    # service sandbox (n8n's assistant keeps its npm cache and tools beside its workspace).
+    volume_mount: str = WORKSPACE
     # Host directory → path in the container, read-write.
     binds: Mapping[str, str] = field(default_factory=dict)
     environment: Mapping[str, str] = field(default_factory=dict)

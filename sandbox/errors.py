@@ -10,13 +10,15 @@ SandboxError
 ├── FileTooLargeError        a write or read is over the configured cap
 ├── WorkspaceFullError       the workspace reached its size limit
 ├── EditMismatchError        str-replace found the old text zero or several times
-└── InvalidPatternError      a search pattern grep cannot compile
+├── InvalidPatternError      a search pattern grep cannot compile
+└── FileOperationError       a service sandbox's file operation refused (`code` says why)
 """
 
 from __future__ import annotations
 
 __all__ = [
     "EditMismatchError",
+    "FileOperationError",
     "FileTooLargeError",
     "ImageBuildError",
     "InvalidPatternError",
@@ -72,3 +74,12 @@ class WorkspaceFullError(SandboxError):
 
 class InvalidPatternError(SandboxError):
     """A workspace search pattern that is not a valid regular expression."""
+
+
+class FileOperationError(SandboxError):
+    """A file operation of a service sandbox the filesystem refused: `code` is one of
+    exists, not_empty, is_dir, not_dir, invalid, denied (sandbox/image/bin/fsapi.mjs)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code

@@ -10,6 +10,7 @@ __all__ = [
     "LABEL_CREATED",
     "LABEL_EGRESS",
     "LABEL_IMAGE",
+    "LABEL_KIND",
     "LABEL_LEASE",
     "LABEL_OWNER",
     "LABEL_POOL",
@@ -36,6 +37,8 @@ LABEL_IMAGE = LABEL_PREFIX + "image"
 LABEL_POOL = LABEL_PREFIX + "pool"
 # On the container that proves a live service holds the owner (see sandbox/lease.py).
 LABEL_LEASE = LABEL_PREFIX + "lease"
+# What the sandbox is for (sandbox/kinds.py); absent on a thread's sandbox.
+LABEL_KIND = LABEL_PREFIX + "kind"
 # The container's own egress directory (see sandbox/egress.py), named at creation.
 LABEL_EGRESS = LABEL_PREFIX + "egress"
 
@@ -57,9 +60,11 @@ def volume_name(owner: str, sid: str) -> str:
     return f"instance-ai-{_owner_tag(owner)}-ws-{sid}"
 
 
-def pool_name(owner: str, pool_id: str) -> str:
-    """A warm sandbox not yet given to a thread; claiming renames it to `container_name`."""
-    return f"instance-ai-{_owner_tag(owner)}-pool-{pool_id}"
+def pool_name(owner: str, pool_id: str, kind: str = "") -> str:
+    """A warm sandbox not yet given to a thread; claiming renames it to `container_name`.
+    Each kind has its own pool (`kind` is in the name of any but a thread's)."""
+    pool = f"{kind}pool" if kind else "pool"
+    return f"instance-ai-{_owner_tag(owner)}-{pool}-{pool_id}"
 
 
 def lease_name(owner: str, claim: str) -> str:

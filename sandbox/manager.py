@@ -64,13 +64,19 @@ MARKER = ".sandbox-initialized"
 # The egress bridge (127.0.0.1:3128 → the mounted proxy socket) runs once per container
 # start, detached from this exec; then the workspace is seeded once.
 BRIDGE_PID = "/tmp/egress-bridge.pid"  # noqa: S108 - the container's private /tmp
-_INITIALISE = (
+_START_BRIDGE = (
     f'if [ -d {MOUNT_POINT} ] && ! kill -0 "$(cat {BRIDGE_PID} 2>/dev/null)" 2>/dev/null; then '
     f"setsid node {APP_DIR}/bin/egress-bridge.mjs </dev/null >/dev/null 2>&1 & "
     f"echo $! > {BRIDGE_PID}; fi; "
-    f"[ -e {MARKER} ] && exit 0; umask 002; cp -R -n {APP_DIR}/seed/. . && "
+)
+_INITIALISE = (
+    _START_BRIDGE + f"[ -e {MARKER} ] && exit 0; umask 002; cp -R -n {APP_DIR}/seed/. . && "
     f"chmod -R g+w . && touch {MARKER}"
 )
+# A service sandbox is not seeded (n8n writes its own workspace and marker): its home is
+# made group-writable once, for the job uids of its commands (group 1000), and the
+# workspace directory n8n expects is there.
+_INITIALISE_UNSEEDED = _START_BRIDGE + f"umask 002; chmod g+w . 2>/dev/null; mkdir -p {WORKSPACE}"
 
 # Less room than this left after a failed command: the workspace was what ran out.
 FULL_BELOW_BYTES = 1024 * 1024
@@ -219,10 +225,30 @@ class SandboxManager:
         return container
 
     def _initialise(self, container: ContainerInfo) -> None:
-        result = self.engine.exec(container.id, ["sh", "-c", _INITIALISE], workdir=WORKSPACE)
+        kind = self.provider.kind
+        script = _INITIALISE if kind.seeded else _INITIALISE_UNSEEDED
+        result = self.engine.exec(container.id, ["sh", "-c", script], workdir=kind.working_dir)
         if result.exit_code != 0:
             output = (result.stdout + result.stderr).decode(errors="replace")
             raise SandboxUnavailableError(f"initialising the workspace failed: {output}")
+
+    async def state(self, thread_id: str) -> str | None:
+        """The sandbox's container state (`running`, `exited`, ...; None when there is no
+        container) without starting anything; a live worker answers without an engine call."""
+        entry = self._entries.get(thread_id)
+        if entry is not None and entry.worker is not None and entry.worker.alive:
+            return "running"
+        info = await _call(self.provider.get, thread_id)
+        return info.status if info is not None else None
+
+    async def stop(self, thread_id: str) -> None:
+        """Stop the sandbox, its files kept (an idle stop); the next use starts it again."""
+        entry = self._entries.pop(thread_id, None)
+        if entry is not None:
+            entry.drop_worker()
+        info = await _call(self.provider.get, thread_id)
+        if info is not None and info.status == "running":
+            await _call(self.engine.kill, info.container_id)
 
     # -- the warm pool ------------------------------------------------------------------
 
@@ -291,7 +317,7 @@ class SandboxManager:
             container = self.provider.start(container)
         self._initialise(container)
         worker = WorkerClient.start(self.engine, container.id) if self.use_worker else None
-        if worker is not None and self.runs_image:
+        if worker is not None and self.runs_image and self.provider.kind.warm_toolchain:
             try:
                 took = worker.call(
                     "warm",
@@ -318,12 +344,15 @@ class SandboxManager:
         *,
         timeout_s: float | None = None,
         cwd: str | None = None,
+        workdir: str | None = None,
         env: dict[str, str] | None = None,
         on_output: OutputCallback | None = None,
     ) -> CommandResult:
-        """Run a command under a deadline (`cwd` relative to the workspace). Cancelling the
-        awaiting task kills its tree."""
+        """Run a command under a deadline, in `cwd` (relative to the workspace) or `workdir`
+        (any directory of the sandbox: a service sandbox's caller may name one). Cancelling
+        the awaiting task kills its tree."""
         directory = posixpath.join(WORKSPACE, files.confine(cwd)) if cwd else WORKSPACE
+        directory = workdir or directory
         container = await self.acquire(thread_id)
         entry = self._entries[thread_id]
         cancel = threading.Event()

@@ -32,7 +32,7 @@ from sandbox.engine import (
     SandboxLimits,
 )
 from sandbox.errors import SandboxNotFoundError, SandboxUnavailableError
-from sandbox.image.rootfs import WORKSPACE
+from sandbox.kinds import THREAD, SandboxKind
 from sandbox.workspace_disk import WorkspaceDisks
 
 __all__ = [
@@ -78,8 +78,11 @@ class SandboxProvider:
         egress_root: Path | None = None,
         disks: WorkspaceDisks | None = None,
         orphan_grace: timedelta | None = None,
+        kind: SandboxKind = THREAD,
     ) -> None:
         self.engine = engine
+        # Which sandboxes are this provider's: its kind's alone (sandbox/kinds.py).
+        self.kind = kind
         # A volume younger than this is being set up, never an orphan (see ORPHAN_GRACE).
         self.orphan_grace = ORPHAN_GRACE if orphan_grace is None else orphan_grace
         # Each workspace's own size-limited filesystem (None: the volume as it is).
@@ -201,17 +204,17 @@ class SandboxProvider:
         """A started sandbox under a pool name, for any thread to claim."""
         pool_id = uuid.uuid4().hex
         labels = self._labels("", pool_id) | {identity.LABEL_POOL: "1"}
-        name = identity.pool_name(self.owner, pool_id)
+        name = identity.pool_name(self.owner, pool_id, self.kind.name)
         container = self._create_container(name, identity.volume_name(self.owner, pool_id), labels)
         return self.start(container)
 
     def pooled(self) -> list[ContainerInfo]:
         """Unclaimed pool sandboxes (claimed ones were renamed away from the pool name)."""
-        pool_prefix = identity.pool_name(self.owner, "")
+        pool_prefix = identity.pool_name(self.owner, "", self.kind.name)
         found = self.engine.containers(
             {identity.LABEL_OWNER: self.owner, identity.LABEL_POOL: None}
         )
-        return [c for c in found if c.name.startswith(pool_prefix)]
+        return [c for c in found if c.name.startswith(pool_prefix) and self.kind.owns(c.labels)]
 
     def claim(self, thread_id: str, container: ContainerInfo) -> ContainerInfo | None:
         """Give a pooled sandbox to a thread by renaming it to the thread's name. None if
@@ -225,10 +228,14 @@ class SandboxProvider:
         self._remove(container, container.workspace_volume or "")
 
     def list_sandboxes(self) -> list[SandboxInfo]:
-        """This owner's sandboxes that belong to a thread (not the unclaimed pool)."""
-        pool_prefix = identity.pool_name(self.owner, "")
+        """This owner's sandboxes of this kind that were given out (not the unclaimed pool)."""
+        pool_prefix = identity.pool_name(self.owner, "", self.kind.name)
         found = self.engine.containers({identity.LABEL_OWNER: self.owner})
-        return [self._info(c) for c in found if not c.name.startswith(pool_prefix)]
+        return [
+            self._info(c)
+            for c in found
+            if not c.name.startswith(pool_prefix) and self.kind.owns(c.labels)
+        ]
 
     def remove(self, info: SandboxInfo) -> None:
         """Remove a listed sandbox and its workspace (whether or not it has a thread label)."""
@@ -295,13 +302,16 @@ class SandboxProvider:
         return container
 
     def _labels(self, thread_id: str, sid: str) -> dict[str, str]:
-        return {
+        labels = {
             identity.LABEL_OWNER: self.owner,
             identity.LABEL_THREAD: thread_id,
             identity.LABEL_SANDBOX: sid,
             identity.LABEL_CREATED: datetime.now(UTC).isoformat(),
             identity.LABEL_IMAGE: self.image,
         }
+        if self.kind.name:
+            labels[identity.LABEL_KIND] = self.kind.name
+        return labels
 
     def _egress_mount(self, labels: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
         """A fresh directory of the container's own (bind-mounted) and the proxy variables;
@@ -331,9 +341,10 @@ class SandboxProvider:
                     labels=labels,
                     limits=self.limits,
                     workspace_volume=volume,
+                    volume_mount=self.kind.volume_mount,
                     binds=binds,
-                    environment=environment,
-                    working_dir=WORKSPACE,
+                    environment={**self.kind.environment, **environment},
+                    working_dir=self.kind.working_dir,
                 )
             )
         except BaseException:

@@ -34,6 +34,7 @@ from sandbox.search import (
 
 __all__ = [
     "CALL_TIMEOUT_S",
+    "FILE_OPERATION_CODES",
     "HEARTBEAT_S",
     "RECYCLE_MB",
     "WorkerClient",
@@ -58,6 +59,10 @@ _ERRORS: dict[str, type[errors.SandboxError]] = {
 }
 
 
+# What a service sandbox's file operation may be refused for (fsapi.mjs), beside the above.
+FILE_OPERATION_CODES = frozenset({"exists", "not_empty", "is_dir", "not_dir", "invalid", "denied"})
+
+
 class WorkerGoneError(errors.SandboxUnavailableError):
     """The worker process or its stream is gone; start another."""
 
@@ -67,8 +72,10 @@ def result_of(reply: dict[str, Any]) -> Any:
     if reply.get("ok"):
         return reply.get("result")
     error = reply.get("error") or {}
-    error_class = _ERRORS.get(str(error.get("code")), errors.SandboxUnavailableError)
-    raise error_class(error.get("message", "the sandbox operation failed"))
+    code, message = str(error.get("code")), error.get("message", "the sandbox operation failed")
+    if code in FILE_OPERATION_CODES:
+        raise errors.FileOperationError(code, message)
+    raise _ERRORS.get(code, errors.SandboxUnavailableError)(message)
 
 
 class WorkerClient:

@@ -9,7 +9,9 @@ from dataclasses import replace
 import structlog
 
 from server.agent import Agent, provider_from_settings
+from server.api.asgi import AsgiServer
 from server.api.http import HttpEndpoint
+from server.api.sandbox_api import SandboxApi
 from server.api.server import GrpcServer, listen_host, start_grpc_server
 from server.errors import UnavailableError
 from server.settings import Settings
@@ -37,6 +39,7 @@ class Application:
         self._agent: Agent | None = None
         self._grpc: GrpcServer | None = None
         self._http: HttpEndpoint | None = None
+        self._sandbox_api: AsgiServer | None = None
 
     @property
     def parts(self) -> Parts:
@@ -62,6 +65,15 @@ class Application:
         return self._http.url if self._http is not None else None
 
     @property
+    def sandbox_api_url(self) -> str | None:
+        """The sandbox service API's URL, None when off."""
+        if self._sandbox_api is None or self.settings.sandbox_api_address is None:
+            return None
+        host = self.settings.sandbox_api_address.rpartition(":")[0]
+        scheme = "https" if self.settings.tls_cert_file else "http"
+        return f"{scheme}://{host}:{self._sandbox_api.port}"
+
+    @property
     def port(self) -> int:
         return self.grpc.port
 
@@ -79,18 +91,21 @@ class Application:
         try:
             await self._agent.start()
             self._http = await self._start_http(registry)
+            self._sandbox_api = await self._start_sandbox_api()
             api_parts = replace(parts.api_parts(), http_url=self._http.url if self._http else None)
             self._grpc = await start_grpc_server(self.settings, api_parts, self._agent, registry)
             await parts.replicas.advertise(self._grpc.address)
         except (RuntimeError, OSError) as exc:  # grpc raises RuntimeError when it cannot bind
             if self._http is not None:
                 await self._http.close()
+            if self._sandbox_api is not None:
+                await self._sandbox_api.close()
             await self._agent.close()
             await parts.close()
             self._state = _State.STOPPED
             raise UnavailableError(
-                f"cannot listen ({exc}); choose another --port / INSTANCE_AI_HTTP_PORT or stop "
-                "what holds it"
+                f"cannot listen ({exc}); choose another --port / INSTANCE_AI_HTTP_PORT / "
+                "INSTANCE_AI_SANDBOX_API_ADDRESS or stop what holds it"
             ) from None
 
     async def _start_http(self, registry: ToolRegistry) -> HttpEndpoint | None:
@@ -109,6 +124,28 @@ class Application:
             public_url=settings.http_public_url,
         ).start()
 
+    async def _start_sandbox_api(self) -> AsgiServer | None:
+        """The sandbox service API, when INSTANCE_AI_SANDBOX_API_ADDRESS is set; TLS as the
+        gRPC port's."""
+        settings, parts = self.settings, self.parts
+        if settings.sandbox_api_address is None or parts.service_sandboxes is None:
+            return None
+        host, _, port = settings.sandbox_api_address.rpartition(":")
+        api = SandboxApi(
+            sandboxes=parts.service_sandboxes,
+            keys=parts.sandbox_api_keys,
+            max_file_bytes=settings.sandbox_api_max_file_bytes,
+            max_inflight=settings.sandbox_api_max_inflight,
+        )
+        tls = None
+        if settings.tls_cert_file is not None and settings.tls_key_file is not None:
+            tls = (settings.tls_cert_file, settings.tls_key_file)
+        server = AsgiServer("the sandbox API")
+        await server.start(api.app(), host.strip("[]"), int(port), tls=tls)
+        self._sandbox_api = server
+        log.info("sandbox service API listening", url=self.sandbox_api_url)
+        return server
+
     async def stop(self, grace: float | None = None) -> None:
         """Stop taking calls, let in-flight calls finish for up to `grace` seconds (default:
         the setting), end live event streams at once (they can resume), then close the store.
@@ -124,6 +161,8 @@ class Application:
             await self._grpc.server.stop(grace)
         if self._http is not None:
             await self._http.close()
+        if self._sandbox_api is not None:
+            await self._sandbox_api.close()
         if self._agent is not None:
             await self._agent.close()
         await self.parts.close()

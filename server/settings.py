@@ -393,6 +393,53 @@ class Settings(BaseSettings):
         description="the HTTP endpoint's origin as gateways and MCP clients reach it (behind a "
         "proxy); default: http://HOST:PORT",
     )
+    sandbox_api_address: str | None = Field(
+        None,
+        pattern=r"^[^\s:]+:[0-9]{1,5}$",
+        description="host:port of the sandbox service API (what n8n's @n8n/sandbox-client "
+        "speaks); unset: off, port 0: any free port (logged). TLS as the gRPC port's",
+    )
+    sandbox_api_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list,
+        description="comma-separated static X-Api-Key values of the sandbox service API, each "
+        "a tenant of its own (others: `instance-ai sandbox-api key create NAME`)",
+    )
+    sandbox_api_egress: Literal["public", "hosts", "none"] = Field(
+        "public",
+        description="what service sandboxes reach: public (any public address, private and "
+        "reserved ranges refused), hosts (only sandbox_api_egress_hosts), none; trusted "
+        "hosts are reachable in every mode but none",
+    )
+    sandbox_api_egress_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="comma-separated host names service sandboxes may reach in the hosts mode",
+    )
+    sandbox_api_trusted_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="comma-separated host or host:port an operator trusts although it has a "
+        "non-public address (an internal registry mirror); `npm` stands for the host of "
+        "`npm config get registry` on this machine, read at start",
+    )
+    sandbox_api_npm_registry: str | None = Field(
+        None,
+        description="the npm registry commands in service sandboxes use (npm_config_registry); "
+        "`npm`: the one `npm config get registry` names on this machine. Its host is trusted",
+    )
+    sandbox_api_max_inflight: int = Field(
+        64, ge=1, le=10_000, description="requests in flight per service sandbox before 429"
+    )
+    sandbox_api_max_file_bytes: int = Field(
+        10 * 1024 * 1024, ge=1024, description="largest upload (and read) of one file"
+    )
+    sandbox_api_idle_stop_seconds: float = Field(
+        3600, ge=0, description="idle time before a service sandbox is stopped (0: never)"
+    )
+    sandbox_api_idle_delete_seconds: float = Field(
+        86400, ge=0, description="idle time before a service sandbox is deleted (0: never)"
+    )
+    sandbox_api_pool_size: int = Field(
+        1, ge=0, le=50, description="started service sandboxes kept ready for a create"
+    )
     instance: Literal["embedded", "n8n"] = Field(
         "embedded",
         description="where the user's workflows, credentials and data tables live: embedded "
@@ -431,6 +478,9 @@ class Settings(BaseSettings):
         "licensed_features",
         "credentials_previous_keys",
         "web_fetch_allow_hosts",
+        "sandbox_api_keys",
+        "sandbox_api_egress_hosts",
+        "sandbox_api_trusted_hosts",
         mode="before",
     )
     @classmethod

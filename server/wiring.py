@@ -7,6 +7,8 @@ services class (see `tool_services`), the servicers `ApiParts`. `Parts` itself s
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import importlib.util
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -61,12 +63,19 @@ from server.pipeline.work import WorkLoop
 from server.runtime.attachments import Attachments
 from server.runtime.background import BackgroundTasks
 from server.runtime.conversation import Conversation
-from server.runtime.egress import egress_policy
+from server.runtime.egress import (
+    egress_policy,
+    npm_registry,
+    service_egress_policy,
+    trusted_hosts,
+)
 from server.runtime.events import EventLog
 from server.runtime.hitl import Hitl
 from server.runtime.plans import Plans
 from server.runtime.replicas import Replicas, open_replica
+from server.runtime.sandbox_api_keys import SandboxApiKeys
 from server.runtime.sandboxes import SandboxService
+from server.runtime.service_sandboxes import ServiceSandboxes, sandbox_egress
 from server.runtime.threads import Threads
 from server.settings import Settings, effective_permissions
 from server.store import Database
@@ -164,6 +173,9 @@ class Parts:
     mcp_servers: McpServers
     gateways: Gateways
     gateway_keys: GatewayKeys
+    sandbox_api_keys: SandboxApiKeys
+    # The sandbox service API's sandboxes (None: INSTANCE_AI_SANDBOX_API_ADDRESS unset).
+    service_sandboxes: ServiceSandboxes | None = None
     judge_model: ModelProvider | None = None
     # The skills the orchestrator loads (they ship with the service).
     skills: SkillLibrary = field(default_factory=SkillLibrary)
@@ -185,11 +197,20 @@ class Parts:
         )
         threads = Threads(db=db, events=events, background=background.running, replica=replicas.id)
         hitl = Hitl(db=db, events=events, modes=effective_permissions(settings.permissions))
+        registry_url = trusted = None
+        if settings.sandbox_api_address is not None:
+            registry_url = await asyncio.to_thread(npm_registry, settings)
+            trusted = await asyncio.to_thread(trusted_hosts, settings, registry_url)
         sandboxes = SandboxService(
             settings,
             db,
             thread_known=threads.exists,
             egress=EgressProxy(egress_policy(settings, hitl)),
+            service_egress=EgressProxy(
+                service_egress_policy(settings, trusted, functools.partial(sandbox_egress, db))
+            )
+            if trusted is not None
+            else None,
             replicas=replicas,
         )
         try:
@@ -200,6 +221,16 @@ class Parts:
             await db.close()
             raise
         catalog = CatalogService(sandboxes.catalog_dir)
+        service_sandboxes = None
+        if settings.sandbox_api_address is not None:
+            service_sandboxes = ServiceSandboxes(
+                settings,
+                db,
+                sandboxes,
+                npm_registry=registry_url,
+                leads=lambda: replicas.is_leader,
+            )
+            service_sandboxes.start()
         n8n = n8n_client(settings)
         n8n_probe: InstanceProbe | None = None
         if n8n is None:
@@ -309,6 +340,10 @@ class Parts:
             mcp_servers=mcp_servers,
             gateways=gateways,
             gateway_keys=GatewayKeys(db),
+            service_sandboxes=service_sandboxes,
+            sandbox_api_keys=SandboxApiKeys(
+                db, [k.get_secret_value() for k in settings.sandbox_api_keys]
+            ),
         )
 
     async def close(self) -> None:
@@ -319,6 +354,8 @@ class Parts:
             await self.drivers.close()
         await self.headless.close()
         await self.relay.close()
+        if self.service_sandboxes is not None:
+            await self.service_sandboxes.close()
         await self.sandboxes.close()
         await self.replicas.close()
         await self.events.close()

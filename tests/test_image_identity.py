@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.image import browser
+from sandbox.image import browser, tools
 from sandbox.image.build import image_tags
 from tests.browser_fixtures import run_chromium
 
@@ -46,3 +46,22 @@ def test_the_browser_layer_identity_ignores_directories_and_follows_files(
     stat = binary.stat()
     os.utime(binary, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
     assert browser.inputs_digest({}) != first
+
+
+def test_the_tools_layer_identity_ignores_bytecode_and_follows_sources(tmp_path: Path) -> None:
+    # A host python3 run as root compiles what it imports into the standard library's
+    # __pycache__; the tags must not move with that, only with the sources.
+    source = tmp_path / "json.py"
+    source.write_text("x = 1\n")
+    cache = tmp_path / "__pycache__"
+    cache.mkdir()
+    files = {"usr/lib/python3/json.py": source, "usr/lib/python3/__pycache__": cache}
+    first = tools.inputs_digest(files)
+
+    compiled = cache / "json.cpython-311.pyc"
+    compiled.write_bytes(b"bytecode")
+    with_bytecode = {**files, "usr/lib/python3/__pycache__/json.cpython-311.pyc": compiled}
+    assert tools.inputs_digest(with_bytecode) == first
+
+    source.write_text("x = 22\n")
+    assert tools.inputs_digest(files) != first

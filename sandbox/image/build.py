@@ -1,4 +1,4 @@
-"""Build the sandbox image offline, in four layers, each tagged by a hash of its inputs.
+"""Build the sandbox image offline, in five layers, each tagged by a hash of its inputs.
 
 1. **base** (`instance-ai-sandbox-base:<hash>`): `docker import` of a root filesystem assembled
    from this host's binaries (`rootfs.py`).
@@ -6,7 +6,10 @@
    host with `npm ci --ignore-scripts` and copied into a container of the base, committed.
 3. **browser** (`instance-ai-sandbox-browser:<hash>`): this host's Chromium with the libraries
    and fonts it needs (`browser.py`), for the sandboxed headless browser.
-4. **final** (`instance-ai-sandbox:<hash>`): the code in `bin/`, the workspace seed in `seed/`
+4. **tools** (`instance-ai-sandbox-tools:<hash>`): what n8n's sandbox service offers its
+   assistant (`tools.py`): Node 24 with npm at /opt/node24, `npm pack`ed at the versions and
+   integrities pinned in `deps/node-runtime.json`, and this host's python3, rg and curl.
+5. **final** (`instance-ai-sandbox:<hash>`): the code in `bin/`, the workspace seed in `seed/`
    (copied into a workspace on first use), plus the run-time config
    (user, HOME, TMPDIR, n8n's folder), committed the same way. A code change rebuilds only this.
 
@@ -32,7 +35,7 @@ import docker
 import docker.errors
 
 from sandbox.errors import ImageBuildError, SandboxUnavailableError
-from sandbox.image import browser, rootfs
+from sandbox.image import browser, rootfs, tools
 from sandbox.image.catalog import CATALOG_PACKAGES, catalog_file
 
 __all__ = [
@@ -40,6 +43,7 @@ __all__ = [
     "CATALOG_ONLY",
     "DEPS_DIR",
     "IMAGE_DIR",
+    "NODE_RUNTIME",
     "REPOSITORY",
     "RUN_CONFIG",
     "SEED_DIR",
@@ -60,6 +64,9 @@ REPOSITORY = "instance-ai-sandbox"
 # their code: the AI nodes are authored and validated, never executed (their 1.9 GB tree is not
 # installed). Each is `npm pack`ed at a pinned version and integrity.
 CATALOG_ONLY = DEPS_DIR / "catalog-packages.json"
+# The Node 24 distribution of the tools layer: each package `npm pack`ed at a pinned version
+# and integrity, like the catalog-only ones, its `paths` unpacked `into` tools.NODE_DIR.
+NODE_RUNTIME = DEPS_DIR / "node-runtime.json"
 RUN_CONFIG = [
     f"USER {rootfs.USER_UID}:{rootfs.USER_UID}",
     f"WORKDIR {rootfs.WORKSPACE}",
@@ -97,14 +104,20 @@ def _tree_bytes(directory: Path) -> bytes:
     )
 
 
-def image_tags() -> tuple[str, str, str, str]:
-    """The base, deps, browser and final tags the current inputs build (no engine call)."""
+def image_tags() -> tuple[str, str, str, str, str]:
+    """The base, deps, browser, tools and final tags the current inputs build (no engine
+    call)."""
     files = rootfs.collect_files()
     base = _digest(rootfs.inputs_digest(files).encode())
     deps = _digest(base.encode(), (DEPS_DIR / "package.json").read_bytes(), _npm_inputs())
-    chromium = _digest(deps.encode(), browser.inputs_digest(browser.collect_files()).encode())
+    browser_files = browser.collect_files()
+    chromium = _digest(deps.encode(), browser.inputs_digest(browser_files).encode())
+    tool_files = tools.collect_files(provided=files.keys() | browser_files.keys())
+    toolbox = _digest(
+        chromium.encode(), tools.inputs_digest(tool_files).encode(), NODE_RUNTIME.read_bytes()
+    )
     final = _digest(
-        chromium.encode(),
+        toolbox.encode(),
         Path(__file__).read_bytes(),  # it stages the layer (and makes the node type index)
         _tree_bytes(BIN_DIR),
         _tree_bytes(SEED_DIR),
@@ -114,6 +127,7 @@ def image_tags() -> tuple[str, str, str, str]:
         f"{REPOSITORY}-base:{base}",
         f"{REPOSITORY}-deps:{deps}",
         f"{REPOSITORY}-browser:{chromium}",
+        f"{REPOSITORY}-tools:{toolbox}",
         f"{REPOSITORY}:{final}",
     )
 
@@ -143,11 +157,11 @@ class ImageBuilder:
         self._cache_dir = cache_dir
         self._log = log or (lambda _message: None)
 
-    def tags(self) -> tuple[str, str, str, str]:
+    def tags(self) -> tuple[str, str, str, str, str]:
         return image_tags()
 
     def build(self) -> BuiltImage:
-        base_tag, deps_tag, browser_tag, final_tag = self.tags()
+        base_tag, deps_tag, browser_tag, tools_tag, final_tag = self.tags()
         if self._exists(final_tag):  # every layer below it exists too: nothing to install
             self._log(f"sandbox image {final_tag} ready")
             return BuiltImage(tag=final_tag, built_layers=[])
@@ -169,11 +183,14 @@ class ImageBuilder:
         if not self._exists(browser_tag):
             self._commit_browser(deps_tag, browser_tag)
             built.append(browser_tag)
+        if not self._exists(tools_tag):
+            self._commit_tools(browser_tag, tools_tag)
+            built.append(tools_tag)
         if not self._exists(final_tag):
             with tempfile.TemporaryDirectory() as staging:
                 _stage_code(node_modules, Path(staging))
                 self._commit_layer(
-                    browser_tag,
+                    tools_tag,
                     final_tag,
                     rootfs.APP_DIR,
                     Path(staging),
@@ -205,9 +222,7 @@ class ImageBuilder:
         for name in ("package.json", "package-lock.json"):
             shutil.copy2(DEPS_DIR / name, staging / name)
         self._log("installing the sandbox's npm dependencies (npm ci --ignore-scripts)")
-        npm = shutil.which("npm")
-        if npm is None:
-            raise ImageBuildError("npm is not installed: install Debian's nodejs and npm")
+        npm = _host_npm()
         result = subprocess.run(
             [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"],
             cwd=staging,
@@ -218,10 +233,30 @@ class ImageBuilder:
             raise ImageBuildError(f"npm ci failed:\n{result.stderr[-4000:]}")
         for name, pin in json.loads(CATALOG_ONLY.read_text()).items():
             self._log(f"adding the catalog of {name}@{pin['version']} (npm pack)")
-            _unpack_catalog_only(npm, name, pin, staging / "node_modules" / name)
+            _unpack_pinned(npm, name, pin, staging / "node_modules" / name)
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)  # all or nothing: a half-installed tree is never reused
         return target / "node_modules"
+
+    def _node_runtime(self) -> Path:
+        """Node 24 with its npm, laid out as Node's own distribution is, unpacked once per
+        set of pins into the cache (a rebuilt tools layer downloads nothing)."""
+        target = self._cache_dir / f"node-runtime-{_digest(NODE_RUNTIME.read_bytes())}"
+        if target.is_dir():
+            return target
+        staging = target.with_name(target.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        npm = _host_npm()
+        for name, pin in json.loads(NODE_RUNTIME.read_text()).items():
+            self._log(f"adding {name}@{pin['version']} to {tools.NODE_DIR} (npm pack)")
+            _unpack_pinned(npm, name, pin, staging / pin["into"])
+        for link, points_to in tools.NODE_LINKS.items():
+            if not (staging / link).parent.joinpath(points_to).is_file():
+                raise ImageBuildError(f"{link} would point to a missing {points_to}")
+            (staging / link).symlink_to(points_to)
+        staging.rename(target)  # all or nothing, as the npm tree
+        return target
 
     def _import_base(self, tag: str) -> None:
         self._log(f"importing the base root filesystem as {tag}")
@@ -258,9 +293,22 @@ class ImageBuilder:
     def _commit_browser(self, parent: str, tag: str) -> None:
         self._log("adding this host's Chromium (the sandboxed browser)")
         files = browser.collect_files()
+        self._commit_root_tar(parent, tag, lambda out: browser.write_layer_tar(files, out))
+
+    def _commit_tools(self, parent: str, tag: str) -> None:
+        node_runtime = self._node_runtime()
+        self._log("adding Node 24 with npm, and this host's python3, rg and curl")
+        provided = rootfs.collect_files().keys() | browser.collect_files().keys()
+        files = tools.collect_files(provided)
+        self._commit_root_tar(
+            parent, tag, lambda out: tools.write_layer_tar(files, node_runtime, out)
+        )
+
+    def _commit_root_tar(self, parent: str, tag: str, make: Callable[[Path], None]) -> None:
+        """Commit the tar `make` writes (paths from `/`) on top of `parent` as `tag`."""
         with tempfile.TemporaryDirectory() as tmp:
-            tar_path = Path(tmp) / "browser.tar"
-            browser.write_layer_tar(files, tar_path)
+            tar_path = Path(tmp) / "layer.tar"
+            make(tar_path)
 
             def write(payload: IO[bytes]) -> None:
                 with tar_path.open("rb") as layer:
@@ -300,9 +348,16 @@ def _npm_inputs() -> bytes:
     return (DEPS_DIR / "package-lock.json").read_bytes() + b"\0" + CATALOG_ONLY.read_bytes()
 
 
-def _unpack_catalog_only(npm: str, name: str, pin: dict[str, Any], target: Path) -> None:
+def _host_npm() -> str:
+    npm = shutil.which("npm")
+    if npm is None:
+        raise ImageBuildError("npm is not installed: install Debian's nodejs and npm")
+    return npm
+
+
+def _unpack_pinned(npm: str, name: str, pin: dict[str, Any], target: Path) -> None:
     """`npm pack` one package at its pinned version, check its integrity, and unpack only the
-    pinned paths (catalogs and definitions) into `target`."""
+    pinned paths (a catalog's files and definitions, Node's binary) into `target`."""
     with tempfile.TemporaryDirectory() as tmp:
         result = subprocess.run(
             [npm, "pack", f"{name}@{pin['version']}", "--json", "--loglevel=error"],

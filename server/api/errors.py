@@ -31,6 +31,7 @@ STATUS_BY_ERROR: dict[type[Exception], grpc.StatusCode] = {
     sandbox_errors.SandboxNotFoundError: grpc.StatusCode.NOT_FOUND,
     sandbox_errors.EditMismatchError: grpc.StatusCode.FAILED_PRECONDITION,
     sandbox_errors.InvalidPatternError: grpc.StatusCode.INVALID_ARGUMENT,
+    sandbox_errors.FileOperationError: grpc.StatusCode.FAILED_PRECONDITION,
     sandbox_errors.SandboxUnavailableError: grpc.StatusCode.UNAVAILABLE,
     sandbox_errors.ImageBuildError: grpc.StatusCode.FAILED_PRECONDITION,
     ResultViewError: grpc.StatusCode.INVALID_ARGUMENT,

@@ -10,14 +10,11 @@ Streamable HTTP, and the WebSocket filesystem gateways connect out to.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import structlog
-import uvicorn
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -27,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from fs_gateway.connect import GATEWAY_ENDED_CODE
+from server.api.asgi import AsgiServer
 from server.api.caller import caller_from
 from server.api.interceptors import ApiKeys
 from server.api.mcp_server import service_mcp_server
@@ -44,13 +42,6 @@ GATEWAY_PATH = "/gateway"
 MAX_GATEWAY_FRAME = 8 * 1024 * 1024
 
 
-class _Server(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        # The service handles its own signals (an orderly stop of everything, this included).
-        yield
-
-
 @dataclass(kw_only=True)
 class HttpEndpoint:
     registry: ToolRegistry
@@ -64,8 +55,7 @@ class HttpEndpoint:
     def __post_init__(self) -> None:
         self._keys = ApiKeys(self.api_keys)
         self._manager = StreamableHTTPSessionManager(app=service_mcp_server(self.registry))
-        self._server: _Server | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._server = AsgiServer("HTTP")
 
     @property
     def url(self) -> str:
@@ -73,17 +63,6 @@ class HttpEndpoint:
         return (self.public_url or f"http://{host}:{self.port}").rstrip("/")
 
     async def start(self) -> HttpEndpoint:
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((self.host, self.port))
-        except OSError as exc:
-            sock.close()
-            raise OSError(f"cannot listen on {self.host}:{self.port} for HTTP: {exc}") from exc
-        sock.listen(128)
-        sock.setblocking(False)
-        self.port = sock.getsockname()[1]
         routes = Starlette(
             routes=[Route("/healthz", _healthz), WebSocketRoute(GATEWAY_PATH, self._gateway)],
             lifespan=self._lifespan,
@@ -96,29 +75,15 @@ class HttpEndpoint:
             else:
                 await routes(scope, receive, send)
 
-        config = uvicorn.Config(
-            app,
-            log_level="warning",
-            access_log=False,
-            ws_max_size=MAX_GATEWAY_FRAME,
-            lifespan="on",
+        self.port = await self._server.start(
+            app, self.host, self.port, ws_max_size=MAX_GATEWAY_FRAME, lifespan="on"
         )
-        self._server = _Server(config)
-        task = self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
-        while not self._server.started:
-            if task.done():
-                task.result()
-                raise OSError("the HTTP endpoint stopped while starting")
-            await asyncio.sleep(0.01)
         log.info("HTTP endpoint listening", url=self.url, mcp=self.url + MCP_PATH)
         return self
 
     async def close(self) -> None:
-        if self._server is not None and self._task is not None:
-            self.gateways.close()
-            self._server.should_exit = True
-            with contextlib.suppress(Exception):
-                await self._task
+        self.gateways.close()
+        await self._server.close()
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, _app: Starlette) -> AsyncIterator[None]:

@@ -29,10 +29,16 @@ SWEEP_INTERVAL_S = 30.0
 
 @dataclass(frozen=True, kw_only=True)
 class Connected:
-    """What connecting to an engine gives: its manager and this service's lease on it."""
+    """What connecting to an engine gives: its managers and this service's lease on it."""
 
     manager: SandboxManager
     lease: OwnerLease
+    # The sandbox service API's sandboxes on this engine (None: the API is off).
+    service: SandboxManager | None = None
+
+    @property
+    def managers(self) -> list[SandboxManager]:
+        return [self.manager] + ([self.service] if self.service is not None else [])
 
 
 @dataclass(kw_only=True)
@@ -54,6 +60,10 @@ class EngineSlot:
     def manager(self) -> SandboxManager | None:
         return self.connected.manager if self.connected is not None else None
 
+    @property
+    def service(self) -> SandboxManager | None:
+        return self.connected.service if self.connected is not None else None
+
     async def start(self) -> None:
         """Connect now, or keep trying in the background (an engine or an image that comes
         later is taken up then). SandboxOwnerInUseError goes to the caller."""
@@ -71,8 +81,9 @@ class EngineSlot:
     def _take_up(self, connected: Connected) -> None:
         self.connected = connected
         self.up = True
-        connected.manager.refill_pool()
-        self._spawn(self._housekeep(connected.manager), "sandbox-housekeeping")
+        for manager in connected.managers:
+            manager.refill_pool()
+            self._spawn(self._housekeep(manager), "sandbox-housekeeping")
         self._spawn(self._watch(connected.manager), "sandbox-engine-watch")
 
     def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
@@ -131,6 +142,7 @@ class EngineSlot:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self.connected is not None:
-            await self.connected.manager.close()
+            for manager in self.connected.managers:
+                await manager.close()
             await asyncio.to_thread(self.connected.lease.release)
             self.connected.manager.engine.close()

@@ -23,6 +23,7 @@ from sandbox.egress import EgressProxy
 from sandbox.engine import ContainerEngine, SandboxLimits
 from sandbox.errors import SandboxError, SandboxOwnerInUseError
 from sandbox.identity import sandbox_id
+from sandbox.kinds import SERVICE, THREAD, SandboxKind, service_sandbox_id
 from sandbox.lease import OwnerLease
 from sandbox.local_engine import LocalEngine
 from sandbox.manager import SandboxManager, ThreadPredicate
@@ -39,7 +40,7 @@ from server.runtime.threads import OPEN_RUN_STATES
 from server.settings import Settings
 from server.store import Database
 from server.store.deployment import deployment_id
-from server.store.models import RunRow
+from server.store.models import RunRow, ServiceSandboxRow
 from server.store.threads import get_thread
 
 __all__ = [
@@ -57,6 +58,8 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 MIB = 1024 * 1024
+# A service sandbox's command streams all its output (n8n's service keeps 16 MiB of events).
+SERVICE_OUTPUT_BYTES = 16 * MIB
 # The engine DOCKER_HOST names (this host's, by default) when no engines are configured.
 DEFAULT_ENGINE = "default"
 
@@ -69,10 +72,13 @@ class SandboxService:
         *,
         thread_known: Callable[[str], Awaitable[bool]] | None = None,
         egress: EgressProxy | None = None,
+        service_egress: EgressProxy | None = None,
         replicas: Replicas | None = None,
     ) -> None:
         self.settings = settings
         self.db = db
+        # The sandbox service API's way out (its own policy), when the API is on.
+        self._service_egress = service_egress
         # The other replicas of this deployment share its sandboxes (None: this one alone).
         self._replicas = replicas
         self._egress = egress
@@ -145,6 +151,20 @@ class SandboxService:
                 adopt_pool=alone,
                 workspace_limit=local,
             )
+            service = None
+            if self.settings.sandbox_api_address is not None:
+                service = build_manager(
+                    self.settings,
+                    engine,
+                    image=image,
+                    owner=owner,
+                    kind=SERVICE,
+                    thread_exists=self._service_sandbox_exists,
+                    egress=self._service_egress if local else None,
+                    reap_leftovers=alone,
+                    adopt_pool=alone,
+                    workspace_limit=local,
+                )
             lease = OwnerLease.acquire(engine, image=image, owner=owner, deployment=deployment)
             if self._catalog_dir is None:
                 self._catalog_dir = engine.extract_catalog(
@@ -155,7 +175,7 @@ class SandboxService:
                 lease.release()
             engine.close()
             raise
-        return Connected(manager=manager, lease=lease)
+        return Connected(manager=manager, lease=lease, service=service)
 
     def catalog_dir(self) -> Path:
         """Where the running image's node and credential catalog was copied to."""
@@ -237,6 +257,20 @@ class SandboxService:
             )
         return await self._placed(thread_id)
 
+    def for_service(self, sandbox_id: str) -> SandboxManager:
+        """The manager of the engine a service sandbox lives on: the first, in rendezvous
+        order of its id, of the engines that answer (the same on every replica)."""
+        answering = {s.name: s.service for s in self._engines if s.up and s.service is not None}
+        if not answering:
+            if self.settings.sandbox_api_address is None:
+                raise UnavailableError("the sandbox service API is off")
+            raise UnavailableError(self._why_unavailable() or "no container engine answers")
+        return answering[rank(answering, sandbox_id)[0]]
+
+    def service_managers(self) -> list[SandboxManager]:
+        """The service-sandbox managers of the engines that answer."""
+        return [s.service for s in self._engines if s.up and s.service is not None]
+
     async def destroy(self, thread_id: str) -> None:
         if self._local is not None:
             await self._local.destroy(thread_id)
@@ -262,6 +296,14 @@ class SandboxService:
         if len(self._engines) < 2:
             return True
         return await self._placements.engine_of(thread_id, fresh=True) in (None, engine)
+
+    async def _service_sandbox_exists(self, key: str) -> bool:
+        """For a service manager's janitor: the sandbox API still has the sandbox's record."""
+        sandbox = service_sandbox_id(key)
+        if sandbox is None:
+            return False
+        async with self.db.session() as session:
+            return await session.get(ServiceSandboxRow, sandbox) is not None
 
     async def _is_busy(self, thread_id: str) -> bool:
         async with self.db.session() as session:
@@ -329,6 +371,7 @@ def build_manager(
     reap_leftovers: bool = True,
     adopt_pool: bool = True,
     workspace_limit: bool = True,
+    kind: SandboxKind = THREAD,
 ) -> SandboxManager:
     """The manager of this owner's sandboxes on `engine`, hardened as configured (blocking).
     Raises SandboxError with what to do when the workspace limit cannot be kept (it needs
@@ -356,8 +399,24 @@ def build_manager(
         limits=limits,
         egress_root=egress_root(s) if egress is not None else None,
         disks=disks,
+        kind=kind,
     )
-    log.info("sandboxes ready", image=image, owner=owner)
+    log.info("sandboxes ready", image=image, owner=owner, kind=kind.name or "thread")
+    if kind.name == SERVICE.name:
+        # n8n's service: the whole output streamed (16 MiB kept per execution), no age
+        # limit (idle stop and delete end them), its own pool.
+        return SandboxManager(
+            provider,
+            runner=CommandRunner(engine, max_output_bytes=SERVICE_OUTPUT_BYTES),
+            idle_ttl=timedelta(seconds=s.sandbox_idle_ttl_seconds),
+            max_file_bytes=s.sandbox_api_max_file_bytes,
+            default_timeout_s=s.sandbox_command_timeout_seconds,
+            pool_size=s.sandbox_api_pool_size,
+            thread_exists=thread_exists,
+            egress=egress,
+            reap_leftovers=reap_leftovers,
+            adopt_pool=adopt_pool,
+        )
     return _manager_over(
         s,
         provider,

@@ -38,7 +38,9 @@ __all__ = [
     "PlanRow",
     "ReplicaRow",
     "RunRow",
+    "SandboxApiKeyRow",
     "SandboxPlacementRow",
+    "ServiceSandboxRow",
     "SourceBindingRow",
     "TagRow",
     "ThreadRow",
@@ -459,3 +461,29 @@ class GatewayKeyRow(Base):
     user_id: Mapped[str] = mapped_column(String(128), primary_key=True)
     key_digest: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class SandboxApiKeyRow(Base):
+    """A key of the sandbox service API, kept as its SHA-256 digest (shown once, when made).
+    Each key is a tenant, named by the operator: it sees only the sandboxes it made."""
+
+    __tablename__ = "sandbox_api_keys"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key_digest: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class ServiceSandboxRow(Base):
+    """A sandbox of the sandbox service API: its id is the caller's (n8n derives it from its
+    thread), so any replica, and n8n after a restart, finds it again."""
+
+    __tablename__ = "service_sandboxes"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(80), index=True)
+    ephemeral: Mapped[bool] = mapped_column(Boolean)
+    egress: Mapped[str] = mapped_column(String(16))  # public | none
+    status: Mapped[str] = mapped_column(String(16))  # running | stopped
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_active_at: Mapped[datetime] = mapped_column(UTCDateTime())

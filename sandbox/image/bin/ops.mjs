@@ -2,7 +2,8 @@
 // lines over one exec stream) and the one-shot runner (run-op.mjs, for when no worker runs).
 //
 // Operations: ping, stats, warm, read, write, strReplace, list, grep, compile, diagnose, toCode,
-// definition, materialize, execute, cancelExecution, outputSchema. File contents travel as
+// definition, materialize, execute, cancelExecution, outputSchema, and the fs* operations of
+// fsapi.mjs. File contents travel as
 // base64 so any bytes survive. Every path is confined to the workspace and walked one
 // component at a time through open directory descriptors, never following a symlink (see
 // openDirectory).
@@ -27,6 +28,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { build } from 'esbuild';
+import { fsHandlers } from './fsapi.mjs';
 
 export const WORKSPACE = '/home/user/workspace';
 const NO_FOLLOW_DIRECTORY = fsConstants.O_RDONLY | fsConstants.O_DIRECTORY | fsConstants.O_NOFOLLOW;
@@ -785,6 +787,8 @@ export const handlers = {
   },
   list: async ({ path: p, recursive, maxEntries }) => list(p, Boolean(recursive), Math.min(maxEntries, MAX_LIST)),
   grep,
+  // The sandbox service API's file operations (any path the sandbox user may reach).
+  ...fsHandlers,
 };
 
 // One request object in, one reply object out (never throws).

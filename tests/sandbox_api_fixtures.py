@@ -1,0 +1,123 @@
+"""A service process serving the sandbox API, on real Docker sandboxes, for the tests of
+the sandbox service API (n8n's sandbox provider)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker
+import pytest
+
+from tests.sandbox_fixtures import docker_env, remove_owned
+from tests.test_cli import CLI
+
+STATIC_KEY = "static-sandbox-api-key-for-tests"
+
+
+@dataclass(kw_only=True)
+class SandboxApiServer:
+    data_dir: Path
+    owner: str
+    env: dict[str, str]
+    url: str = ""
+    process: subprocess.Popen[str] | None = None
+    log: list[str] = field(default_factory=list)
+
+    def start(self, address: str = "127.0.0.1:0") -> SandboxApiServer:
+        """Start the service (again: on the same address, data and owner)."""
+        self.process = subprocess.Popen(
+            [CLI, "serve", "--port", "0", "--log-format", "json", "--sandbox-api", address],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, **self.cli_env()},
+        )
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.log.append(line)
+            record = json.loads(line)
+            if record.get("event") == "sandbox service API listening":
+                self.url = record["url"]
+            if record.get("event") == "serving":
+                break
+        else:
+            raise AssertionError("server did not start:\n" + "".join(self.log))
+        # Keep reading its log (the egress lines are checked) without ever blocking it.
+        threading.Thread(target=self._drain, daemon=True).start()
+        return self
+
+    def _drain(self) -> None:
+        assert self.process is not None and self.process.stderr is not None
+        for line in self.process.stderr:
+            self.log.append(line)
+
+    def cli_env(self) -> dict[str, str]:
+        return {
+            **docker_env(self.owner),
+            "INSTANCE_AI_DATA_DIR": str(self.data_dir),
+            "INSTANCE_AI_SANDBOX_API_KEYS": STATIC_KEY,
+            "INSTANCE_AI_SANDBOX_API_NPM_REGISTRY": "npm",
+            "INSTANCE_AI_SANDBOX_API_POOL_SIZE": "1",
+            **self.env,
+        }
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [CLI, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, **self.cli_env()},
+        )
+
+    def new_key(self, name: str) -> str:
+        made = self.cli("sandbox-api", "key", "create", name)
+        assert made.returncode == 0, made.stderr
+        return made.stdout.strip().splitlines()[-1]
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stderr is not None:
+            self.process.stderr.close()
+        self.process = None
+
+    def wait_for_log(self, text: str, timeout_s: float = 10.0) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = [line for line in self.log if text in line]
+            if found:
+                return found[-1]
+            time.sleep(0.1)
+        raise AssertionError(f"{text!r} never logged")
+
+
+@pytest.fixture(scope="module")
+def sandbox_api(
+    tmp_path_factory: pytest.TempPathFactory, docker_client: docker.DockerClient
+) -> Iterator[SandboxApiServer]:
+    """One service for a module's tests (a few sandboxes each; the owner is the module's)."""
+    owner = f"test-sbxapi-{os.urandom(5).hex()}"
+    server = SandboxApiServer(
+        data_dir=tmp_path_factory.mktemp("sandbox-api"),
+        owner=owner,
+        env={"INSTANCE_AI_SANDBOX_API_MAX_INFLIGHT": "8"},
+    ).start()
+    yield server
+    server.stop()
+    remove_owned(docker_client, owner)
