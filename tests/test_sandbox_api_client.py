@@ -23,7 +23,7 @@ def test_n8ns_sandbox_client_against_the_sandbox_api(sandbox_api: SandboxApiServ
     other_key = sandbox_api.new_key("client-test-other-tenant")
     node = n8n_local.install().node  # Node 24, as n8n runs; cached by version
     result = subprocess.run(
-        [str(node), "--test", "--test-reporter=spec", "client.test.mjs"],
+        [str(node), "--test", "--test-reporter=tap", "client.test.mjs"],
         cwd=CLIENT_TESTS,
         capture_output=True,
         text=True,
@@ -38,4 +38,4 @@ def test_n8ns_sandbox_client_against_the_sandbox_api(sandbox_api: SandboxApiServ
     )
     report = result.stdout + result.stderr
     assert result.returncode == 0, report
-    assert "ℹ fail 0" in report and "ℹ pass 10" in report, report
+    assert "# fail 0" in report and "# pass 10" in report, report
