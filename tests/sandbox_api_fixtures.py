@@ -107,11 +107,12 @@ class SandboxApiServer:
         raise AssertionError(f"{text!r} never logged")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def sandbox_api(
     tmp_path_factory: pytest.TempPathFactory, docker_client: docker.DockerClient
 ) -> Iterator[SandboxApiServer]:
-    """One service for a module's tests (a few sandboxes each; the owner is the module's)."""
+    """One service for the session's sandbox API tests (each makes its own sandboxes; the
+    owner is this service's alone)."""
     owner = f"test-sbxapi-{os.urandom(5).hex()}"
     server = SandboxApiServer(
         data_dir=tmp_path_factory.mktemp("sandbox-api"),
