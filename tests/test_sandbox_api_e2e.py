@@ -23,8 +23,7 @@ __all__ = ["sandbox_api"]
 
 FILE = "src/workflows/greet.workflow.ts"
 WORKFLOW_NAME = "Greeting built in an instance-ai sandbox"
-SOURCE = (
-    """import { workflow, node, trigger } from '@n8n/workflow-sdk';
+SOURCE = """import { workflow, node, trigger } from '@n8n/workflow-sdk';
 
 const start = trigger({
   type: 'n8n-nodes-base.manualTrigger',
@@ -38,15 +37,15 @@ const greet = node({
     name: 'Greet',
     position: [240, 0],
     parameters: {
-      assignments: { assignments: [{ id: 'a1', name: 'greeting', value: 'hello', type: 'string' }] },
+      assignments: {
+        assignments: [{ id: 'a1', name: 'greeting', value: 'hello', type: 'string' }],
+      },
     },
   },
 });
 
-export default workflow('greeting', '%s').add(start).to(greet);
-"""
-    % WORKFLOW_NAME
-)
+export default workflow('greeting', 'NAME').add(start).to(greet);
+""".replace("NAME", WORKFLOW_NAME)
 
 
 def _respond(request: dict[str, Any]) -> Turn:
