@@ -15,11 +15,13 @@ from rich.table import Table
 from sandbox.docker_engine import DockerHost, connect
 from sandbox.errors import SandboxError
 from sandbox.image.build import ImageBuilder
+from sandbox.kinds import SERVICE, THREAD, service_sandbox_id
 from server.logs import configure_logging
 from server.runtime.placements import Placements
 from server.runtime.sandboxes import connect_manager, docker_hosts, engine_name, sandbox_owner
 from server.settings import Settings, SettingsError, load_settings
 from server.store import Database
+from server.store.models import ServiceSandboxRow
 from server.store.threads import get_thread
 
 __all__ = [
@@ -119,13 +121,14 @@ def list_sandboxes(as_json: JsonOption = False) -> None:
     for host in docker_hosts(settings):
         try:
             manager = connect_manager(settings, owner=owner, host=host)
-            sandboxes = manager.provider.list_sandboxes()
+            sandboxes = manager.provider.list_sandboxes(every_kind=True)
             manager.engine.close()
         except SandboxError as exc:
             raise _fail(exc) from None
         rows += [
             {
                 "thread": s.thread_id,
+                "kind": s.kind,
                 "sandbox": s.sandbox_id,
                 "status": s.status,
                 "created": s.created_at.isoformat() if s.created_at else None,
@@ -137,7 +140,7 @@ def list_sandboxes(as_json: JsonOption = False) -> None:
     if as_json:
         out.print_json(data={"owner": owner, "sandboxes": rows})
         return
-    columns = ("thread", "sandbox", "status", "created", "image", "engine")
+    columns = ("thread", "kind", "sandbox", "status", "created", "image", "engine")
     table = Table(*columns)
     for row in rows:
         table.add_row(*(str(row[k] or "") for k in columns))
@@ -157,21 +160,35 @@ def garbage_collect(as_json: JsonOption = False) -> None:
                 async with db.session() as session:
                     return await get_thread(session, thread_id) is not None
 
+            async def service_sandbox_exists(key: str) -> bool:
+                sandbox = service_sandbox_id(key)
+                if sandbox is None:
+                    return False
+                async with db.session() as session:
+                    return await session.get(ServiceSandboxRow, sandbox) is not None
+
             owner = await sandbox_owner(settings, db)
             removed: dict[str, list[str]] = {
                 "removedSandboxes": [],
                 "removedVolumes": [],
                 "removedEgressDirs": [],
             }
+            kinds = ((THREAD, thread_exists), (SERVICE, service_sandbox_exists))
             for host in docker_hosts(settings):
-                manager = await asyncio.to_thread(
-                    connect_manager, settings, owner=owner, host=host, thread_exists=thread_exists
-                )
-                report = await manager.janitor()
-                manager.engine.close()
-                removed["removedSandboxes"] += report.removed_sandboxes
-                removed["removedVolumes"] += report.removed_volumes
-                removed["removedEgressDirs"] += report.removed_egress_dirs
+                for kind, exists in kinds:
+                    manager = await asyncio.to_thread(
+                        connect_manager,
+                        settings,
+                        owner=owner,
+                        host=host,
+                        thread_exists=exists,
+                        kind=kind,
+                    )
+                    report = await manager.janitor()
+                    manager.engine.close()
+                    removed["removedSandboxes"] += report.removed_sandboxes
+                    removed["removedVolumes"] += report.removed_volumes
+                    removed["removedEgressDirs"] += report.removed_egress_dirs
         finally:
             await db.close()
         return removed
@@ -191,7 +208,10 @@ def garbage_collect(as_json: JsonOption = False) -> None:
 
 @app.command("exec")
 def exec_command(
-    thread: Annotated[str, typer.Argument(help="thread id")],
+    thread: Annotated[
+        str,
+        typer.Argument(help="thread id, or sandbox-api/ID for a sandbox of the sandbox API"),
+    ],
     command: Annotated[
         list[str],
         typer.Argument(
@@ -209,17 +229,25 @@ def exec_command(
         target.buffer.write(data)
         target.flush()
 
+    kind = SERVICE if service_sandbox_id(thread) is not None else THREAD
+
     async def run() -> int:
         # A one-off command has no use for a warm pool.
         manager = await asyncio.to_thread(
             connect_manager,
-            settings.model_copy(update={"sandbox_pool_size": 0}),
+            settings.model_copy(update={"sandbox_pool_size": 0, "sandbox_api_pool_size": 0}),
             owner=await _owner(settings),
             host=await _thread_engine(settings, thread),
             reap_leftovers=False,  # the service's own commands may be running there
+            kind=kind,
         )
         result = await manager.run_command(
-            thread, command_line(command), timeout_s=timeout, on_output=show
+            thread,
+            command_line(command),
+            timeout_s=timeout,
+            workdir=kind.working_dir,
+            env=dict(kind.environment),
+            on_output=show,
         )
         if result.truncated:
             err.print(f"(output cut; the whole of it is in {result.full_output_path})")

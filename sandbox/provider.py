@@ -61,6 +61,7 @@ class SandboxInfo:
     image: str
     status: str
     created_at: datetime | None
+    kind: str = "thread"
     labels: dict[str, str] = field(default_factory=dict)
 
 
@@ -227,14 +228,15 @@ class SandboxProvider:
     def discard(self, container: ContainerInfo) -> None:
         self._remove(container, container.workspace_volume or "")
 
-    def list_sandboxes(self) -> list[SandboxInfo]:
-        """This owner's sandboxes of this kind that were given out (not the unclaimed pool)."""
-        pool_prefix = identity.pool_name(self.owner, "", self.kind.name)
+    def list_sandboxes(self, *, every_kind: bool = False) -> list[SandboxInfo]:
+        """This owner's sandboxes of this kind (`every_kind`: of any kind) that were given
+        out (not an unclaimed pool's)."""
         found = self.engine.containers({identity.LABEL_OWNER: self.owner})
         return [
             self._info(c)
             for c in found
-            if not c.name.startswith(pool_prefix) and self.kind.owns(c.labels)
+            if (every_kind or self.kind.owns(c.labels))
+            and not c.name.startswith(identity.pool_name(self.owner, "", _kind_of(c.labels)))
         ]
 
     def remove(self, info: SandboxInfo) -> None:
@@ -361,6 +363,7 @@ class SandboxProvider:
         return SandboxInfo(
             sandbox_id=sid,
             thread_id=labels.get(identity.LABEL_THREAD, ""),
+            kind=_kind_of(labels) or "thread",
             container_id=container.id,
             container_name=container.name,
             volume_name=container.workspace_volume or identity.volume_name(self.owner, sid),
@@ -369,6 +372,10 @@ class SandboxProvider:
             created_at=datetime.fromisoformat(created) if created else None,
             labels=dict(labels),
         )
+
+
+def _kind_of(labels: Mapping[str, str]) -> str:
+    return labels.get(identity.LABEL_KIND, "")
 
 
 def remove_egress_dir(root: Path | None, labels: Mapping[str, str]) -> None:

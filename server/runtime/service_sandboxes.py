@@ -338,8 +338,18 @@ class ServiceSandboxes:
     # -- idle ------------------------------------------------------------------------------
 
     async def _sweep_forever(self) -> None:
+        # Often enough for the shortest window to be kept within a third of it.
+        windows = [
+            w
+            for w in (
+                self.settings.sandbox_api_idle_stop_seconds,
+                self.settings.sandbox_api_idle_delete_seconds,
+            )
+            if w > 0
+        ]
+        interval = min([SWEEP_INTERVAL_S] + [max(0.5, w / 3) for w in windows])
         while True:
-            await asyncio.sleep(SWEEP_INTERVAL_S)
+            await asyncio.sleep(interval)
             try:
                 if self._leads():
                     await self.sweep()
