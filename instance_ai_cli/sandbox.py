@@ -19,6 +19,7 @@ from sandbox.kinds import SERVICE, THREAD, service_sandbox_id
 from server.logs import configure_logging
 from server.runtime.placements import Placements
 from server.runtime.sandboxes import connect_manager, docker_hosts, engine_name, sandbox_owner
+from server.runtime.service_sandboxes import service_keys
 from server.settings import Settings, SettingsError, load_settings
 from server.store import Database
 from server.store.models import ServiceSandboxRow
@@ -60,6 +61,15 @@ async def _owner(settings: Settings) -> str:
     db = await Database.open(settings.resolved_database_url)
     try:
         return await sandbox_owner(settings, db)
+    finally:
+        await db.close()
+
+
+async def _service_keys(settings: Settings) -> dict[str, str]:
+    """The sandbox API's sandboxes, by their containers' sandbox ids."""
+    db = await Database.open(settings.resolved_database_url)
+    try:
+        return await service_keys(db)
     finally:
         await db.close()
 
@@ -117,6 +127,7 @@ def list_sandboxes(as_json: JsonOption = False) -> None:
     """List this service's sandboxes (by its owner label)."""
     settings = _settings()
     owner = asyncio.run(_owner(settings))
+    keys = asyncio.run(_service_keys(settings))
     rows = []
     for host in docker_hosts(settings):
         try:
@@ -127,7 +138,7 @@ def list_sandboxes(as_json: JsonOption = False) -> None:
             raise _fail(exc) from None
         rows += [
             {
-                "thread": s.thread_id,
+                "thread": keys.get(s.sandbox_id, s.thread_id),
                 "kind": s.kind,
                 "sandbox": s.sandbox_id,
                 "status": s.status,
