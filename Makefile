@@ -10,9 +10,10 @@ SANDBOX_CACHE := .cache/sandbox
 .PHONY: run test setup system n8n contract client sandbox-client client-test sandbox-image lint typecheck proto proto-check bench clean
 
 ## run: set up, then serve on the embedded defaults (127.0.0.1:50051, SQLite, Docker sandboxes),
-## building the bundled example workflow through the API once serving and printing the result
+## building the bundled example workflow through the API once serving and printing the result;
+## the sandbox service API (n8n's sandbox provider) on 127.0.0.1:8080
 run: setup
-	$(BIN)/instance-ai serve --build-example examples/order-intake.workflow.ts
+	$(BIN)/instance-ai serve --sandbox-api 127.0.0.1:8080 --build-example examples/order-intake.workflow.ts
 
 ## test: set up everything the tests need, then lint, type-check and run the suite
 test: setup n8n contract client sandbox-client lint typecheck
@@ -92,6 +93,7 @@ bench: setup n8n
 	mkdir -p $(dir $(BENCH_SUMMARY)) && rm -f $(BENCH_SUMMARY)
 	$(BIN)/python -m bench.events
 	$(BIN)/python -m bench.sandbox
+	$(BIN)/python -m bench.sandbox_service
 	$(BIN)/python -m bench.build
 	$(BIN)/python -m bench.verify
 	$(BIN)/python -m bench.agent

@@ -1,0 +1,155 @@
+"""The sandbox service API (n8n's sandbox provider) through HTTP, each figure beside a baseline
+measured in the same run, and n8n's own published figures as the peer to beat.
+
+- create: a new sandbox from the warm pool (the API's `POST /sandboxes`) vs a cold create
+  (pool off) through the same API;
+- reconnect: `POST /sandboxes {id}` of an existing sandbox vs `GET /sandboxes/{id}`;
+- exec `true`: `POST .../executions` (the NDJSON stream to its exit) vs `docker exec true`;
+- write and read 10 KB: `PUT /files` and `GET /files/content` vs `docker exec` of `cat`;
+- list: `GET /files` of the workspace vs `docker exec ls`.
+
+n8n's figures (its `docs/performance.md`, Firecracker staging, p50): create 732 ms, exec
+82 ms, wake + exec 240 ms.
+
+    python -m bench.sandbox_service [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+
+from bench.server import bench_server
+from bench.summary import record
+
+KEY = "bench-sandbox-api-key"
+PAYLOAD = b"x" * 10 * 1024
+# n8n's own service, Firecracker staging, p50 (n8n-sandbox-service docs/performance.md).
+N8N_FIGURES = {"create": 732.0, "exec true": 82.0}
+
+
+async def timed(action: Callable[[], Awaitable[object]], rounds: int) -> list[float]:
+    samples = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        await action()
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def p(samples: list[float], q: float) -> float:
+    return statistics.quantiles(samples, n=100, method="inclusive")[int(q) - 1]
+
+
+def row(name: str, ours: list[float], base: list[float], baseline: str) -> str:
+    o50, b50 = statistics.median(ours), statistics.median(base)
+    peer = N8N_FIGURES.get(name)
+    note = f"baseline: {baseline}" + (f"; n8n's service p50: {peer:.0f} ms" if peer else "")
+    record("sandbox_service", name, o50, b50, "ms, p50", note=note)
+    return (
+        f"{name:<22} p50 {o50:>8.2f}  p95 {p(ours, 95):>8.2f}   baseline ({baseline}) p50 "
+        f"{b50:>8.2f}  {b50 / o50:>6.2f}x" + (f"   n8n: {peer:.0f} ms" if peer else "")
+    )
+
+
+def docker_exec(container: str, *argv: str, data: bytes | None = None) -> bytes:
+    return subprocess.run(
+        ["docker", "exec", *(["-i"] if data is not None else []), container, *argv],
+        input=data,
+        capture_output=True,
+        check=True,
+    ).stdout
+
+
+async def run(api: httpx.AsyncClient, sandbox: str, command: str) -> dict[str, Any]:
+    answer = await api.post(f"/sandboxes/{sandbox}/executions", json={"command": command})
+    answer.raise_for_status()
+    last: dict[str, Any] = json.loads(answer.text.splitlines()[-1])
+    if last.get("type") != "exit":
+        raise RuntimeError(f"no exit event: {answer.text[-300:]}")
+    return last
+
+
+async def measure(rounds: int) -> list[str]:
+    lines = []
+    settings = {
+        "sandbox_api_address": "127.0.0.1:0",
+        "sandbox_api_keys": [KEY],
+        "sandbox_api_pool_size": 2,
+    }
+    async with (
+        bench_server(**settings) as (app, _channel),
+        httpx.AsyncClient(base_url=app.sandbox_api_url or "", headers={"X-Api-Key": KEY}) as api,
+    ):
+        manager = app.parts.sandboxes.for_service(str(uuid.uuid4()))
+
+        async def create() -> None:
+            await manager.fill_pool()  # refilled between rounds: a pool member each time
+            started = time.perf_counter()
+            (await api.post("/sandboxes")).raise_for_status()
+            pooled.append((time.perf_counter() - started) * 1000)
+
+        pooled: list[float] = []
+        for _ in range(rounds):
+            await create()
+        manager.pool_size = 0
+        cold = await timed(lambda: api.post("/sandboxes"), rounds)
+        lines.append(row("create", pooled, cold, "cold create, pool off"))
+
+        sandbox = (await api.post("/sandboxes")).json()["id"]
+        await run(api, sandbox, "true")  # its worker and first exec warm
+        reconnect = await timed(lambda: api.post("/sandboxes", json={"id": sandbox}), rounds)
+        get = await timed(lambda: api.get(f"/sandboxes/{sandbox}"), rounds)
+        lines.append(row("reconnect", reconnect, get, "GET /sandboxes/{id}"))
+
+        # Docker names a container's host after its id.
+        hostname = {"path": "/etc/hostname"}
+        container = (await api.get(f"/sandboxes/{sandbox}/files/content", params=hostname)).text
+        container = container.strip()
+        ours = await timed(lambda: run(api, sandbox, "true"), rounds)
+        base = await timed(lambda: asyncio.to_thread(docker_exec, container, "true"), rounds)
+        lines.append(row("exec true", ours, base, "docker exec true"))
+
+        path = {"path": "/home/user/workspace/bench.txt"}
+        files = f"/sandboxes/{sandbox}/files"
+        ours = await timed(lambda: api.put(files, params=path, content=PAYLOAD), rounds)
+        target = "/home/user/workspace/bench-docker.txt"
+        base = await timed(
+            lambda: asyncio.to_thread(
+                docker_exec, container, "sh", "-c", f"cat > {target}", data=PAYLOAD
+            ),
+            rounds,
+        )
+        lines.append(row("write 10 KB", ours, base, "docker exec -i sh -c 'cat > f'"))
+        ours = await timed(lambda: api.get(f"{files}/content", params=path), rounds)
+        base = await timed(lambda: asyncio.to_thread(docker_exec, container, "cat", target), rounds)
+        lines.append(row("read 10 KB", ours, base, "docker exec cat"))
+        listing = {"path": "/home/user/workspace"}
+        ours = await timed(lambda: api.get(files, params=listing), rounds)
+        base = await timed(
+            lambda: asyncio.to_thread(docker_exec, container, "ls", "-la", listing["path"]),
+            rounds,
+        )
+        lines.append(row("list", ours, base, "docker exec ls -la"))
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=20)
+    args = parser.parse_args()
+    for line in asyncio.run(measure(args.rounds)):
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
