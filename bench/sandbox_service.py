@@ -5,6 +5,7 @@ measured in the same run, and n8n's own published figures as the peer to beat.
   (pool off) through the same API;
 - reconnect: `POST /sandboxes {id}` of an existing sandbox vs `GET /sandboxes/{id}`;
 - exec `true`: `POST .../executions` (the NDJSON stream to its exit) vs `docker exec true`;
+- wake + exec `true` after an idle stop vs `docker start` + `docker exec true`;
 - write and read 10 KB: `PUT /files` and `GET /files/content` vs `docker exec` of `cat`;
 - list: `GET /files` of the workspace vs `docker exec ls`.
 
@@ -34,7 +35,7 @@ from bench.summary import record
 KEY = "bench-sandbox-api-key"
 PAYLOAD = b"x" * 10 * 1024
 # n8n's own service, Firecracker staging, p50 (n8n-sandbox-service docs/performance.md).
-N8N_FIGURES = {"create": 732.0, "exec true": 82.0}
+N8N_FIGURES = {"create": 732.0, "exec true": 82.0, "wake + exec true": 240.0}
 
 
 async def timed(action: Callable[[], Awaitable[object]], rounds: int) -> list[float]:
@@ -118,6 +119,25 @@ async def measure(rounds: int) -> list[str]:
         ours = await timed(lambda: run(api, sandbox, "true"), rounds)
         base = await timed(lambda: asyncio.to_thread(docker_exec, container, "true"), rounds)
         lines.append(row("exec true", ours, base, "docker exec true"))
+
+        service = app.parts.service_sandboxes
+        assert service is not None
+        woken: list[float] = []
+        started_again: list[float] = []
+        for _ in range(max(3, rounds // 4)):
+            await service.stop(sandbox)
+            begun = time.perf_counter()
+            await run(api, sandbox, "true")
+            woken.append((time.perf_counter() - begun) * 1000)
+            await service.stop(sandbox)
+            begun = time.perf_counter()
+            await asyncio.to_thread(
+                subprocess.run, ["docker", "start", container], check=True, capture_output=True
+            )
+            await asyncio.to_thread(docker_exec, container, "true")
+            started_again.append((time.perf_counter() - begun) * 1000)
+            await run(api, sandbox, "true")  # the service takes it up again
+        lines.append(row("wake + exec true", woken, started_again, "docker start + docker exec"))
 
         path = {"path": "/home/user/workspace/bench.txt"}
         files = f"/sandboxes/{sandbox}/files"

@@ -32,6 +32,7 @@ __all__ = [
     "SIGKILLED",
     "CommandResult",
     "CommandRunner",
+    "JobCounter",
     "JobUidPool",
     "OutputCallback",
     "OutputCapture",
@@ -44,6 +45,9 @@ JOB_UID_COUNT = 10_000
 RESULTS_DIR = ".instance-ai/results"
 
 OutputCallback = Callable[[str, bytes], None]
+# How many processes a job uid has left in the container (the in-sandbox worker answers in
+# about a millisecond); None when it cannot tell.
+JobCounter = Callable[[int], int | None]
 # The exit code of a process killed by SIGKILL (128 + 9): its own OOM kill, or its sandbox's end.
 SIGKILLED = 137
 
@@ -133,10 +137,13 @@ class CommandRunner:
         env: dict[str, str] | None = None,
         cancel: threading.Event | None = None,
         on_output: OutputCallback | None = None,
+        job_processes: JobCounter | None = None,
     ) -> CommandResult:
-        """Run `command` with `sh -c`; block until it ends, times out or is cancelled."""
+        """Run `command` with `sh -c`; block until it ends, times out or is cancelled.
+        `job_processes`: asked after a normal exit, a job with nothing left needs no kill."""
         uid = self.uids.acquire()
         started = time.monotonic()
+        stopped: str | None = "not started"
         capture = OutputCapture(self.max_output_bytes, self.max_saved_bytes)
         try:
             attached = self.engine.exec_attached(
@@ -168,7 +175,8 @@ class CommandRunner:
         finally:
             # Also after a normal exit: background children must not outlive their command,
             # nor run on under a uid that goes back to the pool.
-            self._kill_job(container_id, uid)
+            if not (stopped is None and _nothing_left(job_processes, uid)):
+                self._kill_job(container_id, uid)
             self.uids.release(uid)
         timed_out = stopped == "timeout"
         return CommandResult(
@@ -227,6 +235,15 @@ class CommandRunner:
             tar.addfile(info, io.BytesIO(bytes(data)))
         self.engine.copy_in(container_id, WORKSPACE, archive.getvalue())
         return relative
+
+
+def _nothing_left(job_processes: JobCounter | None, uid: int) -> bool:
+    if job_processes is None:
+        return False
+    try:
+        return job_processes(uid) == 0
+    except Exception:  # any doubt: the kill script runs
+        return False
 
 
 def _pump(attached: Attached, chunks: Queue[tuple[str, bytes] | None]) -> None:

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 import structlog
 
 from sandbox import files
-from sandbox.commands import CommandResult, CommandRunner, OutputCallback
+from sandbox.commands import CommandResult, CommandRunner, JobCounter, OutputCallback
 from sandbox.egress import BRIDGE_PORT, MOUNT_POINT, EgressProxy
 from sandbox.engine import ContainerInfo
 from sandbox.errors import SandboxError, SandboxUnavailableError, WorkspaceFullError
@@ -216,8 +216,8 @@ class SandboxManager:
             await self.egress.listen(thread_id, directory)
 
     def _prepare(self, thread_id: str) -> ContainerInfo:
-        container = self.provider.ensure(thread_id)
-        if self.reap_leftovers:
+        container, started_now = self.provider.ensure_started(thread_id)
+        if self.reap_leftovers and not started_now:
             killed = self.runner.kill_leftovers(container.id)
             if killed:
                 log.warning("killed commands left running", thread=thread_id, job_uids=killed)
@@ -368,6 +368,7 @@ class SandboxManager:
                     env=env,
                     cancel=cancel,
                     on_output=on_output,
+                    job_processes=self._job_counter(entry),
                 )
             )
             try:
@@ -381,6 +382,19 @@ class SandboxManager:
             entry.running_commands -= 1
             entry.last_used = time.monotonic()
         return await self._say_when_full(container, result)
+
+    @staticmethod
+    def _job_counter(entry: _Entry) -> JobCounter | None:
+        """Asks the sandbox's worker how many processes a job has left (None: no worker)."""
+        worker = entry.worker
+        if worker is None or not worker.alive:
+            return None
+
+        def count(uid: int) -> int | None:
+            found = worker.call("jobProcesses", timeout_s=5.0, uid=uid)
+            return int(found["count"]) if isinstance(found, dict) else None
+
+        return count
 
     async def _say_when_full(
         self, container: ContainerInfo, result: CommandResult

@@ -112,6 +112,11 @@ class SandboxProvider:
     def ensure(self, thread_id: str) -> ContainerInfo:
         """The thread's running sandbox: found, restarted, or created (volume kept). One made
         with another egress layout is made again around the same workspace."""
+        return self.ensure_started(thread_id)[0]
+
+    def ensure_started(self, thread_id: str) -> tuple[ContainerInfo, bool]:
+        """`ensure`, and whether the container was started now (then nothing of an earlier
+        process can be running in it)."""
         sid = identity.sandbox_id(thread_id)
         container = self._find(sid)
         volume = identity.volume_name(self.owner, sid)
@@ -123,9 +128,9 @@ class SandboxProvider:
             container = self._create_container(
                 identity.container_name(self.owner, sid), volume, self._labels(thread_id, sid)
             )
-        if container.status != "running":
-            container = self.start(container)
-        return container
+        if container.status == "running":
+            return container, False
+        return self.start(container), True
 
     def start(self, container: ContainerInfo) -> ContainerInfo:
         """Start a created or stopped sandbox, its workspace filesystem mounted first (after

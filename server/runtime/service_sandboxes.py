@@ -377,11 +377,12 @@ class ServiceSandboxes:
                 await self._remove(record.id)
                 deleted.append(record.id)
             elif stop_s and idle >= stop_s and record.status == "running":
-                await self._stop(record.id)
+                await self.stop(record.id)
                 stopped.append(record.id)
         return {"stopped": stopped, "deleted": deleted}
 
-    async def _stop(self, sandbox_id: str) -> None:
+    async def stop(self, sandbox_id: str) -> None:
+        """Stop the sandbox (an idle stop): files kept, woken quietly by the next call."""
         # Recorded first: a request meanwhile then wakes it instead of taking it for a crash.
         async with self.db.session() as session, session.begin():
             await session.execute(

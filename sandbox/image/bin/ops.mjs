@@ -2,8 +2,8 @@
 // lines over one exec stream) and the one-shot runner (run-op.mjs, for when no worker runs).
 //
 // Operations: ping, stats, warm, read, write, strReplace, list, grep, compile, diagnose, toCode,
-// definition, materialize, execute, cancelExecution, outputSchema, and the fs* operations of
-// fsapi.mjs. File contents travel as
+// definition, materialize, execute, cancelExecution, outputSchema, jobProcesses, and the fs*
+// operations of fsapi.mjs. File contents travel as
 // base64 so any bytes survive. Every path is confined to the workspace and walked one
 // component at a time through open directory descriptors, never following a symlink (see
 // openDirectory).
@@ -789,7 +789,22 @@ export const handlers = {
   grep,
   // The sandbox service API's file operations (any path the sandbox user may reach).
   ...fsHandlers,
+  jobProcesses,
 };
+
+// How many processes a command's job uid still has (the host then skips its kill script when
+// none is left: one engine exec less per command). /proc/<pid>/status is readable by any user.
+async function jobProcesses({ uid }) {
+  if (!Number.isInteger(uid)) throw new WorkerError('protocol', 'jobProcesses takes a uid');
+  let count = 0;
+  for (const name of await fs.readdir('/proc')) {
+    if (!/^[0-9]+$/.test(name)) continue;
+    const status = await fs.readFile(`/proc/${name}/status`, 'utf8').catch(() => '');
+    const real = /^Uid:\s+(\d+)/m.exec(status);
+    if (real && Number(real[1]) === uid) count += 1;
+  }
+  return { count };
+}
 
 // One request object in, one reply object out (never throws).
 export async function handle(request) {
