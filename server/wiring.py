@@ -228,7 +228,7 @@ class Parts:
                 db,
                 sandboxes,
                 npm_registry=registry_url,
-                leads=lambda: replicas.is_leader,
+                replicas=replicas,
             )
             service_sandboxes.start()
         n8n = n8n_client(settings)

@@ -210,7 +210,7 @@ class SandboxApi:
 
     async def _exec(self, request: Request, tenant: str) -> Response:
         body = await _json_body(request, ExecBody)
-        execution = await self.sandboxes.exec(
+        exec_id, events = await self.sandboxes.exec(
             tenant,
             request.path_params["id"],
             command=body.command,
@@ -219,18 +219,17 @@ class SandboxApi:
             timeout_ms=body.timeout_ms,
             exec_id=body.exec_id,
         )
-        events = self.sandboxes.executions.follow(execution)
-        return _ndjson(events, {"X-Exec-Id": execution.exec_id})
+        return _ndjson(events, {"X-Exec-Id": exec_id})
 
     async def _follow(self, request: Request, tenant: str) -> Response:
         after = _int_param(request, "after", -1)
         follow = _bool_param(request, "follow", False)
-        execution = await self.sandboxes.execution(
-            tenant, request.path_params["id"], request.path_params["exec_id"]
+        exec_id = request.path_params["exec_id"]
+        events = await self.sandboxes.follow(
+            tenant, request.path_params["id"], exec_id, after=after, follow=follow
         )
-        events = self.sandboxes.executions.follow(execution, after=after, follow=follow)
         first = await anext(aiter(events), None)  # a 410 must be a status, not a cut stream
-        return _ndjson(_prepend(first, events), {"X-Exec-Id": execution.exec_id})
+        return _ndjson(_prepend(first, events), {"X-Exec-Id": exec_id})
 
     async def _kill(self, request: Request, tenant: str) -> Response:
         await self.sandboxes.kill(tenant, request.path_params["id"], request.path_params["exec_id"])

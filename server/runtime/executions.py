@@ -8,7 +8,8 @@ success, execution_time_ms, timed_out, killed}` or `error {error}`. Each executi
 most `max_buffer_bytes` of events (the oldest output goes first; a resume from before what is
 kept is `ExecutionGoneError`, HTTP 410), and a finished one is kept `retain_s`.
 
-This registry is the process's own: an execution is served by the process that runs it.
+This registry is the process's own: an execution is served by the process that runs it (other
+replicas ask it for the events: `ServiceSandboxes.follow`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,7 +27,7 @@ import structlog
 
 from sandbox.commands import CommandResult, OutputCallback
 from sandbox.errors import SandboxError
-from server.errors import NotFoundError, OutOfRangeError
+from server.errors import OutOfRangeError
 
 __all__ = ["Execution", "ExecutionGoneError", "Executions", "Runner"]
 
@@ -35,6 +37,10 @@ log = structlog.get_logger(__name__)
 Runner = Callable[[OutputCallback], Awaitable[CommandResult]]
 # The exit code of a process ended by SIGKILL (its tree killed at a deadline or by a delete).
 SIGKILLED = 137
+# Output is cut into events of at most this many characters: any event then fits a message
+# between replicas (a PostgreSQL notification holds 8,000 bytes, and JSON may escape a
+# character into six).
+MAX_EVENT_CHARS = 1024
 
 
 class ExecutionGoneError(OutOfRangeError):
@@ -83,8 +89,22 @@ class Execution:
             stream, codecs.getincrementaldecoder("utf-8")("replace")
         )
         text = decoder.decode(data)
-        if text:
-            self.add({"type": stream, "data": text}, limit)
+        for start in range(0, len(text), MAX_EVENT_CHARS):
+            self.add({"type": stream, "data": text[start : start + MAX_EVENT_CHARS]}, limit)
+
+    def after(self, seq: int, max_bytes: int) -> tuple[list[dict[str, Any]], bool]:
+        """The kept events after `seq` whose JSON fits `max_bytes` (at least one), and whether
+        all of them were taken. ExecutionGoneError when events after `seq` are no longer kept."""
+        if seq + 1 < self.first_kept_seq:
+            raise ExecutionGoneError("execution history is no longer retained")
+        taken: list[dict[str, Any]] = []
+        size = 0
+        for event in self.events[seq + 1 - self.first_kept_seq :]:
+            size += len(json.dumps(event))
+            if taken and size > max_bytes:
+                return taken, False
+            taken.append(event)
+        return taken, True
 
 
 class Executions:
@@ -92,13 +112,6 @@ class Executions:
         self.max_buffer_bytes = max_buffer_bytes
         self.retain_s = retain_s
         self._executions: dict[tuple[str, str], Execution] = {}
-
-    def get(self, sandbox_id: str, exec_id: str) -> Execution:
-        self._forget_old()
-        found = self._executions.get((sandbox_id, exec_id))
-        if found is None:
-            raise NotFoundError("execution not found")
-        return found
 
     def find(self, sandbox_id: str, exec_id: str) -> Execution | None:
         self._forget_old()
@@ -153,8 +166,7 @@ class Executions:
         self, execution: Execution, *, after: int = -1, follow: bool = True
     ) -> AsyncIterator[dict[str, Any]]:
         """The events after seq `after`; with `follow`, until the exit or error event."""
-        if after + 1 < execution.first_kept_seq:
-            raise ExecutionGoneError("execution history is no longer retained")
+        execution.after(after, 0)  # ExecutionGoneError before anything is streamed
         sent = after
         while True:
             changed = execution.changed

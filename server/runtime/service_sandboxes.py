@@ -23,7 +23,7 @@ import contextlib
 import posixpath
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -44,7 +44,8 @@ from server.errors import (
     NotFoundError,
     UnavailableError,
 )
-from server.runtime.executions import Execution, Executions
+from server.runtime.executions import ExecutionGoneError, Executions
+from server.runtime.replicas import Replicas
 from server.runtime.sandboxes import SandboxService
 from server.settings import Settings
 from server.store import Database
@@ -72,6 +73,13 @@ MAX_EXEC_ID_CHARS = 128
 # Activity is written down at most this often per sandbox (each write is a transaction).
 TOUCH_EVERY = timedelta(seconds=5)
 SWEEP_INTERVAL_S = 30.0
+# What replicas ask each other about executions (Replicas.ask), and how big an answer may be
+# (a PostgreSQL notification holds 8,000 bytes).
+ASK_EVENTS = "sandbox-api-exec-events"
+ASK_KILL = "sandbox-api-exec-kill"
+REPLY_BYTES = 6000
+# How often a follower on another replica asks for new events.
+REMOTE_POLL_S = 0.1
 
 
 class SandboxRestartedError(FailedPreconditionError):
@@ -125,14 +133,18 @@ class ServiceSandboxes:
         sandboxes: SandboxService,
         *,
         npm_registry: str | None = None,
-        leads: Callable[[], bool] = lambda: True,
+        replicas: Replicas | None = None,
     ) -> None:
         self.settings = settings
         self.db = db
         self.sandboxes = sandboxes
         self.executions = Executions()
         self._npm_registry = npm_registry
-        self._leads = leads
+        # The other replicas serve the executions they run (records and files are shared).
+        self._replicas = replicas
+        if replicas is not None:
+            replicas.handle(ASK_EVENTS, self._events_asked)
+            replicas.handle(ASK_KILL, self._kill_asked)
         self._touched: dict[str, datetime] = {}
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -284,9 +296,9 @@ class ServiceSandboxes:
         workdir: str,
         timeout_ms: int | None,
         exec_id: str | None,
-    ) -> Execution:
+    ) -> tuple[str, AsyncIterator[dict[str, Any]]]:
         """Start the command (`/bin/sh -c`), or follow the execution `exec_id` names when
-        it is known."""
+        it is known (here or on another replica): its id and its events."""
         if not command.strip():
             raise InvalidArgumentError("command is required")
         timeout = DEFAULT_TIMEOUT_MS if timeout_ms is None or timeout_ms == 0 else timeout_ms
@@ -297,10 +309,8 @@ class ServiceSandboxes:
         if exec_id is not None and not 0 < len(exec_id) <= MAX_EXEC_ID_CHARS:
             raise InvalidArgumentError(f"exec_id is 1-{MAX_EXEC_ID_CHARS} characters")
         if exec_id is not None:
-            known = self.executions.find(sandbox_id, exec_id)
-            if known is not None:
-                await self.get(tenant, sandbox_id)
-                return known
+            with contextlib.suppress(NotFoundError):
+                return exec_id, await self.follow(tenant, sandbox_id, exec_id)
         manager = await self.live(tenant, sandbox_id)
         # The kind's environment again: a container made before it changed keeps its own.
         environment = dict(SERVICE.environment)
@@ -319,16 +329,74 @@ class ServiceSandboxes:
                 on_output=on_output,
             )
 
-        return self.executions.start(sandbox_id, exec_id or str(uuid.uuid4()), run)
+        execution = self.executions.start(sandbox_id, exec_id or str(uuid.uuid4()), run)
+        return execution.exec_id, self.executions.follow(execution)
 
-    async def execution(self, tenant: str, sandbox_id: str, exec_id: str) -> Execution:
+    async def follow(
+        self, tenant: str, sandbox_id: str, exec_id: str, *, after: int = -1, follow: bool = True
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The execution's events after seq `after` (with `follow`, until it ends), from this
+        process or the replica that runs it. NotFoundError or ExecutionGoneError (the first
+        event may raise the latter) before anything is streamed."""
         await self.get(tenant, sandbox_id)
-        return self.executions.get(sandbox_id, exec_id)
+        local = self.executions.find(sandbox_id, exec_id)
+        if local is not None:
+            return self.executions.follow(local, after=after, follow=follow)
+        first = await self._ask_events(sandbox_id, exec_id, after)
+        return self._follow_remote(first, sandbox_id, exec_id, after, follow)
 
     async def kill(self, tenant: str, sandbox_id: str, exec_id: str) -> None:
-        """Kill an execution; never wakes a sandbox (a stopped one has no process left)."""
+        """Kill an execution (here, or on the replica that runs it); never wakes a sandbox (a
+        stopped one has no process left)."""
         await self.get(tenant, sandbox_id)
-        await self.executions.kill(sandbox_id, exec_id)
+        if self.executions.find(sandbox_id, exec_id) is not None or self._replicas is None:
+            await self.executions.kill(sandbox_id, exec_id)
+        else:
+            await self._replicas.ask(ASK_KILL, {"sandbox": sandbox_id, "exec_id": exec_id})
+
+    # -- executions on other replicas -----------------------------------------------------
+
+    async def _events_asked(self, args: dict[str, Any]) -> dict[str, Any] | None:
+        execution = self.executions.find(str(args["sandbox"]), str(args["exec_id"]))
+        if execution is None:
+            return None
+        try:
+            events, complete = execution.after(int(args["after"]), REPLY_BYTES)
+        except ExecutionGoneError:
+            return {"gone": True}
+        return {"events": events, "complete": complete, "done": execution.done}
+
+    async def _kill_asked(self, args: dict[str, Any]) -> bool:
+        await self.executions.kill(str(args["sandbox"]), str(args["exec_id"]))
+        return True
+
+    async def _ask_events(self, sandbox_id: str, exec_id: str, after: int) -> dict[str, Any]:
+        if self._replicas is not None:
+            args = {"sandbox": sandbox_id, "exec_id": exec_id, "after": after}
+            for answer in await self._replicas.ask(ASK_EVENTS, args):
+                if isinstance(answer, dict) and answer.get("gone"):
+                    raise ExecutionGoneError("execution history is no longer retained")
+                if isinstance(answer, dict):
+                    return answer
+        raise NotFoundError("execution not found")
+
+    async def _follow_remote(
+        self, answer: dict[str, Any], sandbox_id: str, exec_id: str, after: int, follow: bool
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Another replica's execution, asked for its next events until it ends (a replica
+        that went away ends the stream without an exit: the client sees it unfinished)."""
+        while True:
+            for event in answer["events"]:
+                after = event["seq"]
+                yield event
+            if answer["complete"] and (answer["done"] or not follow):
+                return
+            if answer["complete"]:
+                await asyncio.sleep(REMOTE_POLL_S)
+            try:
+                answer = await self._ask_events(sandbox_id, exec_id, after)
+            except (NotFoundError, ExecutionGoneError):
+                return
 
     async def file_op(self, tenant: str, sandbox_id: str, op: str, **args: Any) -> Any:
         """One of fsapi.mjs's operations (fsRead, fsWrite, ...) in the sandbox, as its user."""
@@ -353,7 +421,7 @@ class ServiceSandboxes:
         while True:
             await asyncio.sleep(interval)
             try:
-                if self._leads():
+                if self._replicas is None or self._replicas.is_leader:
                     await self.sweep()
             except (SandboxError, UnavailableError) as exc:
                 log.warning("service sandbox sweep failed", error=str(exc))
