@@ -117,7 +117,7 @@ def sandbox_api(
     server = SandboxApiServer(
         data_dir=tmp_path_factory.mktemp("sandbox-api"),
         owner=owner,
-        env={"INSTANCE_AI_SANDBOX_API_MAX_INFLIGHT": "8"},
+        env={"INSTANCE_AI_SANDBOX_API_MAX_INFLIGHT": "32"},
     ).start()
     yield server
     server.stop()

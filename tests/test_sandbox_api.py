@@ -108,7 +108,7 @@ async def test_bad_requests_say_what_to_change_and_leave_nothing(
 async def test_requests_past_the_in_flight_limit_get_429_with_retry_after(
     api: httpx.AsyncClient, sandbox: str
 ) -> None:
-    # The service under test allows 8 requests in flight per sandbox.
+    # The service under test allows 32 requests in flight per sandbox.
     held = asyncio.Event()
     opened = 0
 
@@ -118,12 +118,12 @@ async def test_requests_past_the_in_flight_limit_get_429_with_retry_after(
         async with api.stream("POST", f"/sandboxes/{sandbox}/executions", json=body) as r:
             assert r.status_code == 200
             opened += 1
-            if opened == 8:
+            if opened == 32:
                 held.set()
             async for _ in r.aiter_lines():
                 pass
 
-    streams = [asyncio.create_task(hold()) for _ in range(8)]
+    streams = [asyncio.create_task(hold()) for _ in range(32)]
     await asyncio.wait_for(held.wait(), 60)
     busy = await api.get(f"/sandboxes/{sandbox}/stat", params={"path": "/home/user"})
     assert "in flight" in error_of(busy, 429)
