@@ -23,11 +23,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import posixpath
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -92,6 +94,9 @@ THREAD_LOAD_S = 120.0
 WARM_TIMEOUT_S = 60.0
 
 ThreadPredicate = Callable[[str], Awaitable[bool]]
+# Commands block a thread each while they run (up to their deadline): they get threads of
+# their own, made as needed, never the loop's default pool that engine calls share.
+_COMMAND_THREADS = ThreadPoolExecutor(max_workers=1024, thread_name_prefix="sandbox-command")
 T = TypeVar("T")
 
 
@@ -358,18 +363,21 @@ class SandboxManager:
         cancel = threading.Event()
         entry.running_commands += 1
         try:
+            run = functools.partial(
+                self.runner.run,
+                container.id,
+                command,
+                timeout_s=timeout_s or self.default_timeout_s,
+                cwd=directory,
+                env=env,
+                cancel=cancel,
+                on_output=on_output,
+                job_processes=self._job_counter(entry),
+            )
+            # A thread of its own for as long as the command runs: in the loop's default
+            # pool (cpu + 4 threads) a few long commands would hold up every engine call.
             task = asyncio.ensure_future(
-                _call(
-                    self.runner.run,
-                    container.id,
-                    command,
-                    timeout_s=timeout_s or self.default_timeout_s,
-                    cwd=directory,
-                    env=env,
-                    cancel=cancel,
-                    on_output=on_output,
-                    job_processes=self._job_counter(entry),
-                )
+                asyncio.get_running_loop().run_in_executor(_COMMAND_THREADS, run)
             )
             try:
                 result = await asyncio.shield(task)

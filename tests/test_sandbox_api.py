@@ -114,7 +114,7 @@ async def test_requests_past_the_in_flight_limit_get_429_with_retry_after(
 
     async def hold() -> None:
         nonlocal opened
-        body = {"command": "sleep 4", "timeout_ms": 30000}
+        body = {"command": "sleep 60", "timeout_ms": 90000}
         async with api.stream("POST", f"/sandboxes/{sandbox}/executions", json=body) as r:
             assert r.status_code == 200
             opened += 1
@@ -130,7 +130,12 @@ async def test_requests_past_the_in_flight_limit_get_429_with_retry_after(
     assert busy.headers["retry-after"] == "1"
     # Another sandbox is not held back by this one's load, nor is the list.
     assert (await api.get("/sandboxes")).status_code == 200
-    await asyncio.gather(*streams)
+    # A stream that ends (here: its client leaves) gives its place back; the commands go on
+    # until the sandbox is deleted.
+    for stream in streams:
+        stream.cancel()
+    await asyncio.gather(*streams, return_exceptions=True)
+    await asyncio.sleep(0.5)
     after = await api.get(f"/sandboxes/{sandbox}/stat", params={"path": "/home/user"})
     assert after.status_code == 200
 
