@@ -24,11 +24,11 @@ import statistics
 import subprocess
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 
+from bench.sandbox import timed
 from bench.server import bench_server
 from bench.summary import record
 
@@ -36,15 +36,6 @@ KEY = "bench-sandbox-api-key"
 PAYLOAD = b"x" * 10 * 1024
 # n8n's own service, Firecracker staging, p50 (n8n-sandbox-service docs/performance.md).
 N8N_FIGURES = {"create": 732.0, "exec true": 82.0, "wake + exec true": 240.0}
-
-
-async def timed(action: Callable[[], Awaitable[object]], rounds: int) -> list[float]:
-    samples = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        await action()
-        samples.append((time.perf_counter() - started) * 1000)
-    return samples
 
 
 def p(samples: list[float], q: float) -> float:
