@@ -420,10 +420,11 @@ class Settings(BaseSettings):
         "non-public address (an internal registry mirror); `npm` stands for the host of "
         "`npm config get registry` on this machine, read at start",
     )
-    sandbox_api_npm_registry: str | None = Field(
-        None,
-        description="the npm registry commands in service sandboxes use (npm_config_registry); "
-        "`npm`: the one `npm config get registry` names on this machine. Its host is trusted",
+    sandbox_api_npm_registry: str = Field(
+        "npm",
+        description="the npm registry commands in service sandboxes use (npm_config_registry), "
+        "its host trusted; `npm` (default): the one `npm config get registry` names on this "
+        "machine, when npm is installed; empty: none (npm's own default, not trusted)",
     )
     sandbox_api_max_inflight: int = Field(
         64, ge=1, le=10_000, description="requests in flight per service sandbox before 429"

@@ -64,7 +64,6 @@ class SandboxApiServer:
             **docker_env(self.owner),
             "INSTANCE_AI_DATA_DIR": str(self.data_dir),
             "INSTANCE_AI_SANDBOX_API_KEYS": STATIC_KEY,
-            "INSTANCE_AI_SANDBOX_API_NPM_REGISTRY": "npm",
             "INSTANCE_AI_SANDBOX_API_POOL_SIZE": "1",
             **self.env,
         }

@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import structlog
+
 from sandbox.egress import EgressDenied, Policy
 from server.domain.egress import EgressRefused, check
 from server.runtime.hitl import Hitl
@@ -31,6 +33,8 @@ __all__ = [
     "service_egress_policy",
     "trusted_hosts",
 ]
+
+log = structlog.get_logger(__name__)
 
 # In the settings: the registry this machine's npm uses (`npm config get registry`).
 NPM_REGISTRY = "npm"
@@ -75,12 +79,11 @@ def npm_registry(settings: Settings) -> str | None:
     machine's npm is configured with (read now, never written down)."""
     configured = settings.sandbox_api_npm_registry
     if configured != NPM_REGISTRY:
-        return configured
+        return configured or None
     npm = shutil.which("npm")
     if npm is None:
-        raise SettingsError(
-            "sandbox_api_npm_registry is `npm`, but npm is not installed on this machine"
-        )
+        log.warning("no npm on this machine: service sandboxes use npm's default registry")
+        return None
     found = subprocess.run(
         [npm, "config", "get", "registry"], capture_output=True, text=True, timeout=30, check=False
     ).stdout.strip()
