@@ -35,6 +35,7 @@ from server.runtime.service_sandboxes import (
     SandboxRestartedError,
     ServiceSandboxes,
 )
+from server.store.database import storage_failure
 
 __all__ = ["SandboxApi"]
 
@@ -136,10 +137,10 @@ class SandboxApi:
         """The handler with the caller's tenant, every error answered in n8n's shape."""
 
         async def route(request: Request) -> Response:
-            tenant = await self.keys.tenant_of(request.headers.get("x-api-key", ""))
-            if tenant is None:
-                return _error(401, "missing or invalid API key: send X-Api-Key")
             try:
+                tenant = await self.keys.tenant_of(request.headers.get("x-api-key", ""))
+                if tenant is None:
+                    return _error(401, "missing or invalid API key: send X-Api-Key")
                 return await handler(request, tenant)
             except Exception as exc:
                 return _answer_error(exc)
@@ -399,6 +400,9 @@ def _answer_error(exc: Exception) -> Response:
             status_code=409,
             headers={"X-Sandbox-Restarted": "1"},
         )
+    stored = storage_failure(exc)
+    if stored is not None:  # the database cannot be used: transient, as on gRPC
+        return _error(503, str(stored))
     if isinstance(exc, sandbox_errors.FileOperationError):
         return _error(FILE_STATUS.get(exc.code, 400), str(exc))
     for kind, status in _STATUS:
