@@ -18,8 +18,13 @@ from sandbox.image.build import ImageBuilder
 from sandbox.kinds import SERVICE, THREAD, service_sandbox_id
 from server.logs import configure_logging
 from server.runtime.placements import Placements
-from server.runtime.sandboxes import connect_manager, docker_hosts, engine_name, sandbox_owner
-from server.runtime.service_sandboxes import service_keys
+from server.runtime.sandboxes import (
+    connect_manager,
+    docker_hosts,
+    engine_name,
+    sandbox_owner,
+    service_keys,
+)
 from server.settings import Settings, SettingsError, load_settings
 from server.store import Database
 from server.store.models import ServiceSandboxRow
@@ -184,16 +189,24 @@ def garbage_collect(as_json: JsonOption = False) -> None:
                 "removedVolumes": [],
                 "removedEgressDirs": [],
             }
-            kinds = ((THREAD, thread_exists), (SERVICE, service_sandbox_exists))
+
+            async def claimed_service_sandbox_exists(sid: str) -> bool:
+                return sid in await service_keys(db)
+
+            kinds = (
+                (THREAD, {"thread_exists": thread_exists}),
+                (
+                    SERVICE,
+                    {
+                        "thread_exists": service_sandbox_exists,
+                        "claimed_exists": claimed_service_sandbox_exists,
+                    },
+                ),
+            )
             for host in docker_hosts(settings):
-                for kind, exists in kinds:
+                for kind, predicates in kinds:
                     manager = await asyncio.to_thread(
-                        connect_manager,
-                        settings,
-                        owner=owner,
-                        host=host,
-                        thread_exists=exists,
-                        kind=kind,
+                        connect_manager, settings, owner=owner, host=host, kind=kind, **predicates
                     )
                     report = await manager.janitor()
                     manager.engine.close()

@@ -139,6 +139,7 @@ class SandboxManager:
         max_age: timedelta | None = None,
         is_busy: ThreadPredicate | None = None,
         thread_exists: ThreadPredicate | None = None,
+        claimed_exists: ThreadPredicate | None = None,
         max_file_bytes: int = files.DEFAULT_MAX_FILE_BYTES,
         default_timeout_s: float = 300.0,
         use_worker: bool = True,
@@ -160,6 +161,9 @@ class SandboxManager:
         self.max_age = max_age
         self.is_busy = is_busy or _never
         self.thread_exists = thread_exists or _always
+        # Whether a sandbox claimed from the pool (no thread label: its id is in its name)
+        # still belongs to someone; None: only the age limit removes such a sandbox.
+        self.claimed_exists = claimed_exists
         self.max_file_bytes = max_file_bytes
         self.default_timeout_s = default_timeout_s
         self.use_worker = use_worker
@@ -816,9 +820,12 @@ class SandboxManager:
         entry = self._entries.get(info.thread_id)
         if entry is not None and entry.running_commands:
             return False
-        # A claimed pool sandbox has no thread label (labels are fixed at creation): only
-        # thread deletion and the age limit remove it.
+        # A claimed pool sandbox has no thread label (labels are fixed at creation): its
+        # name's sandbox id is asked about instead, where the owner of ids can answer.
         if info.thread_id and not await self.thread_exists(info.thread_id):
+            return True
+        claimed_exists = self.claimed_exists
+        if not info.thread_id and claimed_exists and not await claimed_exists(info.sandbox_id):
             return True
         if self.max_age is None or info.created_at is None:
             return False

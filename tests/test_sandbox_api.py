@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import sqlite3
 import subprocess
 import time
 import uuid
@@ -16,10 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import docker.errors
 import httpx
 import pytest
 
+from sandbox import identity
 from sandbox.kinds import service_key
+from server.settings import DATABASE_FILE_NAME
 from tests.engine_proxy import engine_proxy
 from tests.sandbox_api_fixtures import STATIC_KEY, SandboxApiServer, sandbox_api
 from tests.sandbox_fixtures import remove_owned
@@ -365,3 +369,35 @@ async def test_a_service_restarted_mid_exec_loses_no_sandbox(own_server: Sandbox
         error_of(await api.get(f"/sandboxes/{sandbox_id}/executions/long-one"), 404)
         left = await run(api, sandbox_id, "ps -eo args | grep -c '[s]leep 97' || true")
         assert left["stdout"].strip() == "0"
+
+
+@pytest.mark.timeout(240)
+async def test_gc_removes_a_pool_claimed_sandbox_whose_record_is_gone(
+    own_server: SandboxApiServer, docker_client: docker.DockerClient
+) -> None:
+    own_server.env |= {"INSTANCE_AI_SANDBOX_API_POOL_SIZE": "1"}
+    own_server.start()
+    pooled = {"label": [f"{identity.LABEL_OWNER}={own_server.owner}", identity.LABEL_POOL]}
+
+    async def pool_ready() -> bool:
+        return bool(docker_client.containers.list(filters=pooled))
+
+    await wait_for(pool_ready)
+    async with httpx.AsyncClient(base_url=own_server.url, headers=KEY, timeout=60) as api:
+        lost, kept = str(uuid.uuid4()), str(uuid.uuid4())
+        await api.post("/sandboxes", json={"id": lost})  # claims the pool member
+        await api.post("/sandboxes", json={"id": kept})
+        lost_host = (await run(api, lost, "cat /etc/hostname"))["stdout"].strip()
+        kept_host = (await run(api, kept, "cat /etc/hostname"))["stdout"].strip()
+    # Claimed from the pool: its labels are the pool's, only its name says whose it is.
+    assert docker_client.containers.get(lost_host).labels[identity.LABEL_THREAD] == ""
+    own_server.stop()
+    # Its record goes as a delete's would while the engine was away (the container stayed).
+    with sqlite3.connect(own_server.data_dir / DATABASE_FILE_NAME) as db:
+        db.execute("DELETE FROM service_sandboxes WHERE id = ?", (lost,))
+    collected = own_server.cli("sandbox", "gc", "--json")
+    assert collected.returncode == 0, collected.stderr
+    assert json.loads(collected.stdout)["removedSandboxes"]
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.containers.get(lost_host)
+    assert docker_client.containers.get(kept_host).status == "running"

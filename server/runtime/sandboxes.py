@@ -23,7 +23,7 @@ from sandbox.egress import EgressProxy
 from sandbox.engine import ContainerEngine, SandboxLimits
 from sandbox.errors import SandboxError, SandboxOwnerInUseError
 from sandbox.identity import sandbox_id
-from sandbox.kinds import SERVICE, THREAD, SandboxKind, service_sandbox_id
+from sandbox.kinds import SERVICE, THREAD, SandboxKind, service_key, service_sandbox_id
 from sandbox.lease import OwnerLease
 from sandbox.local_engine import LocalEngine
 from sandbox.manager import SandboxManager, ThreadPredicate
@@ -53,6 +53,7 @@ __all__ = [
     "docker_hosts",
     "engine_name",
     "sandbox_owner",
+    "service_keys",
 ]
 
 log = structlog.get_logger(__name__)
@@ -160,6 +161,7 @@ class SandboxService:
                     owner=owner,
                     kind=SERVICE,
                     thread_exists=self._service_sandbox_exists,
+                    claimed_exists=self._claimed_service_sandbox_exists,
                     egress=self._service_egress if local else None,
                     reap_leftovers=alone,
                     adopt_pool=alone,
@@ -305,6 +307,11 @@ class SandboxService:
         async with self.db.session() as session:
             return await session.get(ServiceSandboxRow, sandbox) is not None
 
+    async def _claimed_service_sandbox_exists(self, sid: str) -> bool:
+        """For a service manager's janitor: a sandbox claimed from the pool (named by its
+        sandbox id alone) still has a record."""
+        return sid in await service_keys(self.db)
+
     async def _is_busy(self, thread_id: str) -> bool:
         async with self.db.session() as session:
             open_run = await session.execute(
@@ -313,6 +320,14 @@ class SandboxService:
                 .limit(1)
             )
             return open_run.first() is not None
+
+
+async def service_keys(db: Database) -> dict[str, str]:
+    """Every service sandbox's manager key by its container's sandbox id: a sandbox claimed
+    from the pool keeps the pool's labels, and only its name says whose it is."""
+    async with db.session() as session:
+        ids = await session.scalars(select(ServiceSandboxRow.id))
+        return {sandbox_id(service_key(i)): service_key(i) for i in ids}
 
 
 def build_local(settings: Settings, *, owner: str) -> SandboxManager:
@@ -367,6 +382,7 @@ def build_manager(
     owner: str,
     is_busy: ThreadPredicate | None = None,
     thread_exists: ThreadPredicate | None = None,
+    claimed_exists: ThreadPredicate | None = None,
     egress: EgressProxy | None = None,
     reap_leftovers: bool = True,
     adopt_pool: bool = True,
@@ -413,6 +429,7 @@ def build_manager(
             default_timeout_s=s.sandbox_command_timeout_seconds,
             pool_size=s.sandbox_api_pool_size,
             thread_exists=thread_exists,
+            claimed_exists=claimed_exists,
             egress=egress,
             reap_leftovers=reap_leftovers,
             adopt_pool=adopt_pool,

@@ -35,7 +35,6 @@ from sqlalchemy.exc import IntegrityError
 from sandbox.commands import OutputCallback
 from sandbox.engine import HOME_DIR
 from sandbox.errors import SandboxError
-from sandbox.identity import sandbox_id
 from sandbox.kinds import SERVICE, service_key, service_sandbox_id
 from sandbox.manager import SandboxManager
 from server.errors import (
@@ -59,7 +58,6 @@ __all__ = [
     "SandboxRestartedError",
     "ServiceSandboxes",
     "sandbox_egress",
-    "service_keys",
 ]
 
 log = structlog.get_logger(__name__)
@@ -477,11 +475,3 @@ async def sandbox_egress(db: Database, key: str) -> str:
     async with db.session() as session:
         row = await session.get(ServiceSandboxRow, sandbox_id)
         return row.egress if row is not None else "none"
-
-
-async def service_keys(db: Database) -> dict[str, str]:
-    """Every service sandbox's manager key by its container's sandbox id: a sandbox claimed
-    from the pool keeps the pool's labels, and only its name says whose it is."""
-    async with db.session() as session:
-        ids = await session.scalars(select(ServiceSandboxRow.id))
-        return {sandbox_id(service_key(i)): service_key(i) for i in ids}
