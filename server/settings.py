@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -164,6 +165,10 @@ def default_data_dir() -> Path:
     """`$XDG_DATA_HOME/instance-ai`, or `~/.local/share/instance-ai`."""
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "instance-ai"
+
+
+# A host to listen on: a name, an IPv4 address, or an IPv6 address in brackets.
+HOST = re.compile(r"\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+")
 
 
 class Settings(BaseSettings):
@@ -395,7 +400,6 @@ class Settings(BaseSettings):
     )
     sandbox_api_address: str | None = Field(
         None,
-        pattern=r"^[^\s:]+:[0-9]{1,5}$",
         description="host:port of the sandbox service API (what n8n's @n8n/sandbox-client "
         "speaks); unset: off, port 0: any free port (logged). TLS as the gRPC port's",
     )
@@ -526,6 +530,16 @@ class Settings(BaseSettings):
         if len(set(urls)) != len(urls):
             raise ValueError("each engine may be listed once")
         return hosts
+
+    @field_validator("sandbox_api_address")
+    @classmethod
+    def _host_and_port(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        host, _, port = value.rpartition(":")
+        if not host or not HOST.fullmatch(host) or not port.isdigit() or int(port) > 65535:
+            raise ValueError("give host:port, e.g. 127.0.0.1:8080, [::1]:8080 or 0.0.0.0:0")
+        return value
 
     @field_validator("database_url")
     @classmethod

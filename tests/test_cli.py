@@ -99,6 +99,7 @@ async def populate(data_dir: Path, thread_id: str, count: int) -> None:
         ([], {"INSTANCE_AI_API_KEYS_FILE": "/no/such/file"}, "api_keys_file"),
         ([], {"INSTANCE_AI_TLS_CERT_FILE": "/etc/hostname"}, "tls_key_file"),
         (["--config", "/no/such/config.toml"], {}, "config file /no/such/config.toml"),
+        (["--sandbox-api", "nowhere"], {}, "sandbox_api_address (INSTANCE_AI_SANDBOX_API_ADDRESS)"),
     ],
 )
 def test_a_bad_setting_exits_2_naming_the_setting(
