@@ -380,9 +380,12 @@ async def test_gc_removes_a_pool_claimed_sandbox_whose_record_is_gone(
     pooled = {"label": [f"{identity.LABEL_OWNER}={own_server.owner}", identity.LABEL_POOL]}
 
     async def pool_ready() -> bool:
-        return bool(docker_client.containers.list(filters=pooled))
+        # Ready once its worker runs (the last step of warming it, just before it is pooled).
+        members = docker_client.containers.list(filters=pooled)
+        return any("worker.mjs" in str(member.top()["Processes"]) for member in members)
 
     await wait_for(pool_ready)
+    await asyncio.sleep(1)
     async with httpx.AsyncClient(base_url=own_server.url, headers=KEY, timeout=60) as api:
         lost, kept = str(uuid.uuid4()), str(uuid.uuid4())
         await api.post("/sandboxes", json={"id": lost})  # claims the pool member
