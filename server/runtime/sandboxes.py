@@ -418,6 +418,12 @@ def build_manager(
         kind=kind,
     )
     log.info("sandboxes ready", image=image, owner=owner, kind=kind.name or "thread")
+    shared: dict[str, Any] = {
+        "thread_exists": thread_exists,
+        "egress": egress,
+        "reap_leftovers": reap_leftovers,
+        "adopt_pool": adopt_pool,
+    }
     if kind.name == SERVICE.name:
         # n8n's service: the whole output streamed (16 MiB kept per execution), no age
         # limit (idle stop and delete end them), its own pool.
@@ -428,22 +434,10 @@ def build_manager(
             max_file_bytes=s.sandbox_api_max_file_bytes,
             default_timeout_s=s.sandbox_command_timeout_seconds,
             pool_size=s.sandbox_api_pool_size,
-            thread_exists=thread_exists,
             claimed_exists=claimed_exists,
-            egress=egress,
-            reap_leftovers=reap_leftovers,
-            adopt_pool=adopt_pool,
+            **shared,
         )
-    return _manager_over(
-        s,
-        provider,
-        pool_size=s.sandbox_pool_size,
-        is_busy=is_busy,
-        thread_exists=thread_exists,
-        egress=egress,
-        reap_leftovers=reap_leftovers,
-        adopt_pool=adopt_pool,
-    )
+    return _manager_over(s, provider, pool_size=s.sandbox_pool_size, is_busy=is_busy, **shared)
 
 
 def _manager_over(settings: Settings, provider: SandboxProvider, **options: Any) -> SandboxManager:
