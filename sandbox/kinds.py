@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from sandbox.engine import HOME_DIR
 from sandbox.identity import LABEL_KIND
 from sandbox.image.rootfs import WORKSPACE
+from sandbox.image.tools import CA_BUNDLE
 
 __all__ = [
     "SERVICE",
@@ -40,8 +41,6 @@ SERVICE_PATH = (
     f"{HOME_DIR}/venv/bin:{HOME_DIR}/.npm-global/bin:/opt/node24/bin:"
     "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
-# The image's copy of the host's CA bundle (sandbox/image/tools.py).
-CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +75,7 @@ SERVICE = SandboxKind(
         # Node reads only its own CA list; the image carries the host's bundle (an operator's
         # own CA, for a registry mirror that intercepts TLS, is in it), which curl and
         # Python read already.
-        "NODE_EXTRA_CA_CERTS": CA_BUNDLE,
+        "NODE_EXTRA_CA_CERTS": str(CA_BUNDLE),
     },
     seeded=False,
     warm_toolchain=False,

@@ -56,7 +56,6 @@ class Execution:
     next_seq: int = 0
     kept_bytes: int = 0
     finished_at: float | None = None
-    killed: bool = False
     task: asyncio.Task[None] | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     _decoders: dict[str, codecs.IncrementalDecoder] = field(default_factory=dict)
@@ -138,7 +137,6 @@ class Executions:
             result = await run(on_output)
         except asyncio.CancelledError:
             # Killed by a delete: the tree is dead once the runner returns (it waits for it).
-            execution.killed = True
             execution.add(_exit(SIGKILLED, 0, timed_out=False, killed=True), limit)
             raise
         except SandboxError as exc:
