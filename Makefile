@@ -15,9 +15,12 @@ SANDBOX_CACHE := .cache/sandbox
 run: setup
 	$(BIN)/instance-ai serve --sandbox-api 127.0.0.1:8080 --build-example examples/order-intake.workflow.ts
 
-## test: set up everything the tests need, then lint, type-check and run the suite
+## test: set up everything the tests need, then lint, type-check and run the suite (its
+## sandboxes under the default runtime, gVisor here), then the attack and fault suites again
+## under the other runtime (runc)
 test: setup n8n contract client sandbox-client lint typecheck
 	$(BIN)/pytest
+	INSTANCE_AI_SANDBOX_RUNTIME=runc $(BIN)/pytest -m "attack or fault"
 
 setup: system $(INSTALLED) sandbox-image
 

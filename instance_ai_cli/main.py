@@ -49,6 +49,7 @@ from instance_ai_cli.mcp import gateway, mcp
 from instance_ai_cli.n8n import app as n8n_app
 from instance_ai_cli.sandbox import app as sandbox_app
 from instance_ai_cli.sandbox_api import app as sandbox_api_app
+from server.api.server import RUNTIME_HEALTH_PREFIX
 from server.app import Application
 from server.errors import InstanceAIError
 from server.logs import configure_logging
@@ -196,6 +197,10 @@ def health(
         out.print(f"{server}: [{colour}]{report['status']}[/]")
         for name, status in report["services"].items():
             out.print(f"  {name}: {status}")
+            if name.startswith(RUNTIME_HEALTH_PREFIX) and status != "SERVING":
+                out.print(
+                    "    [yellow]no gVisor on that engine: its sandboxes share the host's kernel[/]"
+                )
     if not serving:
         raise typer.Exit(EXIT_FAILURE)
 

@@ -149,6 +149,7 @@ def list_sandboxes(as_json: JsonOption = False) -> None:
                 "status": s.status,
                 "created": s.created_at.isoformat() if s.created_at else None,
                 "image": s.image,
+                "runtime": s.runtime,
                 "engine": engine_name(host),
             }
             for s in sandboxes
@@ -156,7 +157,7 @@ def list_sandboxes(as_json: JsonOption = False) -> None:
     if as_json:
         out.print_json(data={"owner": owner, "sandboxes": rows})
         return
-    columns = ("thread", "kind", "sandbox", "status", "created", "image", "engine")
+    columns = ("thread", "kind", "sandbox", "status", "created", "image", "runtime", "engine")
     table = Table(*columns)
     for row in rows:
         table.add_row(*(str(row[k] or "") for k in columns))

@@ -12,6 +12,7 @@ is written into the workspace when it was cut, and its path returned so it can b
 
 from __future__ import annotations
 
+import functools
 import io
 import tarfile
 import threading
@@ -33,6 +34,7 @@ __all__ = [
     "CommandResult",
     "CommandRunner",
     "JobCounter",
+    "JobLimits",
     "JobUidPool",
     "OutputCallback",
     "OutputCapture",
@@ -50,6 +52,8 @@ OutputCallback = Callable[[str, bytes], None]
 JobCounter = Callable[[int], int | None]
 # The exit code of a process killed by SIGKILL (128 + 9): its own OOM kill, or its sandbox's end.
 SIGKILLED = 137
+# How often a quiet command's container is checked to be still running.
+LIVENESS_CHECK_S = 2.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,6 +89,19 @@ class JobUidPool:
     def release(self, uid: int) -> None:
         with self._lock:
             self._free.append(uid)
+
+
+@dataclass(frozen=True)
+class JobLimits:
+    """Limits a command's own shell sets before the command runs (so on everything it
+    starts), where the container's cgroups cannot do it per job: under gVisor
+    (`SandboxProvider.job_limits`). Soft and hard: the job cannot raise them again."""
+
+    processes: int  # RLIMIT_NPROC: of the job's uid
+    data_bytes: int  # RLIMIT_DATA: per process (an allocation past it fails, ENOMEM)
+
+    def prelude(self) -> str:
+        return f"ulimit -p {self.processes}\nulimit -d {self.data_bytes // 1024}\n"
 
 
 class OutputCapture:
@@ -138,29 +155,33 @@ class CommandRunner:
         cancel: threading.Event | None = None,
         on_output: OutputCallback | None = None,
         job_processes: JobCounter | None = None,
+        job_limits: JobLimits | None = None,
     ) -> CommandResult:
         """Run `command` with `sh -c`; block until it ends, times out or is cancelled.
-        `job_processes`: asked after a normal exit, a job with nothing left needs no kill."""
+        `job_processes`: asked after a normal exit, a job with nothing left needs no kill.
+        `job_limits`: set by the command's own shell before it runs."""
         uid = self.uids.acquire()
         started = time.monotonic()
         stopped: str | None = "not started"
         capture = OutputCapture(self.max_output_bytes, self.max_saved_bytes)
         try:
+            prelude = "umask 002\n" + (job_limits.prelude() if job_limits else "")
             attached = self.engine.exec_attached(
-                container_id, ["sh", "-c", "umask 002\n" + command], workdir=cwd, env=env, job=uid
+                container_id, ["sh", "-c", prelude + command], workdir=cwd, env=env, job=uid
             )
             chunks: Queue[tuple[str, bytes] | None] = Queue()
             reader = threading.Thread(
                 target=_pump, args=(attached, chunks), name="sandbox-exec-reader", daemon=True
             )
             reader.start()
-            stopped = _collect(chunks, capture, on_output, started + timeout_s, cancel)
-            if stopped is not None:
+            alive = functools.partial(self._running, container_id, settle_s=0)
+            stopped = _collect(chunks, capture, on_output, started + timeout_s, cancel, alive)
+            if stopped not in (None, "gone"):
                 self._kill_job(container_id, uid)
                 _drain(chunks, capture, on_output, reader)
             reader.join(timeout=5)
             exit_code = attached.exit_code()
-            if (
+            if stopped == "gone" or (
                 stopped is None
                 and exit_code in (None, SIGKILLED)
                 and not self._running(container_id)
@@ -264,17 +285,26 @@ def _collect(
     on_output: OutputCallback | None,
     deadline: float,
     cancel: threading.Event | None,
+    alive: Callable[[], bool],
 ) -> str | None:
-    """Take output until the stream ends (None), the deadline ("timeout") or a cancel."""
+    """Take output until the stream ends (None), the deadline ("timeout"), a cancel, or the
+    container is found stopped while the stream is quiet ("gone": under gVisor a sandbox
+    whose kernel was killed, for memory say, leaves the stream open)."""
+    checked = time.monotonic()
     while True:
         if cancel is not None and cancel.is_set():
             return "cancelled"
-        remaining = deadline - time.monotonic()
+        now = time.monotonic()
+        remaining = deadline - now
         if remaining <= 0:
             return "timeout"
         try:
             item = chunks.get(timeout=min(remaining, 0.1))
         except Empty:
+            if now - checked >= LIVENESS_CHECK_S:
+                checked = now
+                if not alive():
+                    return "gone"
             continue
         if item is None:
             return None

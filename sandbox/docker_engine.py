@@ -20,6 +20,7 @@ from typing import Any
 
 import docker
 import docker.errors
+import docker.types
 import requests.exceptions
 from docker.models.containers import Container
 from docker.tls import TLSConfig
@@ -33,12 +34,14 @@ from sandbox.engine import (
     ContainerInfo,
     ContainerSpec,
     ExecResult,
+    SandboxLimits,
     VolumeInfo,
 )
 from sandbox.errors import SandboxUnavailableError
 from sandbox.image.build import require_image
 from sandbox.image.catalog import extract_catalog
 from sandbox.image.rootfs import USER_UID, WORKSPACE
+from sandbox.runtimes import RUNSC
 
 __all__ = ["DockerEngine", "DockerHost", "connect"]
 
@@ -46,18 +49,38 @@ DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 # The sandbox user, and the home directory every process starts with.
 USER = f"{USER_UID}:{USER_UID}"
 HOME = {"HOME": HOME_DIR}
+# Under gVisor (`_gvisor_limits`): the host's pids limit is this many times the sandbox's (512
+# sandboxed processes held ~715 host threads, docs/security.md), and its memory limit has
+# this much room for the sandbox's kernel above the sandbox's own.
+GVISOR_HOST_PIDS_FACTOR = 4
+GVISOR_KERNEL_MEMORY = 256 * 1024 * 1024
 # Where a sandbox's own volume may be mounted: a thread's workspace, or a service sandbox's home.
 VOLUME_MOUNTS = (WORKSPACE, HOME_DIR)
 
-# Run as the job uid. Counts the uid's processes outside this script's own session (`docker
-# exec` makes the script a session leader), and while any is left sends `kill -9 -1`, which
-# Linux delivers to every process of the caller's uid but the caller itself. (`kill -0 -1`
-# cannot tell: the kernel counts processes it may not signal.) The pause lets PID 1 reap.
-_KILL_ALL = (
-    "me=$(id -u); for round in $(seq 20); do "
-    'left=$(ps -o sess= -u "$me" | grep -cvE "^ *$$$"); [ "$left" -eq 0 ] && exit 0; '
-    "kill -9 -1 2>/dev/null; sleep 0.05; done; exit 1"
-)
+# Run as the job uid ($1). Each round stops, then kills, every process of the uid but this
+# script (`kill -1` reaches every process the caller may signal, and Linux lets a process
+# signal its own uid's alone), then counts what is left of the uid that is not a zombie.
+# Stopping first matters under gVisor, whose kill(-1) lets a child forked meanwhile escape:
+# stopped processes fork no more, so a fork bomb dies within a round or two. No fork in the
+# loop (the count reads /proc with shell builtins): a uid at its process limit must still be
+# killable. The pause lets exiting processes finish.
+_KILL_ALL = """me=$1; round=0
+while [ $round -lt 40 ]; do
+  round=$((round + 1))
+  kill -STOP -1 2>/dev/null; kill -KILL -1 2>/dev/null
+  left=0
+  for status in /proc/[0-9]*/status; do
+    [ "$status" = "/proc/$$/status" ] && continue
+    uid=; state=
+    while read -r key value _; do
+      case $key in State:) state=$value ;; Uid:) uid=$value; break ;; esac
+    done 2>/dev/null <"$status"
+    [ "$uid" = "$me" ] && [ "$state" != Z ] && left=$((left + 1))
+  done
+  [ $left -eq 0 ] && exit 0
+  sleep 0.05 2>/dev/null
+done
+exit 1"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,6 +247,10 @@ class DockerEngine:
     def close(self) -> None:
         self.client.close()
 
+    def runtimes(self) -> frozenset[str]:
+        with engine_errors("list its runtimes"):
+            return frozenset(self.client.info().get("Runtimes") or {})
+
     # -- what this engine alone offers (the image lives in its store) ------------------------
 
     def require_image(self) -> str:
@@ -264,6 +291,10 @@ class DockerEngine:
         if limits.tmp_size:
             # /tmp inside the container, private to it:
             options["tmpfs"] = {"/tmp": f"rw,nosuid,nodev,size={limits.tmp_size},mode=1777"}  # noqa: S108
+        if limits.runtime:
+            options["runtime"] = limits.runtime
+        if limits.runtime == RUNSC:
+            options |= _gvisor_limits(limits)
         if spec.working_dir:
             options["working_dir"] = spec.working_dir
         if spec.command is not None:
@@ -385,7 +416,8 @@ class DockerEngine:
 
     def kill_job(self, container_id: str, job: int) -> bool:
         try:
-            result = self.exec(container_id, ["sh", "-c", _KILL_ALL], workdir="/", job=job)
+            argv = ["sh", "-c", _KILL_ALL, "kill-job", str(job)]
+            result = self.exec(container_id, argv, workdir="/", job=job)
         except SandboxUnavailableError:
             return False
         return result.exit_code == 0
@@ -436,6 +468,24 @@ class DockerEngine:
             self.client.volumes.get(name).remove(force=True)
 
 
+def _gvisor_limits(limits: SandboxLimits) -> dict[str, Any]:
+    """The host's limits of a gVisor sandbox. Its cgroups count the sandbox's kernel (its
+    threads, a host thread per sandboxed thread, its memory) and at a limit that kernel dies
+    with every process in it, so they are backstops above what the sandbox's own kernel
+    enforces per job (`SandboxProvider.job_limits`): processes counted there (RLIMIT_NPROC,
+    twice a job's, so a job at its limit can still be killed by a process of its uid), the
+    host's pids at GVISOR_HOST_PIDS_FACTOR times that, and memory with room for the
+    sandbox's kernel itself (GVISOR_KERNEL_MEMORY)."""
+    nproc = limits.pids_limit * 2
+    memory = limits.memory_bytes + GVISOR_KERNEL_MEMORY
+    return {
+        "ulimits": [docker.types.Ulimit(name="nproc", soft=nproc, hard=nproc)],
+        "pids_limit": limits.pids_limit * GVISOR_HOST_PIDS_FACTOR,
+        "mem_limit": memory,
+        "memswap_limit": memory,
+    }
+
+
 def _user(job: int | None) -> str:
     return USER if job is None else f"{job}:{USER_UID}"
 
@@ -451,6 +501,7 @@ def _info(container: Container) -> ContainerInfo:
         labels=dict(container.labels),
         status=str(container.status),
         workspace_volume=volume,
+        runtime=str(container.attrs.get("HostConfig", {}).get("Runtime") or ""),
     )
 
 

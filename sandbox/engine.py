@@ -66,6 +66,8 @@ class SandboxLimits:
     cpus: float = 1.0
     # A private /tmp of this size ("" for none).
     tmp_size: str = "256m"
+    # The OCI runtime (sandbox/runtimes.py; None: the engine's default).
+    runtime: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +99,8 @@ class ContainerInfo:
     labels: Mapping[str, str]
     status: str  # created | running | exited | ...
     workspace_volume: str | None = None
+    # The OCI runtime it runs under ("" where the engine has none).
+    runtime: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +147,10 @@ class ContainerEngine(Protocol):
     def ping(self) -> None: ...
 
     def close(self) -> None: ...
+
+    def runtimes(self) -> frozenset[str]:
+        """The OCI runtimes registered with the engine (none for one without containers)."""
+        ...
 
     # -- containers -------------------------------------------------------------------------
 

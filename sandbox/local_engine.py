@@ -142,6 +142,9 @@ class LocalEngine:
     def close(self) -> None:
         return None
 
+    def runtimes(self) -> frozenset[str]:
+        return frozenset()  # processes on this host: no container runtime at all
+
     # -- containers -------------------------------------------------------------------------
 
     def create(self, spec: ContainerSpec) -> ContainerInfo:

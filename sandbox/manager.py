@@ -296,10 +296,10 @@ class SandboxManager:
             self._adopted = True
             for container in await _call(self.provider.pooled):
                 stale = container.labels.get(LABEL_IMAGE) != self.provider.image
-                foreign = not self.provider.egress_matches(container)
+                foreign = not self.provider.fits(container)
                 if stale or foreign or len(self._pool) >= self.pool_size:
                     # Another image, another process layout (its egress directory is not
-                    # ours), or one too many: nobody's files are in it.
+                    # ours) or runtime, or one too many: nobody's files are in it.
                     await _call(self.provider.discard, container)
                     continue
                 await self._add_to_pool(container)
@@ -377,6 +377,7 @@ class SandboxManager:
                 cancel=cancel,
                 on_output=on_output,
                 job_processes=self._job_counter(entry),
+                job_limits=self.provider.job_limits,
             )
             # A thread of its own for as long as the command runs: in the loop's default
             # pool (cpu + 4 threads) a few long commands would hold up every engine call.

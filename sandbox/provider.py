@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from sandbox import identity
+from sandbox.commands import JobLimits
 from sandbox.egress import BRIDGE_PORT, MOUNT_POINT
 from sandbox.engine import (
     ContainerEngine,
@@ -33,6 +34,7 @@ from sandbox.engine import (
 )
 from sandbox.errors import SandboxNotFoundError, SandboxUnavailableError
 from sandbox.kinds import THREAD, SandboxKind
+from sandbox.runtimes import RUNSC
 from sandbox.workspace_disk import WorkspaceDisks
 
 __all__ = [
@@ -63,6 +65,7 @@ class SandboxInfo:
     created_at: datetime | None
     kind: str = "thread"
     labels: dict[str, str] = field(default_factory=dict)
+    runtime: str = ""  # the OCI runtime it runs under (sandbox/runtimes.py)
 
 
 class SandboxProvider:
@@ -109,9 +112,34 @@ class SandboxProvider:
             return not name
         return bool(name) and (self.egress_root / str(name)).is_dir()
 
+    @property
+    def job_limits(self) -> JobLimits | None:
+        """What a command's own shell limits itself to; None where the container's cgroups
+        suffice (runc). Under gVisor the host's cgroups see the sandbox's kernel, not its
+        processes, and it dies whole at their limits: so each job keeps to the sandbox's
+        process count (RLIMIT_NPROC, which counts per uid inside that kernel, where under
+        runc it would count the uid across the host), and each of its processes to 3/4 of
+        the sandbox's memory, so that a hog's allocation fails before the sandbox's memory
+        is gone (docker_engine.py, `_gvisor_limits`: the container's own, above these)."""
+        limits = self.limits
+        if limits.runtime != RUNSC:
+            return None
+        return JobLimits(processes=limits.pids_limit, data_bytes=limits.memory_bytes * 3 // 4)
+
+    def runtime_matches(self, container: ContainerInfo) -> bool:
+        """Whether the container runs under this provider's runtime (one made before the
+        runtime setting changed, or by another service, does not)."""
+        wanted = self.limits.runtime
+        return wanted is None or container.runtime == wanted
+
+    def fits(self, container: ContainerInfo) -> bool:
+        """Whether the container is made as this provider makes them now: its way out and its
+        runtime. One that does not is made again (its workspace kept)."""
+        return self.egress_matches(container) and self.runtime_matches(container)
+
     def ensure(self, thread_id: str) -> ContainerInfo:
         """The thread's running sandbox: found, restarted, or created (volume kept). One made
-        with another egress layout is made again around the same workspace."""
+        with another egress layout or runtime is made again around the same workspace."""
         return self.ensure_started(thread_id)[0]
 
     def ensure_started(self, thread_id: str) -> tuple[ContainerInfo, bool]:
@@ -120,7 +148,7 @@ class SandboxProvider:
         sid = identity.sandbox_id(thread_id)
         container = self._find(sid)
         volume = identity.volume_name(self.owner, sid)
-        if container is not None and not self.egress_matches(container):
+        if container is not None and not self.fits(container):
             volume = container.workspace_volume or volume  # a claimed pool sandbox's
             self.engine.remove(container.id)
             container = None
@@ -376,6 +404,7 @@ class SandboxProvider:
             status=container.status,
             created_at=datetime.fromisoformat(created) if created else None,
             labels=dict(labels),
+            runtime=container.runtime,
         )
 
 

@@ -218,6 +218,12 @@ class Settings(BaseSettings):
         description="docker: per-thread hardened containers; local: directories and "
         "subprocesses, NO isolation (machines without Docker); none: no workspace",
     )
+    sandbox_runtime: Literal["auto", "runc", "runsc"] = Field(
+        "auto",
+        description="the OCI runtime of Docker sandboxes: runsc (gVisor, a second kernel "
+        "between model-written code and the host's), runc (the host's kernel), or auto: runsc "
+        "where the engine has it registered, else runc with a warning at start-up and in health",
+    )
     sandbox_owner: str | None = Field(
         None,
         min_length=1,

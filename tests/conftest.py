@@ -16,7 +16,14 @@ from server.settings import Settings, load_settings
 from tests.agent_fixtures import STREAMED
 from tests.event_contract import invalid_events
 from tests.postgres import new_postgres_database, postgres_cluster
-from tests.sandbox_fixtures import docker_client, docker_engine, owner, provider, sandbox_image
+from tests.sandbox_fixtures import (
+    docker_client,
+    docker_engine,
+    owner,
+    provider,
+    sandbox_image,
+    sandbox_limits,
+)
 
 __all__ = [
     "docker_client",
@@ -24,6 +31,7 @@ __all__ = [
     "owner",
     "provider",
     "sandbox_image",
+    "sandbox_limits",
 ]  # fixtures, shared
 
 

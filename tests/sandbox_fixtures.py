@@ -8,7 +8,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import docker
 import docker.errors
@@ -16,9 +16,10 @@ import pytest
 
 from sandbox import identity
 from sandbox.docker_engine import DockerEngine, connect
-from sandbox.engine import ContainerEngine, ContainerInfo
+from sandbox.engine import ContainerEngine, ContainerInfo, SandboxLimits
 from sandbox.image.build import BuiltImage, ImageBuilder
 from sandbox.provider import SandboxProvider, remove_owner
+from sandbox.runtimes import AUTO, RUNC, RUNSC, RuntimeSetting, choose_runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 # Shared with `make sandbox-image`, so the suite reuses what the set-up step built.
@@ -77,9 +78,28 @@ def docker_engine(docker_client: docker.DockerClient) -> DockerEngine:
     return DockerEngine(docker_client)
 
 
+@pytest.fixture(scope="session")
+def sandbox_limits(docker_engine: DockerEngine) -> SandboxLimits:
+    """The hardening of the suite's sandboxes, under the runtime the service would choose
+    here: INSTANCE_AI_SANDBOX_RUNTIME as a server reads it (auto: runsc where the engine has
+    it). The suite runs whole under the default and its attack and fault tests under the
+    other runtime too (Makefile, `test`)."""
+    wanted = os.environ.get("INSTANCE_AI_SANDBOX_RUNTIME", AUTO)
+    assert wanted in (AUTO, RUNC, RUNSC), f"INSTANCE_AI_SANDBOX_RUNTIME={wanted!r}"
+    choice = choose_runtime(cast(RuntimeSetting, wanted), docker_engine.runtimes())
+    return SandboxLimits(runtime=choice.name)
+
+
 @pytest.fixture
-def provider(docker_engine: DockerEngine, sandbox_image: BuiltImage, owner: str) -> SandboxProvider:
-    return SandboxProvider(docker_engine, image=sandbox_image.tag, owner=owner)
+def provider(
+    docker_engine: DockerEngine,
+    sandbox_image: BuiltImage,
+    owner: str,
+    sandbox_limits: SandboxLimits,
+) -> SandboxProvider:
+    return SandboxProvider(
+        docker_engine, image=sandbox_image.tag, owner=owner, limits=sandbox_limits
+    )
 
 
 def docker_attrs(container: ContainerInfo) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """A second Docker engine for tests of sandboxes spread over engines: its own `dockerd` with
-its own socket, data root and exec root, no bridge network, started and stopped by the test.
+its own socket, data root and exec root, no bridge network and no gVisor (runc alone: an
+engine where the runtime setting's `auto` falls back), started and stopped by the test.
 
 Its data root is kept under ~/.cache/instance-ai (by image tag, like the n8n cache), so the
 sandbox image is copied into it (`docker save | load`, about a minute) once per image."""
@@ -40,6 +41,9 @@ class SecondEngine:
 
     def start(self) -> None:
         DATA_ROOT.mkdir(parents=True, exist_ok=True)
+        # A configuration of its own, with no runtime but runc: an engine without gVisor.
+        config = self._run / "daemon.json"
+        config.write_text("{}")
         log = (self._run / "dockerd.log").open("ab")
         self._process = subprocess.Popen(
             [
@@ -48,6 +52,8 @@ class SecondEngine:
                 str(DATA_ROOT / "data"),
                 "--exec-root",
                 str(self._run / "exec"),
+                "--config-file",
+                str(config),
                 "--pidfile",
                 str(self._run / "dockerd.pid"),
                 "--host",

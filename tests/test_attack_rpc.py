@@ -43,6 +43,8 @@ from server.app import Application
 from server.settings import Settings, load_settings
 from tests.sandbox_fixtures import remove_owned
 
+pytestmark = pytest.mark.attack
+
 SERVICES = [
     module.DESCRIPTOR.services_by_name[name]
     for module, name in (

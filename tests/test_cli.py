@@ -16,6 +16,7 @@ import grpc
 import pytest
 
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc
+from sandbox.engine import SandboxLimits
 from server.runtime.events import EventLog
 from server.settings import DATABASE_FILE_NAME
 from server.store import Database
@@ -244,10 +245,12 @@ def test_sandbox_exec_prints_output_and_exits_with_the_command_code(
     assert "timed out" in timed.stderr
 
 
-def test_sandbox_ls_and_gc(sandbox_env: dict[str, str]) -> None:
+def test_sandbox_ls_and_gc(sandbox_env: dict[str, str], sandbox_limits: SandboxLimits) -> None:
     assert run_cli("sandbox", "exec", "gone-thread", "--", "true", env=sandbox_env).returncode == 0
     listed = json.loads(run_cli("sandbox", "ls", "--json", env=sandbox_env).stdout)
     assert [s["thread"] for s in listed["sandboxes"]] == ["gone-thread"]
+    # Under the runtime the service chose (gVisor here, by default).
+    assert [s["runtime"] for s in listed["sandboxes"]] == [sandbox_limits.runtime]
     # The thread does not exist in this data directory's store: gc removes its sandbox.
     collected = json.loads(run_cli("sandbox", "gc", "--json", env=sandbox_env).stdout)
     assert collected["removedSandboxes"] == ["gone-thread"]

@@ -20,7 +20,8 @@ from instance_ai.v1 import pipeline_pb2, pipeline_pb2_grpc, tools_pb2, tools_pb2
 from sandbox import identity
 from sandbox.docker_engine import DEFAULT_SOCKET
 from sandbox.placement import rank
-from server.api.server import ENGINE_HEALTH_PREFIX
+from sandbox.runtimes import choose_runtime
+from server.api.server import ENGINE_HEALTH_PREFIX, RUNTIME_HEALTH_PREFIX
 from server.settings import Settings
 from tests.conftest import serving
 from tests.second_engine import SecondEngine, containers_of, second_engine
@@ -94,6 +95,19 @@ async def test_threads_spread_over_two_engines_and_move_off_one_that_stops(
         assert {name: listed[ENGINE_HEALTH_PREFIX + name] for name in engines} == dict.fromkeys(
             engines, "SERVING"
         )
+        # Each engine's runtime: gVisor where it is registered (this host's, by `make
+        # setup`); runc on the second, which has none: NOT_SERVING, the warning, under auto.
+        with second_engine.client() as second:
+            registered = [docker_client.info()["Runtimes"], second.info()["Runtimes"]]
+        for engine, runtimes in zip(engines, registered, strict=True):
+            choice = choose_runtime(settings.sandbox_runtime, runtimes)
+            entry = f"{RUNTIME_HEALTH_PREFIX}{engine}/{choice.name}"
+            assert listed[entry] == ("NOT_SERVING" if choice.warning else "SERVING"), listed
+        if settings.sandbox_runtime == "auto":
+            assert listed[f"{RUNTIME_HEALTH_PREFIX}{DEFAULT_SOCKET}/runsc"] == "SERVING"
+            assert listed[f"{RUNTIME_HEALTH_PREFIX}{second_engine.url}/runc"] == "NOT_SERVING"
+            told = await asyncio.to_thread(run_cli, "health", "--server", app.address)
+            assert "no gVisor there" in told.stdout  # what a person reads
         for thread in THREADS:
             await client.write(thread)
         gate = asyncio.Semaphore(2)  # two cores

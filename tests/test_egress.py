@@ -15,6 +15,8 @@ from tests.conftest import serving
 from tests.tool_client import ToolClient, saved_workflow
 from tests.web_servers import Servers
 
+pytestmark = pytest.mark.attack
+
 # Node's http client, pointed at HTTP_PROXY the way proxy-aware clients are: absolute-form for
 # http (MODE=get), or a CONNECT tunnel (MODE=connect).
 CLIENT = r"""

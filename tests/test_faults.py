@@ -41,6 +41,8 @@ from tests.sandbox_fixtures import docker_env
 from tests.test_cli import start_server, stop_server
 from tests.tool_client import ToolClient
 
+pytestmark = pytest.mark.fault
+
 WORKSPACE = "instance_ai.v1.Workspace"
 __all__ = ["model"]  # fixtures, shared
 

@@ -17,10 +17,15 @@ import docker
 import pytest
 
 from sandbox import files, identity
-from sandbox.commands import CommandRunner
-from sandbox.docker_engine import DockerEngine, connect
+from sandbox.commands import CommandRunner, JobLimits
+from sandbox.docker_engine import (
+    GVISOR_HOST_PIDS_FACTOR,
+    GVISOR_KERNEL_MEMORY,
+    DockerEngine,
+    connect,
+)
 from sandbox.egress import EgressProxy
-from sandbox.engine import ContainerInfo
+from sandbox.engine import ContainerInfo, SandboxLimits
 from sandbox.errors import (
     EditMismatchError,
     FileTooLargeError,
@@ -34,6 +39,7 @@ from sandbox.image.build import BIN_DIR, BuiltImage
 from sandbox.image.rootfs import WORKSPACE
 from sandbox.manager import MARKER, SandboxManager
 from sandbox.provider import SandboxInfo, SandboxProvider
+from sandbox.runtimes import RUNSC
 from sandbox.search import GrepQuery
 from sandbox.worker import WorkerClient
 from sandbox.workspace_disk import WorkspaceDisks
@@ -58,6 +64,7 @@ def ensured(provider: SandboxProvider, thread_id: str) -> SandboxInfo:
     return info
 
 
+@pytest.mark.attack
 def test_the_sandbox_is_hardened(provider: SandboxProvider) -> None:
     info = ensured(provider, "thread-hardening")
     container = provider.container("thread-hardening")
@@ -68,20 +75,34 @@ def test_the_sandbox_is_hardened(provider: SandboxProvider) -> None:
     assert host["CapDrop"] == ["ALL"]
     assert host["SecurityOpt"] == ["no-new-privileges"]
     assert host["Init"] is True
-    assert host["PidsLimit"] == 512
-    assert host["Memory"] == host["MemorySwap"] == 1024**3
+    assert host["Runtime"] == provider.limits.runtime == info.runtime
+    if info.runtime == RUNSC:
+        # Counted by the sandbox's own kernel, per uid; the host's count is a backstop.
+        assert host["Ulimits"] == [{"Name": "nproc", "Soft": 1024, "Hard": 1024}]
+        assert host["PidsLimit"] == 512 * GVISOR_HOST_PIDS_FACTOR
+        # Room for the sandbox's kernel; each command's processes keep to 3/4 GiB.
+        assert host["Memory"] == host["MemorySwap"] == 1024**3 + GVISOR_KERNEL_MEMORY
+        assert provider.job_limits == JobLimits(processes=512, data_bytes=3 * 1024**3 // 4)
+    else:
+        assert host["PidsLimit"] == 512
+        assert host["Memory"] == host["MemorySwap"] == 1024**3
+        assert provider.job_limits is None
     assert host["NanoCpus"] == 1_000_000_000
     assert attrs["Config"]["User"] == "1000:1000"
     mounts = {m["Destination"]: m for m in attrs["Mounts"]}
     assert mounts["/home/user/workspace"]["Type"] == "volume"
     assert mounts["/home/user/workspace"]["Name"] == info.volume_name
     # And from the inside.
-    status = sh(container, "grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; id -u")
-    assert "CapEff:\t0000000000000000" in status and "NoNewPrivs:\t1" in status
+    status = sh(container, "grep -E '^CapEff' /proc/self/status; id -u")
+    assert "CapEff:\t0000000000000000" in status
     assert status.strip().endswith("1000")
+    # prctl(PR_GET_NO_NEW_PRIVS): gVisor's /proc/self/status has no NoNewPrivs line.
+    no_new_privs = "import ctypes; print(ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))"
+    assert sh(container, f"python3 -c '{no_new_privs}'").strip() == "1"
     interfaces = sh(container, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '").split()
     assert interfaces == ["lo"]
-    assert "Read-only file system" in sh(container, "touch /etc/x")
+    # The user's own home, outside the workspace: writable by permissions, not by the mount.
+    assert "Read-only file system" in sh(container, "touch /home/user/x")
 
 
 def test_identity_and_labels_are_deterministic(provider: SandboxProvider, owner: str) -> None:
@@ -96,6 +117,7 @@ def test_identity_and_labels_are_deterministic(provider: SandboxProvider, owner:
     assert provider.ensure("thread-id").id == info.container_id
 
 
+@pytest.mark.attack
 def test_threads_cannot_see_each_other(provider: SandboxProvider) -> None:
     a, b = ensured(provider, "thread-a"), ensured(provider, "thread-b")
     assert a.volume_name != b.volume_name
@@ -118,7 +140,12 @@ async def test_a_restart_reattaches_and_keeps_the_workspace(
     container_id = (await first.acquire("t1")).id
     # A new process: new provider and manager, same owner.
     second = SandboxManager(
-        SandboxProvider(DockerEngine(docker_client), image=sandbox_image.tag, owner=owner)
+        SandboxProvider(
+            DockerEngine(docker_client),
+            image=sandbox_image.tag,
+            owner=owner,
+            limits=provider.limits,
+        )
     )
     assert (await second.acquire("t1")).id == container_id
     assert await second.read_file("t1", "src/main.workflow.ts") == b"export default 1;\n"
@@ -208,11 +235,15 @@ async def test_the_janitor_removes_orphans_and_keeps_live_threads(
 
 
 async def test_egress_directories_go_with_their_sandboxes_and_orphans_are_swept(
-    docker_engine: DockerEngine, sandbox_image: BuiltImage, owner: str, tmp_path: Path
+    docker_engine: DockerEngine,
+    sandbox_image: BuiltImage,
+    owner: str,
+    tmp_path: Path,
+    sandbox_limits: SandboxLimits,
 ) -> None:
     root = tmp_path / "egress"
     provider = SandboxProvider(
-        docker_engine, image=sandbox_image.tag, owner=owner, egress_root=root
+        docker_engine, image=sandbox_image.tag, owner=owner, egress_root=root, limits=sandbox_limits
     )
 
     async def thread_exists(thread_id: str) -> bool:
@@ -262,6 +293,7 @@ def test_a_container_that_could_not_be_made_leaves_no_egress_directory(
     assert list(root.iterdir()) == []
 
 
+@pytest.mark.attack
 async def test_the_deadline_kills_the_whole_tree_including_setsid_escapees(
     provider: SandboxProvider,
 ) -> None:
@@ -281,6 +313,7 @@ async def test_the_deadline_kills_the_whole_tree_including_setsid_escapees(
     assert "sleep 300" not in processes and "sleep 301" not in processes
 
 
+@pytest.mark.attack
 async def test_cancelling_the_caller_kills_the_tree(provider: SandboxProvider) -> None:
     manager = SandboxManager(provider)
     task = asyncio.create_task(
@@ -309,6 +342,7 @@ async def test_results_report_exit_codes_and_output(provider: SandboxProvider) -
     assert await manager.str_replace("t1", "job.txt", "a-job", "the-user") == 1
 
 
+@pytest.mark.attack
 async def test_zombies_do_not_accumulate(provider: SandboxProvider) -> None:
     manager = SandboxManager(provider)
     for _ in range(5):
@@ -331,6 +365,7 @@ async def test_cut_output_is_kept_whole_in_the_workspace(provider: SandboxProvid
     assert saved.decode().splitlines() == [str(n) for n in range(1, 50001)]
 
 
+@pytest.mark.attack
 @pytest.mark.parametrize("path", ["../x", "/etc/passwd", "src/../../x", "link-out/x", "link-file"])
 async def test_paths_leading_out_of_the_workspace_are_refused(
     provider: SandboxProvider, path: str
@@ -361,6 +396,25 @@ async def test_edits_need_a_unique_exact_match_and_writes_have_a_cap(
     assert "big.txt" not in {e.path for e in (await manager.list_files("t1"))[0]}
 
 
+async def test_the_shell_tools_a_model_reaches_for_work(provider: SandboxProvider) -> None:
+    """What a model or n8n's agent runs first in a sandbox, under its runtime (Debian 12's
+    runsc refused `ls /`: coreutils' statx flags)."""
+    manager = SandboxManager(provider)
+    await manager.write_file("tools", "notes/a.md", b"needle\n")
+    script = (
+        "set -e; ls / >/dev/null; ls -la notes | grep -c a.md; stat -c %s notes/a.md; "
+        "find . -name a.md; grep -rl needle notes; rg -l needle notes; "
+        'node -e \'console.log(require("fs").readdirSync("notes").length)\'; '
+        "python3 -c 'import os; print(len(os.listdir(\"notes\")))'; npm --version >/dev/null; "
+        "echo done"
+    )
+    result = await manager.run_command("tools", script, timeout_s=60)
+    assert result.exit_code == 0, result.stderr
+    found = ["./notes/a.md", "notes/a.md", "notes/a.md"]  # find, grep, rg
+    assert result.stdout.split() == ["1", "7", *found, "1", "1", "done"]
+
+
+@pytest.mark.attack
 async def test_a_fork_bomb_and_a_memory_hog_are_contained(provider: SandboxProvider) -> None:
     manager = SandboxManager(provider)
     await manager.run_command("bomb", "b() { b | b & }; b; sleep 2", timeout_s=5)
@@ -391,6 +445,7 @@ async def test_a_dead_worker_is_replaced_transparently(provider: SandboxProvider
     assert len(new_pids) == 1 and new_pids != worker_pids
 
 
+@pytest.mark.attack
 @pytest.mark.parametrize("use_worker", [True, False], ids=["worker", "exec-fallback"])
 async def test_both_file_paths_follow_the_same_rules(
     provider: SandboxProvider, use_worker: bool
@@ -453,7 +508,9 @@ async def test_a_new_thread_gets_a_warm_sandbox_from_the_pool(
     await manager._refill
     assert manager.pooled_count() == 2
     # The claimed sandbox is the thread's from now on: found by name after a restart.
-    restarted = SandboxManager(SandboxProvider(provider.engine, image=provider.image, owner=owner))
+    restarted = SandboxManager(
+        SandboxProvider(provider.engine, image=provider.image, owner=owner, limits=provider.limits)
+    )
     assert (await restarted.acquire("t1")).id == container.id
     # A thread that already has a sandbox keeps it rather than taking a warm one.
     assert (await manager.acquire("t1")).id == container.id and manager.pooled_count() == 2
@@ -625,7 +682,10 @@ async def test_pooled_sandboxes_of_an_older_image_are_discarded(
     # The same sandboxes seen by a process whose image is another one.
     docker_client.images.get(provider.image).tag("instance-ai-sandbox", "newer-test-" + owner)
     newer = SandboxProvider(
-        provider.engine, image=f"instance-ai-sandbox:newer-test-{owner}", owner=owner
+        provider.engine,
+        image=f"instance-ai-sandbox:newer-test-{owner}",
+        owner=owner,
+        limits=provider.limits,
     )
     try:
         second = SandboxManager(newer, pool_size=1)
@@ -710,7 +770,10 @@ async def _refuse(_thread: str, _host: str, _port: int) -> str:
 
 
 async def test_sandboxes_of_another_process_layout_get_an_egress_of_ours(
-    docker_client: docker.DockerClient, sandbox_image: BuiltImage, owner: str
+    docker_client: docker.DockerClient,
+    sandbox_image: BuiltImage,
+    owner: str,
+    sandbox_limits: SandboxLimits,
 ) -> None:
     """A service with another data directory (same owner) neither claims a pooled sandbox
     whose egress directory it cannot serve nor breaks on a thread's: it makes them again."""
@@ -720,7 +783,11 @@ async def test_sandboxes_of_another_process_layout_get_an_egress_of_ours(
     ):
         engine = DockerEngine(docker_client)
         first = SandboxProvider(
-            engine, image=sandbox_image.tag, owner=owner, egress_root=Path(first_root)
+            engine,
+            image=sandbox_image.tag,
+            owner=owner,
+            egress_root=Path(first_root),
+            limits=sandbox_limits,
         )
         before = SandboxManager(first, pool_size=1, egress=EgressProxy(_refuse))
         await before.fill_pool()
@@ -729,7 +796,11 @@ async def test_sandboxes_of_another_process_layout_get_an_egress_of_ours(
         theirs = {c.id for c in first.pooled()}
 
         second = SandboxProvider(
-            engine, image=sandbox_image.tag, owner=owner, egress_root=Path(second_root)
+            engine,
+            image=sandbox_image.tag,
+            owner=owner,
+            egress_root=Path(second_root),
+            limits=sandbox_limits,
         )
         after = SandboxManager(second, pool_size=1, egress=EgressProxy(_refuse))
         try:
@@ -754,6 +825,7 @@ SWAP_LOOP = (
 )
 
 
+@pytest.mark.attack
 async def test_a_folder_swapped_for_a_symlink_mid_write_never_redirects_it(
     provider: SandboxProvider,
 ) -> None:
@@ -780,12 +852,21 @@ async def test_a_folder_swapped_for_a_symlink_mid_write_never_redirects_it(
     await manager.close()
 
 
+@pytest.mark.attack
 async def test_a_workspace_cannot_grow_past_its_limit_and_says_so(
-    docker_client: docker.DockerClient, sandbox_image: BuiltImage, owner: str
+    docker_client: docker.DockerClient,
+    sandbox_image: BuiltImage,
+    owner: str,
+    sandbox_limits: SandboxLimits,
 ) -> None:
     # A workspace made before the limit keeps its files when it gets one.
     before = SandboxManager(
-        SandboxProvider(DockerEngine(docker_client), image=sandbox_image.tag, owner=owner)
+        SandboxProvider(
+            DockerEngine(docker_client),
+            image=sandbox_image.tag,
+            owner=owner,
+            limits=sandbox_limits,
+        )
     )
     await before.write_file("t1", "old.md", b"from before")
     await before.close()
@@ -796,6 +877,7 @@ async def test_a_workspace_cannot_grow_past_its_limit_and_says_so(
         image=sandbox_image.tag,
         owner=owner,
         disks=WorkspaceDisks(64 * 1024 * 1024),
+        limits=sandbox_limits,
     )
     manager = SandboxManager(limited)
     assert await manager.read_file("t1", "old.md") == b"from before"

@@ -14,6 +14,8 @@ from sandbox.egress import EgressDenied
 from server.runtime.egress import service_egress_policy, trusted_hosts
 from server.settings import load_settings
 
+pytestmark = pytest.mark.attack
+
 KEY = "sandbox-api/00000000-0000-4000-8000-000000000000"
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "ENGINE_HEALTH_PREFIX",
     "ENGINE_SERVICES",
     "INSTANCE_HEALTH",
+    "RUNTIME_HEALTH_PREFIX",
     "ApiParts",
     "GrpcServer",
     "ListingHealthServicer",
@@ -101,6 +102,10 @@ INSTANCE_HEALTH = "n8n"
 
 # The health entry of each container engine: this prefix and the engine's address.
 ENGINE_HEALTH_PREFIX = "sandbox-engine/"
+# The health entry of each engine's sandbox runtime: this prefix, the engine's address, "/"
+# and the runtime (runsc or runc). NOT_SERVING: runc because the engine has no gVisor (the
+# runtime setting's `auto` fell back), so sandboxes there share the host's kernel.
+RUNTIME_HEALTH_PREFIX = "sandbox-runtime/"
 # The services that cannot answer anything useful without the container engine.
 ENGINE_SERVICES = (
     workspace_pb2.DESCRIPTOR.services_by_name["Workspace"].full_name,
@@ -142,12 +147,17 @@ async def follow_engine(
     sandboxes: SandboxService, health_servicer: health.aio.HealthServicer
 ) -> None:
     """Health of the engine's services follows the engines: NOT_SERVING while none answers.
-    Each engine has its own entry, `sandbox-engine/<its address>`."""
+    Each engine has its own entry, `sandbox-engine/<its address>`, and one for the runtime
+    its sandboxes run under (RUNTIME_HEALTH_PREFIX)."""
     if not sandboxes.engine_needed:
         return
 
     async def engine_changed(engine: str, up: bool) -> None:
         await health_servicer.set(ENGINE_HEALTH_PREFIX + engine, _status(up))
+        runtime = sandboxes.runtimes().get(engine)
+        if runtime is not None:
+            entry = f"{RUNTIME_HEALTH_PREFIX}{engine}/{runtime.name}"
+            await health_servicer.set(entry, _status(runtime.warning is None))
         for name in ENGINE_SERVICES:
             await health_servicer.set(name, _status(sandboxes.engine_up))
 

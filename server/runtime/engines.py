@@ -16,6 +16,7 @@ import structlog
 from sandbox.errors import SandboxError, SandboxOwnerInUseError
 from sandbox.lease import OwnerLease
 from sandbox.manager import SandboxManager
+from sandbox.runtimes import RuntimeChoice
 
 __all__ = ["Connected", "EngineListener", "EngineSlot"]
 
@@ -33,6 +34,8 @@ class Connected:
 
     manager: SandboxManager
     lease: OwnerLease
+    # What its sandboxes run under, chosen as it connected.
+    runtime: RuntimeChoice
     # The sandbox service API's sandboxes on this engine (None: the API is off).
     service: SandboxManager | None = None
 

@@ -30,6 +30,7 @@ from sandbox.manager import SandboxManager, ThreadPredicate
 from sandbox.placement import rank
 from sandbox.protocol import Sandboxes
 from sandbox.provider import SandboxProvider
+from sandbox.runtimes import RuntimeChoice, choose_runtime
 from sandbox.workspace_disk import WorkspaceDisks
 from server.errors import FailedPreconditionError, NotFoundError, UnavailableError
 from server.runtime.egress import egress_root
@@ -140,6 +141,7 @@ class SandboxService:
             image = engine.require_image()
             # A remote engine cannot mount this host's egress sockets or workspace images.
             local = host is None or host.local
+            runtime = engine_runtime(self.settings, engine, name)
             manager = build_manager(
                 self.settings,
                 engine,
@@ -151,6 +153,7 @@ class SandboxService:
                 reap_leftovers=alone,
                 adopt_pool=alone,
                 workspace_limit=local,
+                runtime=runtime,
             )
             service = None
             if self.settings.sandbox_api_address is not None:
@@ -166,6 +169,7 @@ class SandboxService:
                     reap_leftovers=alone,
                     adopt_pool=alone,
                     workspace_limit=local,
+                    runtime=runtime,
                 )
             lease = OwnerLease.acquire(engine, image=image, owner=owner, deployment=deployment)
             if self._catalog_dir is None:
@@ -177,7 +181,7 @@ class SandboxService:
                 lease.release()
             engine.close()
             raise
-        return Connected(manager=manager, lease=lease, service=service)
+        return Connected(manager=manager, lease=lease, service=service, runtime=runtime)
 
     def catalog_dir(self) -> Path:
         """Where the running image's node and credential catalog was copied to."""
@@ -200,6 +204,14 @@ class SandboxService:
     def engines(self) -> dict[str, bool]:
         """Each configured engine, and whether it answers."""
         return {slot.name: slot.up for slot in self._engines}
+
+    def runtimes(self) -> dict[str, RuntimeChoice]:
+        """The runtime of each engine connected so far (chosen when it connected)."""
+        return {
+            slot.name: slot.connected.runtime
+            for slot in self._engines
+            if slot.connected is not None
+        }
 
     def on_engine_change(self, listener: EngineListener) -> None:
         """Call `listener(engine, up)` each time an engine goes away or comes back."""
@@ -388,11 +400,14 @@ def build_manager(
     adopt_pool: bool = True,
     workspace_limit: bool = True,
     kind: SandboxKind = THREAD,
+    runtime: RuntimeChoice | None = None,
 ) -> SandboxManager:
-    """The manager of this owner's sandboxes on `engine`, hardened as configured (blocking).
-    Raises SandboxError with what to do when the workspace limit cannot be kept (it needs
-    the engine on this host: `workspace_limit` false for a remote one)."""
+    """The manager of this owner's sandboxes on `engine`, hardened as configured (blocking),
+    under `runtime` (None: chosen here, `engine_runtime`). Raises SandboxError with what to do
+    when the workspace limit cannot be kept (it needs the engine on this host:
+    `workspace_limit` false for a remote one) or the runtime asked for is missing."""
     s = settings
+    runtime = runtime or engine_runtime(settings, engine)
     limited = workspace_limit and s.sandbox_workspace_max_mb
     disks = WorkspaceDisks(s.sandbox_workspace_max_mb * MIB) if limited else None
     if disks is not None:
@@ -407,6 +422,7 @@ def build_manager(
         memory_bytes=s.sandbox_memory_mb * MIB,
         cpus=s.sandbox_cpus,
         tmp_size=s.sandbox_tmp_size,
+        runtime=runtime.name,
     )
     provider = SandboxProvider(
         engine,
@@ -417,7 +433,13 @@ def build_manager(
         disks=disks,
         kind=kind,
     )
-    log.info("sandboxes ready", image=image, owner=owner, kind=kind.name or "thread")
+    log.info(
+        "sandboxes ready",
+        image=image,
+        owner=owner,
+        kind=kind.name or "thread",
+        runtime=runtime.name,
+    )
     shared: dict[str, Any] = {
         "thread_exists": thread_exists,
         "egress": egress,
@@ -438,6 +460,15 @@ def build_manager(
             **shared,
         )
     return _manager_over(s, provider, pool_size=s.sandbox_pool_size, is_busy=is_busy, **shared)
+
+
+def engine_runtime(settings: Settings, engine: ContainerEngine, name: str = "") -> RuntimeChoice:
+    """The runtime for sandboxes on `engine` (named `name` in what it says): the setting, with
+    `auto` resolved against the runtimes the engine has; a fallback is logged as a warning."""
+    choice = choose_runtime(settings.sandbox_runtime, engine.runtimes(), name)
+    if choice.warning:
+        log.warning("sandboxes share the host's kernel", reason=choice.warning)
+    return choice
 
 
 def _manager_over(settings: Settings, provider: SandboxProvider, **options: Any) -> SandboxManager:

@@ -31,7 +31,10 @@ import { build } from 'esbuild';
 import { fsHandlers } from './fsapi.mjs';
 
 export const WORKSPACE = '/home/user/workspace';
-const NO_FOLLOW_DIRECTORY = fsConstants.O_RDONLY | fsConstants.O_DIRECTORY | fsConstants.O_NOFOLLOW;
+// Directories are opened with O_NOFOLLOW alone and checked on the open descriptor: gVisor
+// (runsc 2024-07) follows a symlink when O_DIRECTORY comes with O_NOFOLLOW. O_NONBLOCK: a
+// FIFO in a directory's place cannot hold the open.
+const NO_FOLLOW = fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK;
 const MAX_LIST = 100000;
 const require = createRequire(import.meta.url);
 const NODE_MODULES = path.resolve(path.dirname(require.resolve('n8n-nodes-base/package.json')), '..');
@@ -76,6 +79,15 @@ function at(dir, name) {
   return `/proc/self/fd/${dir.fd}/${name}`;
 }
 
+// The directory at `p`, never through a symlink at its last part (ELOOP), or ENOTDIR.
+async function openDirectoryNoFollow(p) {
+  const handle = await fs.open(p, NO_FOLLOW);
+  const directory = await handle.stat().then((info) => info.isDirectory(), () => false);
+  if (directory) return handle;
+  await handle.close();
+  throw Object.assign(new Error(`${p} is not a directory`), { code: 'ENOTDIR' });
+}
+
 function throughSymlink(p) {
   return new WorkerError('escape', `${p} goes through a symlink; the file tools never follow symlinks`);
 }
@@ -83,7 +95,7 @@ function throughSymlink(p) {
 // Open the directory `names` lead to, component by component with O_NOFOLLOW (a symlink at
 // any step is refused), creating missing ones when asked. The caller closes it.
 async function openDirectory(p, names, { create = false } = {}) {
-  let dir = await fs.open(WORKSPACE, NO_FOLLOW_DIRECTORY);
+  let dir = await openDirectoryNoFollow(WORKSPACE);
   try {
     for (const name of names) {
       if (create) {
@@ -97,9 +109,9 @@ async function openDirectory(p, names, { create = false } = {}) {
       }
       let child;
       try {
-        child = await fs.open(at(dir, name), NO_FOLLOW_DIRECTORY);
+        child = await openDirectoryNoFollow(at(dir, name));
       } catch (error) {
-        // O_DIRECTORY with O_NOFOLLOW answers ENOTDIR for a symlink: ask what it is.
+        // A symlink answers ELOOP; ask what it is all the same (a kernel may say otherwise).
         const link = await fs.lstat(at(dir, name)).then((info) => info.isSymbolicLink(), () => false);
         if (error.code === 'ELOOP' || link) throw throughSymlink(p);
         if (error.code === 'ENOENT' || error.code === 'ENOTDIR') {
@@ -219,7 +231,7 @@ async function list(p, recursive, maxEntries) {
       if (recursive && type === 'directory') {
         let child;
         try {
-          child = await fs.open(at(dir, entry.name), NO_FOLLOW_DIRECTORY);
+          child = await openDirectoryNoFollow(at(dir, entry.name));
         } catch {
           continue; // swapped or removed meanwhile: not followed
         }
