@@ -198,9 +198,7 @@ def health(
         for name, status in report["services"].items():
             out.print(f"  {name}: {status}")
             if name.startswith(RUNTIME_HEALTH_PREFIX) and status != "SERVING":
-                out.print(
-                    "    [yellow]no gVisor on that engine: its sandboxes share the host's kernel[/]"
-                )
+                out.print("    [yellow]no gVisor there: its sandboxes share the host's kernel[/]")
     if not serving:
         raise typer.Exit(EXIT_FAILURE)
 

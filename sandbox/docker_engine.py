@@ -54,6 +54,8 @@ HOME = {"HOME": HOME_DIR}
 # this much room for the sandbox's kernel above the sandbox's own.
 GVISOR_HOST_PIDS_FACTOR = 4
 GVISOR_KERNEL_MEMORY = 256 * 1024 * 1024
+# How long a killed sandbox may take to be down.
+KILL_WAIT_S = 30.0
 # Where a sandbox's own volume may be mounted: a thread's workspace, or a service sandbox's home.
 VOLUME_MOUNTS = (WORKSPACE, HOME_DIR)
 
@@ -353,7 +355,12 @@ class DockerEngine:
     def kill(self, container_id: str) -> None:
         try:
             with engine_errors("stop the sandbox"):
-                self.client.containers.get(container_id).kill()
+                container = self.client.containers.get(container_id)
+                container.kill()
+                # Stopped when this returns: the engine answers the kill before the container
+                # is down (under gVisor, a while after), and a start meanwhile would be a no-op
+                # on a container about to stop.
+                container.wait(timeout=KILL_WAIT_S)
         except ContainerGoneError:
             pass
         except SandboxUnavailableError as exc:

@@ -22,7 +22,10 @@ import httpx
 import pytest
 
 from sandbox import identity
+from sandbox.docker_engine import GVISOR_HOST_PIDS_FACTOR, GVISOR_KERNEL_MEMORY
+from sandbox.engine import SandboxLimits
 from sandbox.kinds import service_key
+from sandbox.runtimes import RUNSC
 from server.settings import DATABASE_FILE_NAME
 from tests.engine_proxy import engine_proxy
 from tests.sandbox_api_fixtures import STATIC_KEY, SandboxApiServer, sandbox_api
@@ -179,7 +182,10 @@ async def test_keys_are_made_listed_and_revoked_with_the_cli(sandbox_api: Sandbo
 
 
 async def test_the_sandbox_has_what_n8n_expects_hardened_like_thread_sandboxes(
-    api: httpx.AsyncClient, sandbox: str, docker_client: docker.DockerClient
+    api: httpx.AsyncClient,
+    sandbox: str,
+    docker_client: docker.DockerClient,
+    sandbox_limits: SandboxLimits,
 ) -> None:
     found = await run(
         api,
@@ -202,13 +208,18 @@ async def test_the_sandbox_has_what_n8n_expects_hardened_like_thread_sandboxes(
     assert config["CapDrop"] == ["ALL"]
     assert "no-new-privileges" in config["SecurityOpt"]
     assert config["NetworkMode"] == "none"
-    assert config["PidsLimit"] == 512
-    assert config["Memory"] == 1024 * 1024 * 1024
+    # Under the runtime the service chose, with its limits (tests/test_sandbox.py checks them).
+    assert config["Runtime"] == sandbox_limits.runtime
+    gvisor = sandbox_limits.runtime == RUNSC
+    assert config["PidsLimit"] == 512 * (GVISOR_HOST_PIDS_FACTOR if gvisor else 1)
+    assert config["Memory"] == 1024 * 1024 * 1024 + (GVISOR_KERNEL_MEMORY if gvisor else 0)
     assert attrs["Config"]["User"] == "1000:1000"
     # The home is the sandbox's own volume (with its size limit): files outlive the container.
     mounts = {m["Destination"]: m for m in attrs["Mounts"]}
     assert mounts["/home/user"]["Type"] == "volume"
-    inside = await run(api, sandbox, "grep CapEff /proc/self/status; ls /sys/class/net")
+    # The network interfaces from /proc (gVisor has no /sys/class/net): loopback alone.
+    interfaces = "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"
+    inside = await run(api, sandbox, f"grep CapEff /proc/self/status; {interfaces}")
     assert "0000000000000000" in inside["stdout"] and inside["stdout"].split()[-1] == "lo"
 
 
@@ -383,7 +394,8 @@ async def test_gc_removes_a_pool_claimed_sandbox_whose_record_is_gone(
     async def pool_ready() -> bool:
         # Ready once its worker runs (the last step of warming it, just before it is pooled).
         members = docker_client.containers.list(filters=pooled)
-        return any("worker.mjs" in str(member.top()["Processes"]) for member in members)
+        # (Asked inside: `docker top` of a gVisor sandbox lists the host's processes.)
+        return any(m.exec_run(["pgrep", "-f", "bin/worker[.]mjs"]).exit_code == 0 for m in members)
 
     await wait_for(pool_ready)
     await asyncio.sleep(1)
