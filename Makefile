@@ -97,6 +97,7 @@ bench: setup n8n
 	$(BIN)/python -m bench.events
 	$(BIN)/python -m bench.sandbox
 	$(BIN)/python -m bench.sandbox_service
+	$(BIN)/python -m bench.sandbox_runtimes
 	$(BIN)/python -m bench.build
 	$(BIN)/python -m bench.verify
 	$(BIN)/python -m bench.agent
