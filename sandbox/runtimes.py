@@ -28,10 +28,6 @@ class RuntimeChoice:
     # Why a weaker runtime than asked for (auto without gVisor); None when all is as wanted.
     warning: str | None = None
 
-    @property
-    def second_kernel(self) -> bool:
-        return self.name == RUNSC
-
 
 def choose_runtime(
     wanted: RuntimeSetting, available: Collection[str], engine: str = ""
