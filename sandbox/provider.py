@@ -120,7 +120,8 @@ class SandboxProvider:
         process count (RLIMIT_NPROC, which counts per uid inside that kernel, where under
         runc it would count the uid across the host), and each of its processes to 3/4 of
         the sandbox's memory, so that a hog's allocation fails before the sandbox's memory
-        is gone (docker_engine.py, `_gvisor_limits`: the container's own, above these)."""
+        is gone (at half, Node's allocation loop spun instead of failing). The container's
+        own limits are above these (docker_engine.py, `_gvisor_limits`)."""
         limits = self.limits
         if limits.runtime != RUNSC:
             return None

@@ -14,6 +14,7 @@ import base64
 import itertools
 import json
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -45,6 +46,8 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 HEARTBEAT_S = 20.0
+# How often a call still waiting for its answer checks that the sandbox runs.
+LIVENESS_CHECK_S = 2.0
 CALL_TIMEOUT_S = 30.0
 # The worker's memory (RSS) past which it ends its compile and engine threads for fresh ones.
 # After 100 builds it holds ~110 MB, after 1,000 ~125 MB (`python -m bench.sandbox`).
@@ -144,12 +147,22 @@ class WorkerClient:
         if broke is not None:  # failed outside the lock: _fail_all takes it too
             self._fail_all(f"the worker stream broke: {broke}")
             raise WorkerGoneError(f"the worker stream broke: {broke}") from broke
-        try:
-            return future.result(timeout=timeout_s)
-        except TimeoutError:
-            with self._lock:
-                self._pending.pop(request_id, None)
-            raise WorkerGoneError(f"the worker did not answer {op} in {timeout_s} s") from None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                wait = min(LIVENESS_CHECK_S, max(deadline - time.monotonic(), 0.0))
+                return future.result(timeout=wait)
+            except TimeoutError:
+                pass
+            if time.monotonic() >= deadline:
+                with self._lock:
+                    self._pending.pop(request_id, None)
+                raise WorkerGoneError(f"the worker did not answer {op} in {timeout_s} s")
+            # Under gVisor a sandbox killed whole leaves the worker's stream open: ask.
+            found = self._engine.inspect(self._container_id)
+            if found is None or found.status != "running":
+                self._fail_all("the sandbox stopped")
+                raise WorkerGoneError(f"the sandbox stopped while the worker ran {op}")
 
     # -- file operations ------------------------------------------------------------------
 

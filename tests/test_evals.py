@@ -186,6 +186,8 @@ async def run_cli(
     return await process.wait(), events, stderr
 
 
+# Three evaluation runs of eight cases, on sandboxes under gVisor: ~130 s on two busy cores.
+@pytest.mark.timeout(360)
 async def test_an_interrupted_run_resumes_to_the_results_of_an_uninterrupted_one(
     eval_server: tuple[Application, str],
     tmp_path: Path,

@@ -417,11 +417,19 @@ async def test_the_shell_tools_a_model_reaches_for_work(provider: SandboxProvide
 
 @pytest.mark.attack
 async def test_a_fork_bomb_and_a_memory_hog_are_contained(provider: SandboxProvider) -> None:
+    if provider.limits.runtime == RUNSC:
+        # Issue 34 stays open on this: under gVisor the sweep after a fork bomb, or Node's
+        # allocation loop at its RLIMIT_DATA, sometimes outlasts its deadline (docs/security.md).
+        pytest.xfail("under gVisor a fork bomb's sweep or a memory hog can outlast its deadline")
     manager = SandboxManager(provider)
     await manager.run_command("bomb", "b() { b | b & }; b; sleep 2", timeout_s=5)
-    bomb_box = await manager.acquire("bomb")
-    # Swept: nothing of any job uid is left, only the sandbox user's processes.
-    assert set(sh(bomb_box, "ps -eo uid=").split()) == {"1000"}
+    # Swept: nothing of any job uid is left alive, only the sandbox user's processes and this
+    # check's own job. (Dead ones may wait a moment for PID 1 to reap them: gVisor's init
+    # reaps hundreds slowly.)
+    listed = await manager.run_command("bomb", "id -u; ps -eo uid=,stat=", timeout_s=60)
+    own, *table = listed.stdout.split()
+    alive = {uid for uid, stat in zip(table[::2], table[1::2], strict=True) if stat[0] != "Z"}
+    assert alive == {"1000", own}, listed.stdout
     hog = await manager.run_command(
         "hog",
         'node -e "const a=[]; for(;;) a.push(Buffer.alloc(64*1024*1024, 1))"',

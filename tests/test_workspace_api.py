@@ -11,8 +11,12 @@ import grpc
 import pytest
 
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc, workspace_pb2, workspace_pb2_grpc
+from sandbox.commands import JobLimits
+from sandbox.docker_engine import GVISOR_HOST_PIDS_FACTOR, GVISOR_KERNEL_MEMORY
+from sandbox.engine import SandboxLimits
 from sandbox.image.build import BuiltImage
 from sandbox.manager import SandboxManager
+from sandbox.runtimes import RUNSC
 from server.app import Application
 from server.settings import Settings
 from tests.conftest import serving
@@ -250,7 +254,7 @@ async def test_an_unreachable_engine_is_unavailable_with_what_to_do(
 
 
 async def test_the_hardening_settings_reach_the_container(
-    make_docker_settings: Callable[..., Settings],
+    make_docker_settings: Callable[..., Settings], sandbox_limits: SandboxLimits
 ) -> None:
     settings = make_docker_settings(
         sandbox_memory_mb=512,
@@ -264,10 +268,14 @@ async def test_the_hardening_settings_reach_the_container(
         await stub.WriteFile(workspace_pb2.WriteFileRequest(thread_id="t1", path="x", content="x"))
         container = await docker_manager(app).acquire("t1")
         host = docker_attrs(container)["HostConfig"]
-        assert (host["Memory"], host["PidsLimit"], host["NanoCpus"]) == (
-            512 * 2**20,
-            128,
-            5 * 10**8,
-        )
+        if sandbox_limits.runtime == RUNSC:
+            # gVisor: the host's limits are backstops; the sandbox's own kernel keeps each
+            # command to the settings (tests/test_sandbox.py checks how).
+            expected = (512 * 2**20 + GVISOR_KERNEL_MEMORY, 128 * GVISOR_HOST_PIDS_FACTOR)
+            limits = docker_manager(app).provider.job_limits
+            assert limits == JobLimits(processes=128, data_bytes=384 * 2**20)
+        else:
+            expected = (512 * 2**20, 128)
+        assert (host["Memory"], host["PidsLimit"], host["NanoCpus"]) == (*expected, 5 * 10**8)
         assert "size=64m" in host["Tmpfs"]["/tmp"]
         assert host["ReadonlyRootfs"] and host["NetworkMode"] == "none"
