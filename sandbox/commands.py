@@ -52,7 +52,9 @@ OutputCallback = Callable[[str, bytes], None]
 JobCounter = Callable[[int], int | None]
 # The exit code of a process killed by SIGKILL (128 + 9): its own OOM kill, or its sandbox's end.
 SIGKILLED = 137
-# How often a quiet command's container is checked to be still running.
+# Told after the output of a command the host's OOM killer ended under gVisor.
+OUT_OF_MEMORY_NOTE = b"\nkilled: the sandbox ran out of memory\n"
+# How often a quiet command's container is checked (`CommandRunner._health`).
 LIVENESS_CHECK_S = 2.0
 
 
@@ -93,15 +95,18 @@ class JobUidPool:
 
 @dataclass(frozen=True)
 class JobLimits:
-    """Limits a command's own shell sets before the command runs (so on everything it
-    starts), where the container's cgroups cannot do it per job: under gVisor
-    (`SandboxProvider.job_limits`). Soft and hard: the job cannot raise them again."""
+    """Limits a command runs under, set on everything it starts, where the container's
+    cgroups cannot do it per job: under gVisor (`SandboxProvider.job_limits`). Soft and
+    hard: the job cannot raise them again."""
 
-    processes: int  # RLIMIT_NPROC: of the job's uid
-    data_bytes: int  # RLIMIT_DATA: per process (an allocation past it fails, ENOMEM)
+    processes: int  # RLIMIT_NPROC: tasks (threads counted) of the job's uid
 
-    def prelude(self) -> str:
-        return f"ulimit -p {self.processes}\nulimit -d {self.data_bytes // 1024}\n"
+    def argv(self, script: str) -> list[str]:
+        """`sh -c script` under these limits. They are set in a forked subshell, which then
+        runs the script: gVisor shares the limits of a process `docker exec` starts with
+        the container's first process, so set there they would hold every later process."""
+        limits = f"ulimit -p {self.processes}"
+        return ["sh", "-c", f'({limits} && exec sh -c "$1")', "sh", script]
 
 
 class OutputCapture:
@@ -159,28 +164,32 @@ class CommandRunner:
     ) -> CommandResult:
         """Run `command` with `sh -c`; block until it ends, times out or is cancelled.
         `job_processes`: asked after a normal exit, a job with nothing left needs no kill.
-        `job_limits`: set by the command's own shell before it runs."""
+        `job_limits`: the command runs under them (gVisor's), and the host's OOM killer is
+        watched for (`_health`)."""
         uid = self.uids.acquire()
-        started = time.monotonic()
+        started, since = time.monotonic(), time.time()
         stopped: str | None = "not started"
         capture = OutputCapture(self.max_output_bytes, self.max_saved_bytes)
         try:
-            prelude = "umask 002\n" + (job_limits.prelude() if job_limits else "")
-            attached = self.engine.exec_attached(
-                container_id, ["sh", "-c", prelude + command], workdir=cwd, env=env, job=uid
-            )
+            script = "umask 002\n" + command
+            argv = job_limits.argv(script) if job_limits else ["sh", "-c", script]
+            attached = self.engine.exec_attached(container_id, argv, workdir=cwd, env=env, job=uid)
             chunks: Queue[tuple[str, bytes] | None] = Queue()
             reader = threading.Thread(
                 target=_pump, args=(attached, chunks), name="sandbox-exec-reader", daemon=True
             )
             reader.start()
-            alive = functools.partial(self._running, container_id, settle_s=0)
-            stopped = _collect(chunks, capture, on_output, started + timeout_s, cancel, alive)
+            # Under gVisor (job limits) the host's OOM killer is watched for: see `_health`.
+            health = functools.partial(self._health, container_id, since, job_limits is not None)
+            stopped = _collect(chunks, capture, on_output, started + timeout_s, cancel, health)
             if stopped not in (None, "gone"):
                 self._kill_job(container_id, uid)
                 _drain(chunks, capture, on_output, reader)
             reader.join(timeout=5)
             exit_code = attached.exit_code()
+            if stopped == "oom":  # as the host's kernel reports a process it killed for memory
+                exit_code = SIGKILLED
+                record_output(("stderr", OUT_OF_MEMORY_NOTE), capture, on_output)
             if stopped == "gone" or (
                 stopped is None
                 and exit_code in (None, SIGKILLED)
@@ -227,6 +236,17 @@ class CommandRunner:
         with the workspace intact."""
         if not self.engine.kill_job(container_id, job):
             self.engine.kill(container_id)
+
+    def _health(self, container_id: str, since: float, watch_memory: bool) -> str | None:
+        """Why a quiet command will not end by itself: "gone" (its container stopped), "oom"
+        (with `watch_memory`, the host's OOM killer struck in the container since the command
+        started: under gVisor what it kills is a piece of the sandbox's kernel, and the
+        command it served hangs instead of ending), else None."""
+        if not self._running(container_id, settle_s=0):
+            return "gone"
+        if watch_memory and self.engine.out_of_memory_since(container_id, since):
+            return "oom"
+        return None
 
     def _running(self, container_id: str, *, settle_s: float = 2.0) -> bool:
         """Whether the container still runs after a command of it was SIGKILLed. A removal
@@ -285,11 +305,12 @@ def _collect(
     on_output: OutputCallback | None,
     deadline: float,
     cancel: threading.Event | None,
-    alive: Callable[[], bool],
+    health: Callable[[], str | None],
 ) -> str | None:
-    """Take output until the stream ends (None), the deadline ("timeout"), a cancel, or the
-    container is found stopped while the stream is quiet ("gone": under gVisor a sandbox
-    whose kernel was killed, for memory say, leaves the stream open)."""
+    """Take output until the stream ends (None), the deadline ("timeout"), a cancel, or,
+    while the stream is quiet, `health` says why it will not end ("gone", "oom": under
+    gVisor a command whose process, or the sandbox's kernel, was killed leaves the stream
+    open)."""
     checked = time.monotonic()
     while True:
         if cancel is not None and cancel.is_set():
@@ -303,8 +324,9 @@ def _collect(
         except Empty:
             if now - checked >= LIVENESS_CHECK_S:
                 checked = now
-                if not alive():
-                    return "gone"
+                why = health()
+                if why is not None:
+                    return why
             continue
         if item is None:
             return None

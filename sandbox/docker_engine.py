@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -434,6 +435,18 @@ class DockerEngine:
         uids = {int(word) for word in listing.stdout.split() if word.isdigit()}
         return sorted(u for u in uids if u in jobs)
 
+    def out_of_memory_since(self, container_id: str, since: float) -> bool:
+        # The engine's events up to now (an `until` ahead would wait for it), filtered there.
+        filters = {"container": container_id, "event": "oom"}
+        with engine_errors("read the engine's events"):
+            events = self.client.api.events(
+                since=int(since), until=int(time.time()), filters=filters, decode=True
+            )
+            try:
+                return any(True for _ in events)
+            finally:
+                events.close()
+
     def copy_in(self, container_id: str, directory: str, archive: bytes) -> None:
         with engine_errors("copy into the sandbox"):
             if not self.client.containers.get(container_id).put_archive(directory, archive):
@@ -480,9 +493,10 @@ def _gvisor_limits(limits: SandboxLimits) -> dict[str, Any]:
     threads, a host thread per sandboxed thread, its memory) and at a limit that kernel dies
     with every process in it, so they are backstops above what the sandbox's own kernel
     enforces per job (`SandboxProvider.job_limits`): processes counted there (RLIMIT_NPROC,
-    twice a job's, so a job at its limit can still be killed by a process of its uid), the
-    host's pids at GVISOR_HOST_PIDS_FACTOR times that, and memory with room for the
-    sandbox's kernel itself (GVISOR_KERNEL_MEMORY)."""
+    the sandbox's count twice over for its own uid, the browser's), the host's pids at
+    GVISOR_HOST_PIDS_FACTOR times that, and memory with room for the sandbox's kernel
+    itself (GVISOR_KERNEL_MEMORY): the one limit of its memory, whose OOM killer the
+    runner watches for (`out_of_memory_since`)."""
     nproc = limits.pids_limit * 2
     memory = limits.memory_bytes + GVISOR_KERNEL_MEMORY
     return {

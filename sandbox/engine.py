@@ -213,6 +213,12 @@ class ContainerEngine(Protocol):
         """The jobs of `jobs` that have a process in the container."""
         ...
 
+    def out_of_memory_since(self, container_id: str, since: float) -> bool:
+        """Whether the host's OOM killer struck in the container since `since` (seconds
+        since the epoch). Under gVisor the process it kills is a piece of the sandbox's
+        kernel, and the command it served hangs instead of ending."""
+        ...
+
     def copy_in(self, container_id: str, directory: str, archive: bytes) -> None:
         """Unpack a tar archive into a directory of the container."""
         ...

@@ -245,6 +245,9 @@ class LocalEngine:
                 started.kill()
         return True if self._namespace else self._kill_marked(_marker(container_id, job))
 
+    def out_of_memory_since(self, container_id: str, since: float) -> bool:
+        return False  # no memory limit of its own: the host's processes
+
     def running_jobs(self, container_id: str, jobs: range) -> list[int]:
         found = {s.job for s in self._started(container_id) if s.job is not None and s.alive()}
         if not self._namespace:

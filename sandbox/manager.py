@@ -89,6 +89,9 @@ HOST_GUARD_S = 1.0
 # A fresh compile or engine thread may first spend up to this loading its modules (ops.mjs
 # LOAD_TIMEOUT_MS): not charged to the operation's deadline, so the host allows for it too.
 THREAD_LOAD_S = 120.0
+# The compile thread's deadline is its CPU time, which a busy sandbox may stretch on the clock up
+# to this many times (ops.mjs BUSY_ALLOWANCE): the host waits that long for its operations.
+CPU_DEADLINE_ALLOWANCE = 4
 # The deadline of each of a pool sandbox's warm-up build and run (their threads' loads, ~2 s
 # of CPU in all, are not charged to it; a busy machine stretches them).
 WARM_TIMEOUT_S = 60.0
@@ -506,7 +509,7 @@ class SandboxManager:
             await self.operation(
                 thread_id,
                 op,
-                timeout_s=timeout_s,
+                timeout_s=timeout_s * CPU_DEADLINE_ALLOWANCE,
                 path=path,
                 timeoutMs=int(timeout_s * 1000),
                 maxBytes=max_bytes or self.max_file_bytes,
@@ -521,7 +524,7 @@ class SandboxManager:
             await self.operation(
                 thread_id,
                 "toCode",
-                timeout_s=timeout_s,
+                timeout_s=timeout_s * CPU_DEADLINE_ALLOWANCE,
                 workflow=workflow,
                 timeoutMs=int(timeout_s * 1000),
             )

@@ -34,7 +34,7 @@ from sandbox.engine import (
 )
 from sandbox.errors import SandboxNotFoundError, SandboxUnavailableError
 from sandbox.kinds import THREAD, SandboxKind
-from sandbox.runtimes import RUNSC
+from sandbox.runtimes import GVISOR_JOB_TASKS, RUNSC
 from sandbox.workspace_disk import WorkspaceDisks
 
 __all__ = [
@@ -114,18 +114,19 @@ class SandboxProvider:
 
     @property
     def job_limits(self) -> JobLimits | None:
-        """What a command's own shell limits itself to; None where the container's cgroups
-        suffice (runc). Under gVisor the host's cgroups see the sandbox's kernel, not its
-        processes, and it dies whole at their limits: so each job keeps to the sandbox's
-        process count (RLIMIT_NPROC, which counts per uid inside that kernel, where under
-        runc it would count the uid across the host), and each of its processes to 3/4 of
-        the sandbox's memory, so that a hog's allocation fails before the sandbox's memory
-        is gone (at half, Node's allocation loop spun instead of failing). The container's
-        own limits are above these (docker_engine.py, `_gvisor_limits`)."""
+        """What a command runs under; None where the container's cgroups suffice (runc).
+        Under gVisor the host's cgroups see the sandbox's kernel, not its processes, and it
+        dies whole at their limits: so each job keeps to GVISOR_JOB_TASKS tasks (at most the
+        sandbox's own count; RLIMIT_NPROC counts per uid inside that kernel, where under
+        runc it would count the uid across the host). Memory has no such limit there (gVisor
+        holds `mmap` to no RLIMIT_DATA, and Node reserves far more address space than it
+        uses): the host's cgroup kills a hog, and the runner watches for that
+        (`CommandRunner.run`). The container's own limits are above these (docker_engine.py,
+        `_gvisor_limits`)."""
         limits = self.limits
         if limits.runtime != RUNSC:
             return None
-        return JobLimits(processes=limits.pids_limit, data_bytes=limits.memory_bytes * 3 // 4)
+        return JobLimits(processes=min(limits.pids_limit, GVISOR_JOB_TASKS))
 
     def runtime_matches(self, container: ContainerInfo) -> bool:
         """Whether the container runs under this provider's runtime (one made before the

@@ -14,12 +14,28 @@ from typing import Final, Literal
 
 from sandbox.errors import SandboxUnavailableError
 
-__all__ = ["AUTO", "RUNC", "RUNSC", "RuntimeChoice", "RuntimeSetting", "choose_runtime"]
+__all__ = [
+    "AUTO",
+    "GVISOR_JOB_TASKS",
+    "RUNC",
+    "RUNSC",
+    "RuntimeChoice",
+    "RuntimeSetting",
+    "choose_runtime",
+]
 
 RUNC: Final = "runc"
 RUNSC: Final = "runsc"
 AUTO: Final = "auto"
 RuntimeSetting = Literal["auto", "runc", "runsc"]
+
+# What a job (a command and all it starts) keeps to under gVisor, whose host cgroups see the
+# sandbox's kernel rather than its processes (`SandboxProvider.job_limits`; measured in
+# docs/security.md "The second kernel"). Tasks, threads counted: gVisor's systrap keeps a host
+# process per address space a job ever had, and a fork bomb at 128 is swept in ~3 s with the
+# sandbox answering at once after, at 256 in ~21 s with the sandbox taking 6-37 s to answer,
+# at 512 not within minutes.
+GVISOR_JOB_TASKS: Final = 128
 
 
 @dataclass(frozen=True)

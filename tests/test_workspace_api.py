@@ -273,7 +273,7 @@ async def test_the_hardening_settings_reach_the_container(
             # command to the settings (tests/test_sandbox.py checks how).
             expected = (512 * 2**20 + GVISOR_KERNEL_MEMORY, 128 * GVISOR_HOST_PIDS_FACTOR)
             limits = docker_manager(app).provider.job_limits
-            assert limits == JobLimits(processes=128, data_bytes=384 * 2**20)
+            assert limits == JobLimits(processes=128)
         else:
             expected = (512 * 2**20, 128)
         assert (host["Memory"], host["PidsLimit"], host["NanoCpus"]) == (*expected, 5 * 10**8)

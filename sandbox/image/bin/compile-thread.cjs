@@ -110,5 +110,12 @@ parentPort.on('message', ({ id, kind, ...request }) => {
   parentPort.postMessage(answer.error ? { id, ok: false, error: answer.error } : { id, ok: true, result: answer.result });
 });
 
-// Loaded: the calls' deadlines start now (see PooledThread in ops.mjs).
-parentPort.postMessage({ loaded: true });
+// Loaded: the calls' deadlines start now, counted in this thread's CPU time, read from /proc at
+// the path of this thread's own entry (see PooledThread in ops.mjs).
+let task;
+try {
+  task = require('node:fs').readlinkSync('/proc/thread-self');
+} catch {
+  task = undefined; // no /proc: the deadlines are on the clock
+}
+parentPort.postMessage({ loaded: true, task });

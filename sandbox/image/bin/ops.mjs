@@ -21,7 +21,7 @@
 // pooled thread under a deadline and a heap cap; cancelExecution stops a run in progress.
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, constants as fsConstants, promises as fs } from 'node:fs';
+import { existsSync, constants as fsConstants, promises as fs, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
@@ -293,8 +293,45 @@ function within(promise, ms) {
   return Promise.race([promise, late]).finally(() => clearTimeout(timer));
 }
 
+// How many times its CPU deadline a call may take on the clock, on a machine too busy to give
+// its thread the CPU (`withinCpu`).
+const BUSY_ALLOWANCE = 4;
+// Clock ticks per second of /proc/<pid>/task/<tid>/stat (USER_HZ, fixed on Linux and gVisor).
+const CLOCK_TICKS = 100;
+
+// The CPU time a thread has spent, in ms, from its /proc entry ('<pid>/task/<tid>'); undefined
+// when that cannot be read.
+function threadCpuMs(task) {
+  try {
+    const stat = readFileSync(`/proc/${task}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLOCK_TICKS; // utime + stime
+  } catch {
+    return undefined;
+  }
+}
+
+// `answer`'s value, or undefined once the thread at `task` has spent `ms` of CPU time on it, or
+// BUSY_ALLOWANCE times `ms` have passed: a load that is CPU work alone (esbuild's output run
+// once) is not failed by a busy machine, nor a huge allocation taken for an endless loop.
+async function withinCpu(answer, ms, task) {
+  const before = task === undefined ? undefined : threadCpuMs(task);
+  if (before === undefined) return within(answer, ms);
+  const started = Date.now();
+  let spent = 0;
+  for (;;) {
+    const message = await within(answer, Math.max(ms - spent, 50));
+    if (message !== undefined) return message;
+    const now = threadCpuMs(task);
+    spent = now === undefined ? ms : now - before;
+    if (spent >= ms || Date.now() - started >= ms * BUSY_ALLOWANCE) return undefined;
+  }
+}
+
 // A worker_thread that takes one call at a time, under a deadline: a call that misses it, or
 // runs out of heap, ends the thread (and only its own call); the next call starts a new one.
+// A thread that says where its /proc entry is ({loaded, task}) has its calls' deadlines
+// counted in its CPU time (`withinCpu`), the others on the clock.
 // The thread's stdout goes to stderr: stdout is the worker's protocol channel.
 class PooledThread {
   #thread;
@@ -304,6 +341,7 @@ class PooledThread {
   #busy = false;
   #retiring = false;
   #loading = Promise.resolve();
+  #task;
 
   // `crashStage`: how a call that the thread's death ended is reported.
   constructor(file, heapMb, workerData, crashStage) {
@@ -316,6 +354,7 @@ class PooledThread {
 
   #start() {
     if (this.#thread) return this.#thread;
+    this.#task = undefined;
     let loaded;
     this.#loading = new Promise((resolve) => {
       loaded = resolve;
@@ -330,6 +369,7 @@ class PooledThread {
     started.stderr.pipe(process.stderr);
     started.on('message', (message) => {
       if (message.loaded) {
+        this.#task = message.task;
         loaded();
         return;
       }
@@ -378,7 +418,7 @@ class PooledThread {
     // The deadline is the call's own: a fresh thread loading its modules (slow on a busy
     // machine) is not charged to it, up to LOAD_TIMEOUT_MS of its own.
     const ready = await within(Promise.race([this.#loading.then(() => true), answer.then(() => true)]), LOAD_TIMEOUT_MS);
-    const message = ready ? await within(answer, timeoutMs) : undefined;
+    const message = ready ? await withinCpu(answer, timeoutMs, this.#task) : undefined;
     if (message === undefined) {
       this.#waiters.delete(id);
       const stuck = this.#thread;
