@@ -54,7 +54,7 @@ JobCounter = Callable[[int], int | None]
 SIGKILLED = 137
 # Told after the output of a command the host's OOM killer ended under gVisor.
 OUT_OF_MEMORY_NOTE = b"\nkilled: the sandbox ran out of memory\n"
-# How often a quiet command's container is checked (`CommandRunner._health`).
+# How often a running command's container is checked (`CommandRunner._health`).
 LIVENESS_CHECK_S = 2.0
 
 
@@ -238,7 +238,7 @@ class CommandRunner:
             self.engine.kill(container_id)
 
     def _health(self, container_id: str, since: float, watch_memory: bool) -> str | None:
-        """Why a quiet command will not end by itself: "gone" (its container stopped), "oom"
+        """Why a running command will not end by itself: "gone" (its container stopped), "oom"
         (with `watch_memory`, the host's OOM killer struck in the container since the command
         started: under gVisor what it kills is a piece of the sandbox's kernel, and the
         command it served hangs instead of ending), else None."""
@@ -307,10 +307,10 @@ def _collect(
     cancel: threading.Event | None,
     health: Callable[[], str | None],
 ) -> str | None:
-    """Take output until the stream ends (None), the deadline ("timeout"), a cancel, or,
-    while the stream is quiet, `health` says why it will not end ("gone", "oom": under
+    """Take output until the stream ends (None), the deadline ("timeout"), a cancel, or
+    `health`, asked every LIVENESS_CHECK_S, says why it will not end ("gone", "oom": under
     gVisor a command whose process, or the sandbox's kernel, was killed leaves the stream
-    open)."""
+    open, while others of its job may go on printing)."""
     checked = time.monotonic()
     while True:
         if cancel is not None and cancel.is_set():
@@ -319,14 +319,14 @@ def _collect(
         remaining = deadline - now
         if remaining <= 0:
             return "timeout"
+        if now - checked >= LIVENESS_CHECK_S:
+            checked = now
+            why = health()
+            if why is not None:
+                return why
         try:
             item = chunks.get(timeout=min(remaining, 0.1))
         except Empty:
-            if now - checked >= LIVENESS_CHECK_S:
-                checked = now
-                why = health()
-                if why is not None:
-                    return why
             continue
         if item is None:
             return None

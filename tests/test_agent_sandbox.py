@@ -175,7 +175,9 @@ async def test_cancel_kills_the_running_sandbox_command(
         run_id = await chat.send("kill", "run a long command")
         await chat.until("kill", lambda e: e["type"] == "tool-call", within=120)
         manager = await app.parts.sandboxes.for_thread("kill")
-        count = "grep -l 'slee[p] 300' /proc/[0-9]*/cmdline 2>/dev/null | wc -l"
+        # The command's own process, by its whole command line (under gVisor a shell that set
+        # the job's limits waits above it, with the command's text among its arguments).
+        count = "pgrep -xcf 'sleep 300'"
         running = await manager.run_command("kill", count)
         for _ in range(50):
             if running.stdout.strip() != "0":
