@@ -57,6 +57,8 @@ GVISOR_HOST_PIDS_FACTOR = 4
 GVISOR_KERNEL_MEMORY = 256 * 1024 * 1024
 # How long a killed sandbox may take to be down.
 KILL_WAIT_S = 30.0
+# How much longer than the client's own timeout a removal may take (`DockerEngine.remove`).
+REMOVE_WAIT_S = 120.0
 # Where a sandbox's own volume may be mounted: a thread's workspace, or a service sandbox's home.
 VOLUME_MOUNTS = (WORKSPACE, HOME_DIR)
 
@@ -350,8 +352,21 @@ class DockerEngine:
         return True
 
     def remove(self, container_id: str) -> None:
-        with contextlib.suppress(ContainerGoneError), engine_errors("remove the sandbox"):
-            self.client.containers.get(container_id).remove(force=True)
+        """Remove the container, running or not. A removal the engine is still at when the
+        client's timeout (a minute) runs out is waited for, up to REMOVE_WAIT_S more: under
+        gVisor, on a machine under load, removing a sandbox after a fork bomb or an OOM kill
+        in it took longer than that."""
+        try:
+            with contextlib.suppress(ContainerGoneError), engine_errors("remove the sandbox"):
+                self.client.containers.get(container_id).remove(force=True)
+        except SandboxUnavailableError as exc:
+            if not isinstance(exc.__cause__, requests.exceptions.ReadTimeout):
+                raise
+            deadline = time.monotonic() + REMOVE_WAIT_S
+            while self.inspect(container_id) is not None:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(1.0)
 
     def kill(self, container_id: str) -> None:
         try:
