@@ -22,7 +22,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from queue import Empty, Queue
 
-from sandbox.engine import STDERR, STDOUT, Attached, ContainerEngine
+from sandbox.engine import (
+    LIVENESS_CHECK_S,
+    STDERR,
+    STDOUT,
+    Attached,
+    ContainerEngine,
+    is_running,
+)
 from sandbox.errors import SandboxUnavailableError
 from sandbox.image.rootfs import USER_UID, WORKSPACE
 
@@ -54,8 +61,6 @@ JobCounter = Callable[[int], int | None]
 SIGKILLED = 137
 # Told after the output of a command the host's OOM killer ended under gVisor.
 OUT_OF_MEMORY_NOTE = b"\nkilled: the sandbox ran out of memory\n"
-# How often a running command's container is checked (`CommandRunner._health`).
-LIVENESS_CHECK_S = 2.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -242,7 +247,7 @@ class CommandRunner:
         (with `watch_memory`, the host's OOM killer struck in the container since the command
         started: under gVisor what it kills is a piece of the sandbox's kernel, and the
         command it served hangs instead of ending), else None."""
-        if not self._running(container_id, settle_s=0):
+        if not is_running(self.engine, container_id):
             return "gone"
         if watch_memory and self.engine.out_of_memory_since(container_id, since):
             return "oom"
@@ -255,8 +260,7 @@ class CommandRunner:
         out)."""
         deadline = time.monotonic() + settle_s
         while True:
-            found = self.engine.inspect(container_id)
-            if found is None or found.status != "running":
+            if not is_running(self.engine, container_id):
                 return False
             if time.monotonic() >= deadline:
                 return True

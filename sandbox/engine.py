@@ -38,12 +38,16 @@ __all__ = [
     "ExecResult",
     "SandboxLimits",
     "VolumeInfo",
+    "is_running",
 ]
 
 GIB = 1024**3
 # The sandbox user's home: a service sandbox's volume is mounted here (see volume_mount).
 HOME_DIR = "/home/user"
 STDOUT, STDERR = 1, 2
+# How often something waiting on a sandbox (a command's output, the worker's answer) checks the
+# container still runs: a stopped one can leave `docker exec`'s stream open under gVisor.
+LIVENESS_CHECK_S = 2.0
 
 
 class ContainerGoneError(SandboxUnavailableError):
@@ -240,3 +244,9 @@ class ContainerEngine(Protocol):
     def remove_volume(self, name: str) -> None:
         """Remove it (gone already is fine)."""
         ...
+
+
+def is_running(engine: ContainerEngine, container_id: str) -> bool:
+    """Whether the engine says the container exists and runs."""
+    found = engine.inspect(container_id)
+    return found is not None and found.status == "running"

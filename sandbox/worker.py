@@ -21,7 +21,14 @@ from typing import Any
 import structlog
 
 from sandbox import errors
-from sandbox.engine import STDERR, STDOUT, Attached, ContainerEngine
+from sandbox.engine import (
+    LIVENESS_CHECK_S,
+    STDERR,
+    STDOUT,
+    Attached,
+    ContainerEngine,
+    is_running,
+)
 from sandbox.files import FileEntry
 from sandbox.image.rootfs import APP_DIR, WORKSPACE
 from sandbox.search import (
@@ -46,8 +53,6 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 HEARTBEAT_S = 20.0
-# How often a call still waiting for its answer checks that the sandbox runs.
-LIVENESS_CHECK_S = 2.0
 CALL_TIMEOUT_S = 30.0
 # The worker's memory (RSS) past which it ends its compile and engine threads for fresh ones.
 # After 100 builds it holds ~110 MB, after 1,000 ~125 MB (`python -m bench.sandbox`).
@@ -158,9 +163,8 @@ class WorkerClient:
                 with self._lock:
                     self._pending.pop(request_id, None)
                 raise WorkerGoneError(f"the worker did not answer {op} in {timeout_s} s")
-            # Under gVisor a sandbox killed whole leaves the worker's stream open: ask.
-            found = self._engine.inspect(self._container_id)
-            if found is None or found.status != "running":
+            # A stopped sandbox can leave the worker's stream open (under gVisor): ask.
+            if not is_running(self._engine, self._container_id):
                 self._fail_all("the sandbox stopped")
                 raise WorkerGoneError(f"the sandbox stopped while the worker ran {op}")
 

@@ -270,7 +270,7 @@ async def test_the_hardening_settings_reach_the_container(
         host = docker_attrs(container)["HostConfig"]
         if sandbox_limits.runtime == RUNSC:
             # gVisor: the host's limits are backstops; the sandbox's own kernel keeps each
-            # command to the settings (tests/test_sandbox.py checks how).
+            # command to its tasks (tests/test_sandbox.py checks how).
             expected = (512 * 2**20 + GVISOR_KERNEL_MEMORY, 128 * GVISOR_HOST_PIDS_FACTOR)
             limits = docker_manager(app).provider.job_limits
             assert limits == JobLimits(processes=128)
