@@ -11,6 +11,7 @@ COPY sandbox ./sandbox
 COPY browser_relay ./browser_relay
 COPY fs_gateway ./fs_gateway
 COPY evals ./evals
+COPY instance_ai_client ./instance_ai_client
 COPY instance_ai_cli ./instance_ai_cli
 # With the browser tools (Playwright drives the user's browser through the relay over CDP:
 # no browser is installed here).

@@ -32,7 +32,7 @@ from bench.summary import record
 from evals.cases import load_cases
 from evals.rows import Row
 from evals.runner import Runner, RunOptions
-from instance_ai_cli.client import ClientConfig
+from instance_ai_client.connection import ClientConfig
 from sandbox.docker_engine import DockerEngine
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -29,8 +29,15 @@ from evals.runner import (
     RunOptions,
     load_baseline,
 )
-from instance_ai_cli.client import DEFAULT_SERVER, ClientConfig
-from instance_ai_cli.common import EXIT_FAILURE, EXIT_USAGE, ApiKeyOption, TlsCaOption, err, out
+from instance_ai_client.connection import DEFAULT_SERVER, ClientConfig
+from instance_ai_client.terminal import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    ApiKeyOption,
+    TlsCaOption,
+    err,
+    out,
+)
 
 __all__ = ["EXIT_ABORTED", "EXIT_GATE", "EXIT_INTERRUPTED", "eval_command", "exit_code"]
 

@@ -25,7 +25,7 @@ from instance_ai.v1 import (
     tools_pb2,
     tools_pb2_grpc,
 )
-from instance_ai_cli.client import ClientConfig
+from instance_ai_client.connection import ClientConfig
 
 __all__ = ["DEFAULT_ANSWER", "Conversation", "EvalClient", "cooperative_answer"]
 

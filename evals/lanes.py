@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from evals.client import EvalClient
 from evals.errors import LanesExhaustedError
-from instance_ai_cli.client import ClientConfig
+from instance_ai_client.connection import ClientConfig
 
 __all__ = ["ABORT_AFTER_SECONDS", "PROBE_INTERVAL_SECONDS", "QUARANTINE_AFTER", "Lane", "Lanes"]
 

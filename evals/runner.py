@@ -32,7 +32,7 @@ from evals.progress import Reporter
 from evals.report import write_reports
 from evals.rows import ROWS_FILE, Header, Row, RowsFile
 from evals.scoring import RunInfo, results_document
-from instance_ai_cli.client import ClientConfig
+from instance_ai_client.connection import ClientConfig
 
 __all__ = [
     "DEFAULT_CASE_TIMEOUT_SECONDS",

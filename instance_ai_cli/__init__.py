@@ -1,5 +1,5 @@
 """`instance-ai`, the command line: gRPC clients of the service (chat, build, verify, tools,
 events, health, eval), and the commands that run or administer it on its own machine (serve,
-sandbox, credentials). `client.py` and `common.py` are shared with the evaluation runner."""
+sandbox, credentials). What it shares with the evaluation runner is `instance_ai_client`."""
 
 __all__: list[str] = []

@@ -18,8 +18,8 @@ from instance_ai.v1 import (
     tools_pb2,
     tools_pb2_grpc,
 )
-from instance_ai_cli.client import DEFAULT_SERVER, ClientConfig
-from instance_ai_cli.common import (
+from instance_ai_client.connection import DEFAULT_SERVER, ClientConfig
+from instance_ai_client.terminal import (
     EXIT_FAILURE,
     EXIT_USAGE,
     ApiKeyOption,

@@ -6,17 +6,17 @@ from __future__ import annotations
 import asyncio
 import json
 import mimetypes
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import grpc
 import typer
 
+from instance_ai.events import n8n_event
 from instance_ai.json_text import from_json, to_json
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc, tools_pb2, tools_pb2_grpc
-from instance_ai_cli.client import DEFAULT_SERVER, ClientConfig
-from instance_ai_cli.common import (
+from instance_ai_client.connection import DEFAULT_SERVER, ClientConfig
+from instance_ai_client.terminal import (
     EXIT_FAILURE,
     EXIT_USAGE,
     ApiKeyOption,
@@ -25,6 +25,7 @@ from instance_ai_cli.common import (
     TlsCaOption,
     err,
     out,
+    print_json_line,
     run_client,
 )
 
@@ -98,16 +99,16 @@ class _Chat:
             )
             call = stub.StreamEvents(request, metadata=metadata)
             async for response in call:
-                event = response.event
-                payload = from_json(event.payload_json)
+                # The shape `instance-ai events --json` prints: n8n's event contract.
+                event = n8n_event(response.event)
+                payload = event["payload"]
                 if self.as_json:
-                    sys.stdout.write(json.dumps({"type": event.type, "payload": payload}) + "\n")
-                    sys.stdout.flush()
+                    print_json_line(event)
                 else:
-                    self._show(event.type, payload)
-                if event.type == "confirmation-request":
+                    self._show(event["type"], payload)
+                if event["type"] == "confirmation-request":
                     await self._answer(stub, payload)
-                if event.type == "run-finish" and event.run_id == sent.run_id:
+                if event["type"] == "run-finish" and event["runId"] == sent.run_id:
                     call.cancel()
                     return str(payload.get("status", ""))
         return "unknown"

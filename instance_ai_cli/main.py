@@ -6,7 +6,6 @@ import asyncio
 import ipaddress
 import json
 import signal
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -32,8 +31,14 @@ from instance_ai_cli.build import (
     verify_workflow,
 )
 from instance_ai_cli.chat import chat, tools_app
-from instance_ai_cli.client import DEFAULT_SERVER, ClientConfig
-from instance_ai_cli.common import (
+from instance_ai_cli.help_text import sentence_help
+from instance_ai_cli.mcp import gateway, mcp
+from instance_ai_cli.n8n import app as n8n_app
+from instance_ai_cli.rekey import app as credentials_app
+from instance_ai_cli.sandbox import app as sandbox_app
+from instance_ai_cli.sandbox_api import app as sandbox_api_app
+from instance_ai_client.connection import DEFAULT_SERVER, ClientConfig
+from instance_ai_client.terminal import (
     EXIT_FAILURE,
     EXIT_USAGE,
     ApiKeyOption,
@@ -42,13 +47,9 @@ from instance_ai_cli.common import (
     TlsCaOption,
     err,
     out,
+    print_json_line,
     run_client,
 )
-from instance_ai_cli.credentials import app as credentials_app
-from instance_ai_cli.mcp import gateway, mcp
-from instance_ai_cli.n8n import app as n8n_app
-from instance_ai_cli.sandbox import app as sandbox_app
-from instance_ai_cli.sandbox_api import app as sandbox_api_app
 from server.api.server import RUNTIME_HEALTH_PREFIX
 from server.app import Application
 from server.errors import InstanceAIError
@@ -280,8 +281,7 @@ def events(
         if as_json and not follow:
             collected.append(event)
         elif as_json:
-            sys.stdout.write(json.dumps(event) + "\n")
-            sys.stdout.flush()
+            print_json_line(event)
         else:
             _print_event(event)
 
@@ -321,3 +321,7 @@ def _print_event(event: dict[str, Any]) -> None:
     at = datetime.fromtimestamp(event["ts"] / 1000, UTC).strftime("%H:%M:%S")
     out.print(f"[dim]{ident:>7}[/] {at} [bold]{event['type']}[/]{run} ", end="")
     out.print(payload, markup=False)
+
+
+# Last, once every command is registered (here and in the mounted apps).
+sentence_help(app)

@@ -21,7 +21,8 @@ from mcp.server.stdio import stdio_server
 
 from fs_gateway.connect import GatewayRefused, run_gateway
 from fs_gateway.files import FileRoot
-from instance_ai_cli.common import EXIT_FAILURE, EXIT_USAGE, err
+from instance_ai_cli.help_text import sentence_help
+from instance_ai_client.terminal import EXIT_FAILURE, EXIT_USAGE, err
 from server.logs import configure_logging
 
 __all__ = ["LIGHT_COMMANDS", "gateway", "light_app", "mcp"]
@@ -140,3 +141,4 @@ LIGHT_COMMANDS = ("gateway", "mcp")
 light_app = typer.Typer(name="instance-ai", add_completion=False)
 light_app.command()(gateway)
 light_app.command()(mcp)
+sentence_help(light_app)

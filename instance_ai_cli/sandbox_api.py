@@ -10,7 +10,7 @@ from typing import Annotated, TypeVar
 import typer
 from rich.table import Table
 
-from instance_ai_cli.common import EXIT_FAILURE, EXIT_USAGE, JsonOption, err, out
+from instance_ai_client.terminal import EXIT_FAILURE, EXIT_USAGE, JsonOption, err, out
 from server.errors import InstanceAIError
 from server.runtime.sandbox_api_keys import SandboxApiKeys
 from server.settings import SettingsError, load_settings

@@ -15,8 +15,8 @@ from server.api.sandbox_api import SandboxApi
 from server.api.server import GrpcServer, listen_host, start_grpc_server
 from server.errors import UnavailableError
 from server.settings import Settings
-from server.tools.registry import ToolRegistry
-from server.wiring import Parts, tool_registry
+from server.tools.calls import ToolCalls
+from server.wiring import Parts, tool_calls
 
 __all__ = ["Application"]
 
@@ -86,14 +86,14 @@ class Application:
             raise RuntimeError("an Application cannot be restarted; make a new one")
         self._state = _State.RUNNING
         parts = self._parts = await Parts.open(self.settings)
-        registry = tool_registry(parts)
-        self._agent = Agent(parts.agent_services(), registry, provider_from_settings(self.settings))
+        calls = tool_calls(parts)
+        self._agent = Agent(parts.agent_services(), calls, provider_from_settings(self.settings))
         try:
             await self._agent.start()
-            self._http = await self._start_http(registry)
+            self._http = await self._start_http(calls)
             self._sandbox_api = await self._start_sandbox_api()
             api_parts = replace(parts.api_parts(), http_url=self._http.url if self._http else None)
-            self._grpc = await start_grpc_server(self.settings, api_parts, self._agent, registry)
+            self._grpc = await start_grpc_server(self.settings, api_parts, self._agent, calls)
             await parts.replicas.advertise(self._grpc.address)
         except (RuntimeError, OSError) as exc:  # grpc raises RuntimeError when it cannot bind
             if self._http is not None:
@@ -108,14 +108,14 @@ class Application:
                 "INSTANCE_AI_SANDBOX_API_ADDRESS or stop what holds it"
             ) from None
 
-    async def _start_http(self, registry: ToolRegistry) -> HttpEndpoint | None:
+    async def _start_http(self, calls: ToolCalls) -> HttpEndpoint | None:
         """The HTTP endpoint (MCP, gateways), when INSTANCE_AI_HTTP_PORT is set."""
         settings = self.settings
         if settings.http_port is None:
             return None
         keys = settings.accepted_api_keys()
         return await HttpEndpoint(
-            registry=registry,
+            calls=calls,
             gateways=self.parts.gateways,
             gateway_keys=self.parts.gateway_keys,
             api_keys=keys,

@@ -1,7 +1,7 @@
 """Errors raised by the service's domain code.
 
 One root, one subclass per kind of failure a caller can act on. The gRPC layer maps each kind
-to a status code in a single table (`server/api/errors.py`); domain code never sees gRPC.
+to a status code in a single table (`server/api/grpc_status.py`); domain code never sees gRPC.
 
     InstanceAIError
     ├── InvalidArgumentError    the request is malformed: change it
@@ -15,16 +15,14 @@ to a status code in a single table (`server/api/errors.py`); domain code never s
     └── NotImplementedCapabilityError  the capability has not landed yet
 
 Messages are written for the caller: they say what to change. So are those of the
-sandbox and browser relay packages' own roots: `CALLER_ERRORS` names the three.
+sandbox and browser relay packages' own roots (`server/core/failures.py` names the three).
+This module imports nothing: every layer may raise these, and each front keeps its own table
+of what they mean there (a gRPC status, an HTTP status, an MCP error result).
 """
 
 from __future__ import annotations
 
-from browser_relay.errors import BrowserRelayError
-from sandbox.errors import SandboxError
-
 __all__ = [
-    "CALLER_ERRORS",
     "FailedPreconditionError",
     "InstanceAIError",
     "InvalidArgumentError",
@@ -84,7 +82,3 @@ class NotImplementedCapabilityError(InstanceAIError):
     def __init__(self, capability: str) -> None:
         super().__init__(f"not implemented yet: this needs {capability}")
         self.capability = capability
-
-
-# The errors whose message is written for the caller (anything else is INTERNAL).
-CALLER_ERRORS: tuple[type[Exception], ...] = (InstanceAIError, SandboxError, BrowserRelayError)

@@ -2,7 +2,8 @@
 others it needs. Everything it imports sits below it; nothing imports it but `server/app.py`.
 
 Each consumer gets a narrow handle: the agent its `AgentServices`, each tool group its own
-services class (see `tool_services`), the servicers `ApiParts`. `Parts` itself stays here.
+services class (see `tool_services`), the servicers `ApiParts`, and the agent and every front
+the one way to call a tool (`tool_calls`). `Parts` itself stays here.
 """
 
 from __future__ import annotations
@@ -21,20 +22,19 @@ from browser_relay.sessions import BrowserSessions, sandbox_key, session_id_for
 from sandbox.egress import EgressProxy
 from sandbox.image.build import SEED_DIR
 from server.agent import ModelProvider, provider_from_settings
-from server.agent.loop import AgentServices
+from server.agent.services import AgentServices
 from server.agent.structured import structured_asker
 from server.api.server import ApiParts
 from server.catalog import CatalogService
-from server.domain.credential_tester import CredentialTester
-from server.domain.credentials import (
+from server.domain.credential_store import (
     KEY_FILE_NAME,
     CredentialStore,
     Sealer,
     decode_key,
     key_from_file,
 )
+from server.domain.credential_tester import CredentialTester
 from server.domain.data_tables import DataTableStore
-from server.domain.executions import ExecutionStore
 from server.domain.folders import FolderStore, TagStore
 from server.domain.projects import CallerProjects, ConfiguredFeatures
 from server.domain.web import BraveSearch, SearxngSearch, WebFetcher, WebSearch
@@ -47,7 +47,7 @@ from server.mcp.gateway_keys import GatewayKeys
 from server.mcp.results import ThreadBlobWriter
 from server.mcp.servers import McpServers
 from server.n8n.client import N8nClient
-from server.n8n.credentials import N8nCredentials
+from server.n8n.credential_store import N8nCredentials
 from server.n8n.data_tables import N8nDataTables
 from server.n8n.executions import N8nExecutions
 from server.n8n.folders import N8nFolders
@@ -60,6 +60,7 @@ from server.pipeline.credential_types import CredentialTypeIndex
 from server.pipeline.runs import WorkflowRunner
 from server.pipeline.verify import Verifier
 from server.pipeline.work import WorkLoop
+from server.records.sandbox_runs import ExecutionStore
 from server.runtime.attachments import Attachments
 from server.runtime.background import BackgroundTasks
 from server.runtime.conversation import Conversation
@@ -97,6 +98,7 @@ from server.tools import (
     workflows,
     workspace,
 )
+from server.tools.calls import ToolCalls
 from server.tools.registry import ToolRegistry
 from server.tools.skills import SkillLibrary
 from server.tools.spec import ToolSpec
@@ -111,6 +113,7 @@ __all__ = [
     "embedded_instance",
     "n8n_client",
     "n8n_instance",
+    "tool_calls",
     "tool_registry",
 ]
 
@@ -389,6 +392,9 @@ class Parts:
 
     def api_parts(self) -> ApiParts:
         return ApiParts(
+            events=self.events,
+            threads=self.threads,
+            background=self.background,
             sandboxes=self.sandboxes,
             credentials=self.instance.credentials,
             credential_types=self.credential_types(),
@@ -480,19 +486,20 @@ class Parts:
         ]
 
 
-def tool_registry(parts: Parts) -> ToolRegistry:
-    """Every tool, bound to its group's services, the event log and the permission rule;
-    the tools that load tools learn which they may load (the registered ones outside the
-    core) once the registry exists."""
-    services = parts.tool_services()
-    registry = ToolRegistry(
-        ALL_TOOLS,
-        services,
-        events=parts.events,
-        hitl=parts.hitl,
-        thread_exists=parts.threads.exists,
-        sources=[parts.mcp_servers, parts.gateways],
+def tool_calls(parts: Parts) -> ToolCalls:
+    """The one way every caller calls a tool: the catalogue (`tool_registry`) with the event
+    log and the permission rule."""
+    registry = tool_registry(parts)
+    return ToolCalls(
+        registry, events=parts.events, hitl=parts.hitl, thread_exists=parts.threads.exists
     )
+
+
+def tool_registry(parts: Parts) -> ToolRegistry:
+    """Every tool, bound to its group's services; the tools that load tools learn which they
+    may load (the registered ones outside the core) once the registry exists."""
+    services = parts.tool_services()
+    registry = ToolRegistry(ALL_TOOLS, services, sources=[parts.mcp_servers, parts.gateways])
     for group in services:
         if isinstance(group, loading.ToolLoadingTools):
             group.offer(
@@ -558,7 +565,7 @@ def n8n_instance(
 
 
 def credential_store(settings: Settings, db: Database) -> CredentialStore:
-    """The credential store with the configured keys (see server/domain/credentials.py)."""
+    """The credential store with the configured keys (see server/domain/credential_store.py)."""
     return CredentialStore(db, _sealer(settings))
 
 

@@ -12,7 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc
-from instance_ai_cli.client import ClientConfig
+from instance_ai_client.connection import ClientConfig
 from server.app import Application
 from server.settings import Settings
 from tests.conftest import serving

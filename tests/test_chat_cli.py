@@ -63,6 +63,27 @@ async def test_chat_streams_the_run_and_answers_a_card_at_the_prompt(
     assert "Let me run it." not in denied.stdout  # only this turn is shown
 
 
+async def test_chat_json_prints_the_events_in_the_shape_events_json_does(
+    served: ServerProcess, model: FakeMessagesAPI
+) -> None:
+    model.script(text("Hello there."))
+    result = await cli(served, "chat", "hi", "--thread", "j1", "--json")
+    assert result.returncode == 0, result.stderr
+    printed = [json.loads(line) for line in result.stdout.splitlines()]
+    # n8n's event shape, as `instance-ai events --json` prints it.
+    for event in printed:
+        assert {"type", "runId", "agentId", "ts", "payload", "threadId"} <= set(event), event
+        assert event["threadId"] == "j1" and isinstance(event["ts"], int)
+    assert printed[-1]["type"] == "run-finish"
+    assert printed[-1]["payload"]["status"] == "completed"
+    assert printed[-1]["agentId"] == "orchestrator" and printed[-1]["runId"]
+    listed = await cli(served, "events", "j1", "--json")
+    assert listed.returncode == 0, listed.stderr
+    stored = {event["id"]: event for event in json.loads(listed.stdout)["events"]}
+    durable = [event for event in printed if "id" in event]
+    assert durable and all(stored[event["id"]] == event for event in durable)
+
+
 async def test_chat_attaches_files_the_agent_reads(
     served: ServerProcess, model: FakeMessagesAPI, tmp_path: Path
 ) -> None:

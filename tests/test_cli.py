@@ -11,9 +11,12 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
+import typer
+from typer.testing import CliRunner
 
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc
 from sandbox.engine import SandboxLimits
@@ -121,6 +124,49 @@ def test_a_config_file_is_read_and_checked(tmp_path: Path) -> None:
     result = run_cli("serve", "--config", str(config), "--data-dir", str(tmp_path))
     assert result.returncode == 2
     assert "unknown setting log_formt" in result.stderr
+
+
+def _commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    yield path, command
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from _commands(sub, (*path, name))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _whole_on_a_line(output: str, *texts: str) -> bool:
+    return any(all(text in line for text in texts) for line in output.splitlines())
+
+
+@pytest.mark.parametrize("module", ["instance_ai_cli.main", "instance_ai_cli.mcp"])
+def test_every_help_reads_as_sentences(module: str) -> None:
+    """No sentence of a `--help` is cut by the docstring's line breaks: on a terminal wide
+    enough, each paragraph of a command's help, and each command's line in its group's list,
+    is printed on one line."""
+    from instance_ai_cli.main import app
+    from instance_ai_cli.mcp import light_app
+
+    typer_app = app if module == "instance_ai_cli.main" else light_app
+    checked = 0
+    for path, command in _commands(typer.main.get_command(typer_app)):
+        result = CliRunner().invoke(typer_app, [*path, "--help"], env={"COLUMNS": "1000"})
+        assert result.exit_code == 0, (path, result.output)
+        for paragraph in (command.help or "").split("\n\n"):
+            assert _whole_on_a_line(result.output, _one_line(paragraph)), (path, paragraph)
+            checked += 1
+        for name, sub in getattr(command, "commands", {}).items():
+            summary = _one_line((sub.help or "").split("\n\n")[0])
+            assert _whole_on_a_line(result.output, f" {name} ", summary), (path, name)
+    assert checked >= (25 if typer_app is app else 2)
+    # The executable prints the same list of commands.
+    if typer_app is app:
+        printed = run_cli("--help", env={"COLUMNS": "1000"})
+        assert printed.returncode == 0, printed.stderr
+        chat = _one_line(dict(_commands(typer.main.get_command(app)))[("chat",)].help or "")
+        assert "checklists and confirmation cards" in chat
+        assert _whole_on_a_line(printed.stdout, " chat ", chat)
 
 
 def test_health_json_reports_serving(server: ServerProcess) -> None:

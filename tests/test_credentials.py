@@ -19,7 +19,7 @@ import pytest
 from instance_ai.json_text import from_json, to_json
 from instance_ai.v1 import credentials_pb2, credentials_pb2_grpc, tools_pb2, tools_pb2_grpc
 from server.app import Application
-from server.domain.credentials import CredentialStore
+from server.domain.credential_store import CredentialStore
 from server.errors import UnavailableError
 from server.settings import Settings
 from server.wiring import credential_store

@@ -28,7 +28,7 @@ from evals.report import write_reports
 from evals.rows import ROWS_FILE, Row, UnitResult
 from evals.runner import Runner, RunOptions
 from evals.scoring import RunInfo, results_document
-from instance_ai_cli.client import ClientConfig
+from instance_ai_client.connection import ClientConfig
 from sandbox import identity
 from server.app import Application
 from server.settings import Settings

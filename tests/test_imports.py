@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["server", "sandbox", "browser_relay", "fs_gateway", "evals", "instance_ai_cli"]
+PACKAGES = [
+    "server",
+    "sandbox",
+    "browser_relay",
+    "fs_gateway",
+    "evals",
+    "instance_ai_client",
+    "instance_ai_cli",
+]
 
 
 def product_modules() -> list[str]:

@@ -68,17 +68,31 @@ def test_the_sandbox_public_surface_is_pinned() -> None:
         assert getattr(sandbox, name) is not None
 
 
-def test_evals_use_only_the_public_contract_and_the_client_helpers() -> None:
+def loaded_by(imports: str, *tops: str) -> list[str]:
+    """The modules under `tops` that importing `imports` loads, in a fresh interpreter."""
     probe = (
-        "import sys, evals.cli, evals.runner, evals.report; "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('server', 'instance_ai_cli')))"
+        f"import sys, {imports}; "
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {tops!r}))"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert (
-        result.stdout.strip()
-        == "['instance_ai_cli', 'instance_ai_cli.client', 'instance_ai_cli.common']"
+    loaded: list[str] = ast.literal_eval(result.stdout.strip())
+    return loaded
+
+
+def test_evals_use_only_the_public_contract_and_the_client_helpers() -> None:
+    """The command line mounts `instance-ai eval`, one way: evals reach the service through
+    the contract and `instance_ai_client`, never through the command line or the server."""
+    loaded = loaded_by("evals.cli, evals.runner, evals.report", "server", "instance_ai_cli")
+    assert loaded == []
+
+
+def test_the_shared_client_package_sits_below_its_users() -> None:
+    modules = ", ".join(
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for p in sorted((ROOT / "instance_ai_client").glob("*.py"))
     )
+    assert loaded_by(modules, "server", "evals", "instance_ai_cli") == []
 
 
 # The house, bottom to top (docs/architecture.md): a part of `server/` may import the parts
@@ -92,6 +106,7 @@ LEVELS = {
     "instance": 1,
     "domain": 1,
     "n8n": 1,
+    "records": 1,
     "runtime": 1,
     "catalog": 1,
     "pipeline": 2,
@@ -107,7 +122,9 @@ SAME_LEVEL = {
     ("store", "errors"),
     ("domain", "instance"),  # the embedded store implements the instance seam
     ("n8n", "instance"),  # so does n8n's API
-    ("n8n", "domain"),  # with the service's own records (source bindings) beside it
+    ("records", "instance"),  # the service's own records speak the seam's values
+    ("domain", "records"),  # both instances keep source bindings and sandbox runs there
+    ("n8n", "records"),
     ("domain", "catalog"),
     ("runtime", "domain"),
     ("mcp", "tools"),  # tools from MCP are registry tools
@@ -143,7 +160,7 @@ def test_the_server_imports_run_one_way() -> None:
         part = module.split(".")[1] if module.count(".") else ""
         for target in imports_of(path):
             top = target.split(".")[0]
-            if top in ("instance_ai_cli", "evals"):
+            if top in ("instance_ai_cli", "instance_ai_client", "evals"):
                 upward.append(f"{module} -> {target}")
             if top == "instance_ai" and target.startswith("instance_ai.v1") and part != "api":
                 upward.append(f"{module} -> {target} (protobuf types stay in server/api)")
@@ -189,12 +206,25 @@ def test_tools_reach_only_their_own_services() -> None:
 
 EMBEDDED_STORE = (
     "server.domain.workflows",
-    "server.domain.executions",
-    "server.domain.credentials",
+    "server.records",  # the sandbox runs and source bindings behind the seam
+    "server.domain.credential_store",
     "server.domain.data_tables",
     "server.domain.folders",
     "server.domain.projects",
 )
+
+
+def test_the_two_instances_never_know_each_other() -> None:
+    """n8n and the embedded store implement the same seam: what both need (the instance's
+    rules, the service's own records) lives below both, so either stands without the other."""
+    crossing = [
+        f"{module} -> {target}"
+        for module, path in server_modules()
+        for target in imports_of(path)
+        if (module.startswith("server.n8n.") and target.startswith("server.domain"))
+        or (module.startswith("server.domain.") and target.startswith("server.n8n"))
+    ]
+    assert crossing == []
 
 
 def test_the_instance_is_reached_through_its_seam() -> None:
@@ -218,3 +248,53 @@ def test_the_sandbox_manager_sees_no_engine_sdk() -> None:
         if "docker" in imports_of(p) or any(t.startswith("docker.") for t in imports_of(p))
     )
     assert docker_users == ["build.py", "catalog.py", "docker_engine.py"]
+
+
+# The fronts: each translates one protocol to the same services (server/api/*_servicer.py for
+# gRPC, the MCP server, the sandbox service API). `server.py` and `http.py` host them.
+FRONTS = sorted(
+    module
+    for module, path in server_modules()
+    if module.startswith("server.api.")
+    and (path.stem.endswith("_servicer") or path.stem in ("mcp_server", "sandbox_api"))
+)
+
+
+def test_fronts_never_import_each_other() -> None:
+    assert len(FRONTS) >= 9, FRONTS
+    crossing = [
+        f"{module} -> {target}"
+        for module, path in server_modules()
+        if module in FRONTS
+        for target in imports_of(path)
+        if target in FRONTS and target != module
+    ]
+    assert crossing == []
+
+
+def test_tools_never_reach_the_agent() -> None:
+    """Tools get a narrow orchestration handle (`Orchestration`), never the agent itself."""
+    reaching = [
+        f"{module} -> {target}"
+        for module, path in server_modules()
+        if module.startswith("server.tools.")
+        for target in imports_of(path)
+        if target.startswith(("server.agent", "server.api", "server.wiring"))
+    ]
+    assert reaching == []
+
+
+def test_the_error_root_imports_nothing() -> None:
+    """Every layer raises `server.errors`; each front keeps its own table of what they mean."""
+    found = [t for t in imports_of(ROOT / "server" / "errors.py") if t != "__future__"]
+    assert found == []
+
+
+def test_every_call_goes_through_the_one_pipeline() -> None:
+    """Only the tool-call pipeline runs a tool's handler; the fronts and the agent call it."""
+    runners = sorted(
+        module
+        for module, path in server_modules()
+        if ".handler(" in path.read_text() and module != "server.tools.calls"
+    )
+    assert runners == []

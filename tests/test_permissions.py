@@ -24,7 +24,7 @@ from server.runtime.hitl import Hitl
 from server.settings import GATED_ACTIONS, Settings
 from server.store import Database
 from server.store.models import GRANT_KEY_MAX
-from server.tools.registry import grant_key
+from server.tools.calls import grant_key
 from server.wiring import ALL_TOOLS
 from tests.conftest import serving
 from tests.mcp_fixtures import connected, demo_stdio, running_gateway

@@ -12,7 +12,7 @@ import pytest
 from instance_ai.json_text import to_json
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc, credentials_pb2, credentials_pb2_grpc
 from server.app import Application
-from server.domain.credentials import CredentialStore
+from server.domain.credential_store import CredentialStore
 from server.settings import Settings
 from server.wiring import credential_store
 from tests.agent_fixtures import Chat, model, with_model

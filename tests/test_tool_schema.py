@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, TypeAdapter
 
 from server.agent import Agent, provider_from_settings
 from server.settings import Settings
+from server.tools.calls import ToolCalls
 from server.tools.registry import ToolInputError, ToolRegistry
 from server.tools.schema import Inexpressible, sanitize
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
@@ -228,14 +229,10 @@ async def test_the_loop_sends_flat_schemas_and_returns_bad_combinations_to_the_m
     settings = model_settings()
     async with serving(settings) as (app, _channel):
         parts = app.parts
+        registry = ToolRegistry([*BROWSER, spec("broken_tool", int)], [EchoServices()])
         agent = Agent(
             parts.agent_services(),
-            ToolRegistry(
-                [*BROWSER, spec("broken_tool", int)],
-                [EchoServices()],
-                events=parts.events,
-                hitl=parts.hitl,
-            ),
+            ToolCalls(registry, events=parts.events, hitl=parts.hitl),
             provider_from_settings(settings),
         )
         run_id = await agent.send_message("b1", "scroll")

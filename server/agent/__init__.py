@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from server.agent.agent import Agent
 from server.agent.anthropic_provider import AnthropicProvider
-from server.agent.loop import Agent
 from server.agent.provider import ModelProvider
 from server.settings import Settings
 

@@ -31,7 +31,7 @@ from server.api.mcp_server import service_mcp_server
 from server.errors import InstanceAIError
 from server.mcp.gateway import Gateways
 from server.mcp.gateway_keys import GatewayKeys
-from server.tools.registry import ToolRegistry
+from server.tools.calls import ToolCalls
 
 __all__ = ["HttpEndpoint"]
 
@@ -44,7 +44,7 @@ MAX_GATEWAY_FRAME = 8 * 1024 * 1024
 
 @dataclass(kw_only=True)
 class HttpEndpoint:
-    registry: ToolRegistry
+    calls: ToolCalls
     gateways: Gateways
     gateway_keys: GatewayKeys
     api_keys: list[str]
@@ -54,7 +54,7 @@ class HttpEndpoint:
 
     def __post_init__(self) -> None:
         self._keys = ApiKeys(self.api_keys)
-        self._manager = StreamableHTTPSessionManager(app=service_mcp_server(self.registry))
+        self._manager = StreamableHTTPSessionManager(app=service_mcp_server(self.calls))
         self._server = AsgiServer("HTTP")
 
     @property

@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 import structlog
 
-from server.api.errors import EXPECTED_ERRORS, status_for, trailing_metadata_for
+from server.api.grpc_status import EXPECTED_ERRORS, status_for, trailing_metadata_for
 from server.core.ids import new_id
 from server.n8n.client import acting_key
 from server.store.database import storage_failure
@@ -164,7 +164,7 @@ class ActingKeyInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
 
 class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Turns expected errors into their status (see `server/api/errors.py`), and anything
+    """Turns expected errors into their status (see `server/api/grpc_status.py`), and anything
     unexpected into INTERNAL with a reference the server log carries next to the traceback."""
 
     async def intercept_service(

@@ -1,6 +1,7 @@
 """The service as an MCP server: the build-and-verify pipeline and the catalog, for any MCP
-client. Like the gRPC layer it only translates: each call is a registry call (the same
-validation, permissions and events as `Tools.CallTool`), in the caller's own thread.
+client. Like the gRPC layer it only translates: each call is a direct call through the one
+tool-call pipeline (the same validation, permissions and events as `Tools.CallTool`), in the
+caller's own thread.
 
 The thread is the MCP session's (one per session and user, so two clients never share a
 workspace), or the one the `x-instance-ai-thread` header names.
@@ -21,10 +22,12 @@ from mcp.server.lowlevel import Server
 
 from server.api.caller import caller_from
 from server.core.caller import Caller
+from server.core.failures import describe
 from server.core.validation import check_thread_id
 from server.errors import NotFoundError
 from server.n8n.client import acting_key
-from server.tools.registry import ToolRegistry, describe, dump
+from server.tools.calls import ToolCalls
+from server.tools.registry import dump
 
 __all__ = ["EXPOSED_TOOLS", "N8N_KEY_HEADER", "THREAD_HEADER", "service_mcp_server"]
 
@@ -53,7 +56,8 @@ INSTRUCTIONS = (
 )
 
 
-def service_mcp_server(registry: ToolRegistry) -> Server[Any, Any]:
+def service_mcp_server(calls: ToolCalls) -> Server[Any, Any]:
+    registry = calls.registry
     server: Server[Any, Any] = Server("instance-ai", version=_version(), instructions=INSTRUCTIONS)
     threads: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
 
@@ -63,7 +67,7 @@ def service_mcp_server(registry: ToolRegistry) -> Server[Any, Any]:
         for name in EXPOSED_TOOLS:
             spec = registry.get(name)
             schema = registry.schema_of(spec)
-            if schema is not None and registry.registered(spec):
+            if schema is not None and registry.offerable(spec):
                 listed.append(
                     types.Tool(name=name, description=spec.description, inputSchema=schema)
                 )
@@ -81,7 +85,7 @@ def service_mcp_server(registry: ToolRegistry) -> Server[Any, Any]:
             key = headers.get(N8N_KEY_HEADER, "").strip()
             token = acting_key.set(key) if key else None
             try:
-                result = dump(await registry.call(thread_id, name, arguments, caller=caller))
+                result = dump(await calls.direct(thread_id, name, arguments, caller=caller))
             finally:
                 if token is not None:
                     acting_key.reset(token)

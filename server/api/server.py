@@ -28,22 +28,25 @@ from instance_ai.v1 import (
     workspace_pb2_grpc,
 )
 from server.agent import Agent
-from server.api.agent import AgentServicer
-from server.api.browser import BrowserServicer
-from server.api.credentials import CredentialsServicer
-from server.api.gateway import GatewayServicer
+from server.api.agent_servicer import AgentServicer
+from server.api.browser_servicer import BrowserServicer
+from server.api.credentials_servicer import CredentialsServicer
+from server.api.gateway_servicer import GatewayServicer
 from server.api.interceptors import ActingKeyInterceptor, AuthInterceptor, ErrorInterceptor
-from server.api.pipeline import PipelineServicer
-from server.api.tools import ToolsServicer
-from server.api.workspace import WorkspaceServicer
+from server.api.pipeline_servicer import PipelineServicer
+from server.api.tools_servicer import ToolsServicer
+from server.api.workspace_servicer import WorkspaceServicer
 from server.instance import Credentials
 from server.mcp.gateway import Gateways
 from server.mcp.gateway_keys import GatewayKeys
 from server.n8n.probe import InstanceProbe
 from server.pipeline.credential_types import CredentialTypeIndex
+from server.runtime.background import BackgroundTasks
+from server.runtime.events import EventLog
 from server.runtime.sandboxes import SandboxService
+from server.runtime.threads import Threads
 from server.settings import Settings
-from server.tools.registry import ToolRegistry
+from server.tools.calls import ToolCalls
 
 __all__ = [
     "ENGINE_HEALTH_PREFIX",
@@ -115,8 +118,11 @@ ENGINE_SERVICES = (
 
 @dataclass(frozen=True, kw_only=True)
 class ApiParts:
-    """What the servicers translate to, besides the agent and the tool registry."""
+    """What the servicers translate to, besides the agent and the tool calls."""
 
+    events: EventLog
+    threads: Threads
+    background: BackgroundTasks
     sandboxes: SandboxService
     credentials: Credentials
     credential_types: CredentialTypeIndex
@@ -190,7 +196,7 @@ class ListingHealthServicer(health.aio.HealthServicer):  # type: ignore[misc]
 
 
 async def start_grpc_server(
-    settings: Settings, parts: ApiParts, agent: Agent, registry: ToolRegistry
+    settings: Settings, parts: ApiParts, agent: Agent, calls: ToolCalls
 ) -> GrpcServer:
     keys = settings.accepted_api_keys()
     interceptors: list[grpc.aio.ServerInterceptor] = []
@@ -209,12 +215,21 @@ async def start_grpc_server(
             ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
         ],
     )
-    agent_pb2_grpc.add_AgentServicer_to_server(AgentServicer(agent), server)
+    agent_pb2_grpc.add_AgentServicer_to_server(
+        AgentServicer(
+            agent,
+            events=parts.events,
+            threads=parts.threads,
+            background=parts.background,
+            settings=settings,
+        ),
+        server,
+    )
     workspace_pb2_grpc.add_WorkspaceServicer_to_server(
         WorkspaceServicer(parts.sandboxes.for_thread), server
     )
-    tools_pb2_grpc.add_ToolsServicer_to_server(ToolsServicer(registry), server)
-    pipeline_pb2_grpc.add_PipelineServicer_to_server(PipelineServicer(registry), server)
+    tools_pb2_grpc.add_ToolsServicer_to_server(ToolsServicer(calls), server)
+    pipeline_pb2_grpc.add_PipelineServicer_to_server(PipelineServicer(calls), server)
     credentials_pb2_grpc.add_CredentialsServicer_to_server(
         CredentialsServicer(parts.credentials, parts.credential_types), server
     )

@@ -8,7 +8,6 @@ the same transaction as the metadata change. The system columns `id`, `createdAt
 
 from __future__ import annotations
 
-import re
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -18,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from server.core.caller import DEFAULT_PROJECT
 from server.errors import InvalidArgumentError, NotFoundError
+from server.instance.rules import check_column_name, require_conditions
 from server.instance.types import (
     SYSTEM_COLUMNS,
     Column,
@@ -31,15 +31,11 @@ from server.store.models import DataTableColumnRow, DataTableRow, UTCDateTime
 __all__ = [
     "COLUMNS",
     "META",
-    "NAME",
     "SQL_TYPES",
     "DataTableStore",
-    "check_column_name",
     "coerce",
-    "require_conditions",
 ]
 
-NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,62}")
 SQL_TYPES: dict[str, Any] = {
     "string": sa.Text(),
     "number": sa.Double(),
@@ -48,19 +44,6 @@ SQL_TYPES: dict[str, Any] = {
 }
 META = DataTableRow.metadata.tables["data_tables"]
 COLUMNS = DataTableColumnRow.metadata.tables["data_table_columns"]
-
-
-def check_column_name(name: str, field: str = "name") -> None:
-    if name in SYSTEM_COLUMNS:
-        raise InvalidArgumentError(
-            f"{field}: {name!r} is a reserved system column (id, createdAt, updatedAt are "
-            "managed automatically); choose another name, e.g. prefixed with the table's subject"
-        )
-    if not NAME.fullmatch(name):
-        raise InvalidArgumentError(
-            f"{field}: {name!r} is not a valid column name: letters, digits and underscores, "
-            "starting with a letter, at most 63 characters"
-        )
 
 
 def coerce(kind: str, value: Any, field: str) -> Any:
@@ -331,14 +314,6 @@ def _values(table: DataTable, row: dict[str, Any], field: str) -> dict[str, Any]
             raise InvalidArgumentError(f"{field}.{name}: system columns are set automatically")
         out[name] = coerce(table.type_of(name), value, f"{field}.{name}")
     return out
-
-
-def require_conditions(row_filter: RowFilter, action: str) -> None:
-    if not row_filter.filters:
-        raise InvalidArgumentError(
-            f"filter: give at least one condition; to {action} every row, say so with a "
-            "condition that matches them all (e.g. id gte 0)"
-        )
 
 
 def _where(table: DataTable, rows: sa.Table, row_filter: RowFilter | None) -> Any:

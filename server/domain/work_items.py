@@ -1,6 +1,6 @@
 """Work items: the persisted state of the workflow loop (as its JSON; the loop itself lives in
-server/pipeline/loop.py), one per workflow being built in a thread, with the latest build
-outcome beside it."""
+server/pipeline/work_item_machine.py), one per workflow being built in a thread, with the
+latest build outcome beside it."""
 
 from __future__ import annotations
 

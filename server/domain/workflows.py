@@ -1,5 +1,6 @@
-"""The workflow store: workflows with numbered versions, archive state and timestamps, and the
-bindings of thread workspace source files to the workflows they build.
+"""The workflow store: workflows with numbered versions, archive state and timestamps. A save
+also binds the thread's source file to the workflow (`server/records/source_bindings.py`: the
+service's own record, kept the same whatever instance holds the workflow).
 
 A save is one transaction: the new version, the workflow's pointers and the file's binding land
 together or not at all.
@@ -13,12 +14,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from server.core.caller import DEFAULT_PROJECT, Caller
 from server.core.ids import new_id
 from server.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from server.instance.rules import set_path
 from server.instance.types import (
     Binding,
     ListStatus,
@@ -28,24 +29,20 @@ from server.instance.types import (
     WorkflowGoneError,
     WorkflowSummary,
 )
+from server.records.source_bindings import bind_source, source_binding
 from server.store import Database
-from server.store.models import SourceBindingRow, WorkflowRow, WorkflowVersionRow
+from server.store.models import WorkflowRow, WorkflowVersionRow
 
 __all__ = [
-    "BINDINGS",
     "VERSIONS",
     "WORKFLOWS",
     "WorkflowStore",
-    "bind_source",
     "new_workflow_id",
-    "set_path",
-    "source_binding",
 ]
 
 _ALPHANUMERIC = string.ascii_letters + string.digits
 WORKFLOWS = WorkflowRow.metadata.tables["workflows"]
 VERSIONS = WorkflowRow.metadata.tables["workflow_versions"]
-BINDINGS = WorkflowRow.metadata.tables["source_bindings"]
 
 
 def new_workflow_id() -> str:
@@ -393,45 +390,6 @@ class WorkflowStore:
             return int(count or 0)
 
 
-async def source_binding(db: Database, thread_id: str, file_path: str) -> Binding | None:
-    """Which workflow a thread's source file builds (the service's own record, whatever
-    instance keeps the workflow)."""
-    async with db.session() as session:
-        row = await session.get(SourceBindingRow, (thread_id, file_path))
-        if row is None:
-            return None
-        return Binding(
-            workflow_id=row.workflow_id, source_hash=row.source_hash, version_id=row.version_id
-        )
-
-
-async def bind_source(
-    conn: AsyncConnection, *, thread_id: str, file_path: str, binding: Binding
-) -> None:
-    """Bind a thread's source file to the workflow it built (insert or replace)."""
-    upsert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(
-        BINDINGS
-    ).values(
-        thread_id=thread_id,
-        file_path=file_path,
-        workflow_id=binding.workflow_id,
-        source_hash=binding.source_hash,
-        version_id=binding.version_id,
-        updated_at=datetime.now(UTC),
-    )
-    await conn.execute(
-        upsert.on_conflict_do_update(
-            index_elements=[BINDINGS.c.thread_id, BINDINGS.c.file_path],
-            set_={
-                "workflow_id": upsert.excluded.workflow_id,
-                "source_hash": upsert.excluded.source_hash,
-                "version_id": upsert.excluded.version_id,
-                "updated_at": upsert.excluded.updated_at,
-            },
-        )
-    )
-
-
 async def _add_version(
     conn: AsyncConnection,
     *,
@@ -468,20 +426,6 @@ async def _add_version(
         .returning(VERSIONS.c.number)
     )
     return int(number or 1)
-
-
-def set_path(tree: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
-    """`tree` with the value at a dotted path (list indexes as numbers) replaced."""
-    parts = path.split(".")
-    node: Any = tree
-    for part in parts[:-1]:
-        node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
-    last = parts[-1]
-    if isinstance(node, list):
-        node[int(last)] = value
-    else:
-        node[last] = value
-    return tree
 
 
 async def _live_row(session: AsyncSession, workflow_id: str) -> WorkflowRow:

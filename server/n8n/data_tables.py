@@ -8,8 +8,8 @@ from typing import Any
 from urllib.parse import quote
 
 from server.core.caller import INSTANCE_SCOPED
-from server.domain.data_tables import check_column_name, require_conditions
 from server.errors import InvalidArgumentError, NotFoundError
+from server.instance.rules import check_column_name, require_conditions
 from server.instance.types import Column, DataTable, RowFilter
 from server.n8n.client import N8nClient
 from server.n8n.workflows import parse_time

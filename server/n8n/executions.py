@@ -7,11 +7,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from server.domain.executions import ExecutionStore
 from server.errors import NotFoundError
 from server.instance.types import Execution
 from server.n8n.client import N8nClient
 from server.n8n.workflows import parse_time
+from server.records.sandbox_runs import ExecutionStore
 
 __all__ = ["N8nExecutions"]
 

@@ -17,8 +17,8 @@ from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from server.core.caller import INSTANCE_SCOPED, Caller
-from server.domain.workflows import bind_source, set_path, source_binding
 from server.errors import FailedPreconditionError, InstanceAIError, NotFoundError
+from server.instance.rules import set_path
 from server.instance.types import (
     Binding,
     ListStatus,
@@ -29,6 +29,7 @@ from server.instance.types import (
     WorkflowSummary,
 )
 from server.n8n.client import N8nClient
+from server.records.source_bindings import bind_source, source_binding
 from server.store import Database
 from server.store.models import VersionNoteRow
 

@@ -38,9 +38,8 @@ from server.instance.types import (
     WorkflowContent,
     WorkflowGoneError,
 )
-from server.pipeline.credentials import resolve_credentials
+from server.pipeline.credential_binding import resolve_credentials
 from server.pipeline.judgement import AskModel, judge_plan
-from server.pipeline.loop import Remediation
 from server.pipeline.simulation import (
     BASE,
     SUPPORTED_TRIGGERS,
@@ -48,6 +47,7 @@ from server.pipeline.simulation import (
     mocked_nodes,
     plan_simulation,
 )
+from server.pipeline.work_item_machine import Remediation
 
 __all__ = [
     "SOURCE_SUFFIXES",

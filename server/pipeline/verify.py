@@ -26,10 +26,10 @@ from server.instance.types import Execution, Workflow
 from server.pipeline.build import WorkflowBuilder
 from server.pipeline.claim import claim_from_evidence, classify_failure
 from server.pipeline.fixtures import simulation_fixtures
-from server.pipeline.loop import LoopState, Remediation
 from server.pipeline.runs import RunRequest, WorkflowRunner, named_trigger
 from server.pipeline.simulation import main_flow_nodes
 from server.pipeline.work import WorkLoop
+from server.pipeline.work_item_machine import LoopState, Remediation
 
 __all__ = ["MAX_PREVIEW_CHARS", "Verifier", "VerifyRequest"]
 

@@ -1,5 +1,6 @@
 """The workflow loop, persisted: work items are loaded, moved by the pure state machine in
-loop.py, and saved, with the latest build outcome and verification record beside them."""
+work_item_machine.py, and saved, with the latest build outcome and verification record
+beside them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 from server.domain.work_items import WorkItem, WorkItemStore
 from server.errors import InvalidArgumentError
 from server.pipeline.build import BuildOutcome, BuildRequest
-from server.pipeline.loop import (
+from server.pipeline.work_item_machine import (
     Action,
     BuildReport,
     LoopState,

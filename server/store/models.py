@@ -98,7 +98,7 @@ class RunRow(Base):
     kind: Mapped[str] = mapped_column(String(16), default="chat")
     message_group_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     # The agent loop's resumable state: the tool calls of the current step, the results in
-    # so far, and the call that is waiting for a person (see server/agent/loop.py).
+    # so far, and the call that is waiting for a person (see server/agent/runs.py).
     state: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     # Who started it (see server/runtime/caller.py); None: the local default.
     caller: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
@@ -293,7 +293,7 @@ class ConfirmationRow(Base):
 
 class PermissionRow(Base):
     """An "always allow" a person gave in one thread: for a HITL action, or for one resource
-    of it (a grant key, `server/tools/registry.py` `grant_key`)."""
+    of it (a grant key, `server/tools/calls.py` `grant_key`)."""
 
     __tablename__ = "thread_permissions"
 
@@ -383,7 +383,7 @@ class FolderRow(Base):
 
 class CredentialRow(Base):
     """A credential: metadata in the clear, the secret data sealed (AES-256-GCM, see
-    server/domain/credentials.py)."""
+    server/domain/credential_store.py)."""
 
     __tablename__ = "credentials"
 

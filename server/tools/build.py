@@ -9,8 +9,8 @@ from typing import Any
 from pydantic import Field
 
 from server.pipeline.build import BuildOutcome, BuildRequest, WorkflowBuilder
-from server.pipeline.loop import Remediation
 from server.pipeline.work import WorkLoop
+from server.pipeline.work_item_machine import Remediation
 from server.runtime.hitl import Hitl
 from server.tools.scope import check_project
 from server.tools.spec import PLANNED_TASK_RUN, Suspend, ToolContext, ToolModel, ToolSpec

@@ -56,10 +56,10 @@ class ToolModel(BaseModel):
 
 
 class Suspend(Exception):
-    """Raised by a handler that needs a person's answer. The loop persists the run, publishes
+    """Raised by a handler that needs a person's answer. The agent persists the run, publishes
     `confirmation-request` with `question` merged into the payload (`inputType`, `message`,
     `severity`, `questions`, `tasks` ...) and calls the handler again with the answer in
-    `ToolContext.resume`."""
+    `ToolContext.resume`; a direct call is refused instead (see `server/tools/calls.py`)."""
 
     def __init__(self, question: dict[str, Any]) -> None:
         super().__init__(question.get("message", "waiting for an answer"))
@@ -112,7 +112,8 @@ class ToolSpec(Generic[S]):
     name: str
     description: str
     group: str
-    # The group's services class; the registry hands its one instance to the handler.
+    # The group's services class; its one instance (bound in the registry) is handed to the
+    # handler.
     services: type[S]
     # A ToolModel subclass, or an annotated union of them (a tool with modes).
     input_model: Any
@@ -121,7 +122,7 @@ class ToolSpec(Generic[S]):
     # The HITL permission gating the tool, if any (e.g. "runWorkflow").
     hitl_action: str | None = None
     # The resource an "always in this thread" answer covers, from the parsed arguments, when
-    # the arguments' own ids do not say it (see registry.grant_key).
+    # the arguments' own ids do not say it (see calls.grant_key).
     grant: Callable[[Any], str] | None = None
     severity: str = "warning"
     # The tool itself asks the person something on its first call (raises Suspend): only the

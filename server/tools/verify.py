@@ -10,7 +10,9 @@ from pydantic import Field
 
 from server.instance import Workflows
 from server.pipeline.build import WorkflowBuilder
-from server.pipeline.loop import (
+from server.pipeline.verify import Verifier, VerifyRequest
+from server.pipeline.work import WorkLoop
+from server.pipeline.work_item_machine import (
     MAX_POST_SUBMIT_REMEDIATION_SUBMITS,
     MAX_PRE_SAVE_SUBMIT_FAILURES,
     MAX_VERIFY_ATTEMPTS,
@@ -19,8 +21,6 @@ from server.pipeline.loop import (
     Remediation,
     VerdictReport,
 )
-from server.pipeline.verify import Verifier, VerifyRequest
-from server.pipeline.work import WorkLoop
 from server.tools.scope import visible_workflow
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 

@@ -12,7 +12,7 @@ from sandbox.results import MAX_CHARS, MAX_ITEMS, View, render
 from sandbox.search import GrepQuery
 from server.tools.spec import SandboxFor, ToolContext, ToolModel, ToolSpec
 
-__all__ = ["GROUP", "TOOLS", "WorkspaceTools"]
+__all__ = ["DEFAULT_LINES", "GROUP", "TOOLS", "WorkspaceTools", "line_window"]
 
 DEFAULT_LINES = 2000
 
@@ -42,12 +42,16 @@ class ReadFileOutput(ToolModel):
 
 async def read_file(ctx: ToolContext[WorkspaceTools], args: ReadFileInput) -> ReadFileOutput:
     data = await (await _manager(ctx)).read_file(ctx.thread_id, args.path)
+    return line_window(data, offset=args.offset, limit=args.limit)
+
+
+def line_window(data: bytes, *, offset: int = 1, limit: int = DEFAULT_LINES) -> ReadFileOutput:
+    """`limit` lines of a file from line `offset` (1-based), and whether more follow: the
+    reading window of the tool and of the Workspace service alike."""
     lines = data.decode(errors="replace").splitlines(keepends=True)
-    window = lines[args.offset - 1 : args.offset - 1 + args.limit]
+    window = lines[offset - 1 : offset - 1 + limit]
     return ReadFileOutput(
-        content="".join(window),
-        total_lines=len(lines),
-        truncated=args.offset - 1 + args.limit < len(lines),
+        content="".join(window), total_lines=len(lines), truncated=offset - 1 + limit < len(lines)
     )
 
 

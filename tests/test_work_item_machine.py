@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from server.errors import FailedPreconditionError
-from server.pipeline.loop import (
+from server.pipeline.work_item_machine import (
     KEPT_ROUTINE_ATTEMPTS,
     MAX_VERIFY_ATTEMPTS,
     BuildReport,

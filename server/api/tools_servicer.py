@@ -9,18 +9,20 @@ from instance_ai.v1 import tools_pb2, tools_pb2_grpc
 from server.api.caller import caller_of
 from server.api.convert import request_object
 from server.core.validation import check_thread_id
-from server.tools.registry import ToolRegistry, dump
+from server.tools.calls import ToolCalls
+from server.tools.registry import dump
 
 __all__ = ["ToolsServicer"]
 
 
 class ToolsServicer(tools_pb2_grpc.ToolsServicer):
-    def __init__(self, registry: ToolRegistry) -> None:
-        self._registry = registry
+    def __init__(self, calls: ToolCalls) -> None:
+        self._calls = calls
 
     async def ListTools(
         self, request: tools_pb2.ListToolsRequest, context: grpc.aio.ServicerContext
     ) -> tools_pb2.ListToolsResponse:
+        user = caller_of(context).user_id
         return tools_pb2.ListToolsResponse(
             tools=[
                 tools_pb2.ToolInfo(
@@ -32,7 +34,7 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
                     available=available,
                     requires=spec.requires,
                 )
-                for spec, schema, available in self._registry.overview(caller_of(context).user_id)
+                for spec, schema, available in self._calls.registry.overview(user)
                 if available or request.include_unavailable
             ]
         )
@@ -41,7 +43,7 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
         self, request: tools_pb2.CallToolRequest, context: grpc.aio.ServicerContext
     ) -> tools_pb2.CallToolResponse:
         check_thread_id(request.thread_id)
-        result = await self._registry.call(
+        result = await self._calls.direct(
             request.thread_id,
             request.tool_name,
             request_object(request.arguments_json, "arguments_json"),

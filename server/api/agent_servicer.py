@@ -14,20 +14,35 @@ from server.api.convert import event_to_proto, request_object, thread_status_to_
 from server.core.validation import check_chat_message, check_thread_id, parse_cursor
 from server.errors import InvalidArgumentError
 from server.runtime.attachments import Attachment, check_attachments
+from server.runtime.background import BackgroundTasks
+from server.runtime.events import EventLog
+from server.runtime.threads import Threads
+from server.settings import Settings
 
 __all__ = ["AgentServicer"]
 
 
 class AgentServicer(agent_pb2_grpc.AgentServicer):
-    def __init__(self, agent: Agent) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        *,
+        events: EventLog,
+        threads: Threads,
+        background: BackgroundTasks,
+        settings: Settings,
+    ) -> None:
         self._agent = agent
-        self._parts = agent.services
+        self._events = events
+        self._threads = threads
+        self._background = background
+        self._limits = settings
 
     async def SendMessage(
         self, request: agent_pb2.SendMessageRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.SendMessageResponse:
         check_thread_id(request.thread_id)
-        limits = self._parts.settings
+        limits = self._limits
         check_chat_message(
             request.message,
             max_chars=limits.max_chat_message_chars,
@@ -54,7 +69,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         self, request: agent_pb2.StreamEventsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[agent_pb2.StreamEventsResponse]:
         after = parse_cursor(request.after)
-        stream = self._parts.events.subscribe(request.thread_id, after=after, follow=request.follow)
+        stream = self._events.subscribe(request.thread_id, after=after, follow=request.follow)
         async with aclosing(stream):
             async for event in stream:
                 yield agent_pb2.StreamEventsResponse(event=event_to_proto(event))
@@ -85,7 +100,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
     ) -> agent_pb2.CancelTaskResponse:
         check_thread_id(request.thread_id)
         _check_task_id(request.task_id)
-        cancelled = await self._parts.background.cancel_anywhere(request.thread_id, request.task_id)
+        cancelled = await self._background.cancel_anywhere(request.thread_id, request.task_id)
         return agent_pb2.CancelTaskResponse(cancelled=cancelled)
 
     async def CorrectTask(
@@ -95,7 +110,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         _check_task_id(request.task_id)
         if not request.correction.strip():
             raise InvalidArgumentError("correction is empty: say what the task should change")
-        result = await self._parts.background.correct_anywhere(
+        result = await self._background.correct_anywhere(
             request.thread_id, request.task_id, request.correction
         )
         return agent_pb2.CorrectTaskResponse(result=result)
@@ -103,16 +118,16 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
     async def GetThreadStatus(
         self, request: agent_pb2.GetThreadStatusRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.GetThreadStatusResponse:
-        status = await self._parts.threads.status(request.thread_id)
+        status = await self._threads.status(request.thread_id)
         return thread_status_to_proto(status)
 
     async def DeleteThread(
         self, request: agent_pb2.DeleteThreadRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.DeleteThreadResponse:
         check_thread_id(request.thread_id)
-        await self._parts.threads.status(request.thread_id)  # NOT_FOUND before stopping work
+        await self._threads.status(request.thread_id)  # NOT_FOUND before stopping work
         await self._agent.forget_thread(request.thread_id)
-        await self._parts.threads.delete(request.thread_id)
+        await self._threads.delete(request.thread_id)
         return agent_pb2.DeleteThreadResponse()
 
 

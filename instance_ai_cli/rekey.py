@@ -8,7 +8,7 @@ import asyncio
 
 import typer
 
-from instance_ai_cli.common import EXIT_USAGE, err, out
+from instance_ai_client.terminal import EXIT_USAGE, err, out
 from server.settings import Settings, SettingsError, load_settings
 from server.store import Database
 from server.wiring import credential_store

@@ -14,10 +14,10 @@ from sandbox.results import MAX_CHARS, MAX_ITEMS, View, render
 from server.core.validation import check_thread_id
 from server.errors import InvalidArgumentError
 from server.tools.spec import SandboxFor
+from server.tools.workspace import DEFAULT_LINES, line_window
 
-__all__ = ["DEFAULT_MAX_LINES", "MAX_EXEC_TIMEOUT_MS", "VIEWS", "WorkspaceServicer"]
+__all__ = ["MAX_EXEC_TIMEOUT_MS", "VIEWS", "WorkspaceServicer"]
 
-DEFAULT_MAX_LINES = 2000
 MAX_EXEC_TIMEOUT_MS = 3_600_000
 VIEWS: dict[str, View] = {"text": "text", "describe": "describe", "json": "json"}
 
@@ -36,15 +36,13 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServicer):
         if request.start_line < 0 or request.max_lines < 0:
             raise InvalidArgumentError("start_line and max_lines must be 0 or more")
         manager = await self._manager(request.thread_id)
-        text = (await manager.read_file(request.thread_id, request.path)).decode(errors="replace")
-        lines = text.splitlines(keepends=True)
-        first = max(request.start_line, 1) - 1
-        count = request.max_lines or DEFAULT_MAX_LINES
-        window = lines[first : first + count]
+        data = await manager.read_file(request.thread_id, request.path)
+        # 0 is proto's unset: the tool's own defaults.
+        window = line_window(
+            data, offset=request.start_line or 1, limit=request.max_lines or DEFAULT_LINES
+        )
         return workspace_pb2.ReadFileResponse(
-            content="".join(window),
-            total_lines=len(lines),
-            truncated=first + count < len(lines),
+            content=window.content, total_lines=window.total_lines, truncated=window.truncated
         )
 
     async def WriteFile(

@@ -9,6 +9,7 @@ from instance_ai.metadata import RESUME_AFTER_KEY
 from sandbox import errors as sandbox_errors
 from sandbox.results import ResultViewError
 from server import errors
+from server.core.failures import CALLER_ERRORS
 
 __all__ = ["EXPECTED_ERRORS", "STATUS_BY_ERROR", "status_for", "trailing_metadata_for"]
 
@@ -42,7 +43,7 @@ STATUS_BY_ERROR: dict[type[Exception], grpc.StatusCode] = {
 }
 
 # The errors whose message is written for the caller (anything else is INTERNAL).
-EXPECTED_ERRORS = errors.CALLER_ERRORS
+EXPECTED_ERRORS = CALLER_ERRORS
 
 
 def status_for(error: Exception) -> grpc.StatusCode:

@@ -3,7 +3,7 @@ report-verification-verdict and get-work-item tools (same path, same events)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -13,15 +13,19 @@ from server.api.caller import caller_of
 from server.api.convert import optional_request_object
 from server.core.validation import check_thread_id
 from server.tools.build import BuildIssueModel, BuildWorkflowOutput
-from server.tools.registry import ToolRegistry, dump
+from server.tools.calls import ToolCalls
+from server.tools.registry import dump
+from server.tools.spec import ToolModel
 from server.tools.verify import VerdictOutput
 
 __all__ = ["PipelineServicer"]
 
+Output = TypeVar("Output", bound=ToolModel)
+
 
 class PipelineServicer(pipeline_pb2_grpc.PipelineServicer):
-    def __init__(self, registry: ToolRegistry) -> None:
-        self._registry = registry
+    def __init__(self, calls: ToolCalls) -> None:
+        self._calls = calls
 
     async def BuildWorkflow(
         self, request: pipeline_pb2.BuildWorkflowRequest, context: grpc.aio.ServicerContext
@@ -35,8 +39,9 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServicer):
             "workItemId": request.work_item_id or None,
             "isSupportingWorkflow": request.is_supporting_workflow,
         }
-        result = await self._call(context, request.thread_id, "build-workflow", arguments)
-        assert isinstance(result, BuildWorkflowOutput)
+        result = await self._call(
+            context, request.thread_id, "build-workflow", arguments, BuildWorkflowOutput
+        )
         return _response(result)
 
     async def VerifyWorkflow(
@@ -54,7 +59,9 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServicer):
             ),
             "allowZeroItemFixtures": request.allow_zero_item_fixtures,
         }
-        result = await self._call(context, request.thread_id, "verify-built-workflow", arguments)
+        result = await self._call(
+            context, request.thread_id, "verify-built-workflow", arguments, ToolModel
+        )
         return pipeline_pb2.VerifyWorkflowResponse(result_json=to_json(dump(result)))
 
     async def ReportVerdict(
@@ -76,9 +83,8 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServicer):
             "remediation": optional_request_object(request.remediation_json, "remediation_json"),
         }
         result = await self._call(
-            context, request.thread_id, "report-verification-verdict", arguments
+            context, request.thread_id, "report-verification-verdict", arguments, VerdictOutput
         )
-        assert isinstance(result, VerdictOutput)
         response = pipeline_pb2.ReportVerdictResponse(
             guidance=result.guidance, action=result.action, phase=result.phase, status=result.status
         )
@@ -90,9 +96,8 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServicer):
         self, request: pipeline_pb2.GetWorkItemRequest, context: grpc.aio.ServicerContext
     ) -> pipeline_pb2.GetWorkItemResponse:
         check_thread_id(request.thread_id)
-        result = await self._call(
-            context, request.thread_id, "get-work-item", {"workItemId": request.work_item_id}
-        )
+        arguments = {"workItemId": request.work_item_id}
+        result = await self._call(context, request.thread_id, "get-work-item", arguments, ToolModel)
         return pipeline_pb2.GetWorkItemResponse(work_item_json=to_json(dump(result)))
 
     async def _call(
@@ -101,9 +106,12 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServicer):
         thread_id: str,
         tool: str,
         arguments: dict[str, Any],
-    ) -> Any:
+        output: type[Output],
+    ) -> Output:
+        """The tool's direct call; an unset field (None) leaves the tool's own default."""
         present = {k: v for k, v in arguments.items() if v is not None}
-        return await self._registry.call(thread_id, tool, present, caller=caller_of(context))
+        caller = caller_of(context)
+        return await self._calls.direct_as(output, thread_id, tool, present, caller=caller)
 
 
 def _issue(issue: BuildIssueModel) -> pipeline_pb2.BuildIssue:

@@ -1,9 +1,11 @@
-"""What the `instance-ai` commands share: consoles, exit codes, client options, and running a
-client call with errors a person can act on."""
+"""What the client commands share (`instance-ai ...` and `instance-ai eval`): consoles, exit
+codes, client options, JSON lines, and running a client call with errors a person can act on."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,7 +13,7 @@ import grpc
 import typer
 from rich.console import Console
 
-from instance_ai_cli.client import ClientConfig
+from instance_ai_client.connection import ClientConfig
 
 __all__ = [
     "EXIT_FAILURE",
@@ -22,6 +24,7 @@ __all__ = [
     "TlsCaOption",
     "err",
     "out",
+    "print_json_line",
     "run_client",
 ]
 
@@ -43,6 +46,14 @@ TlsCaOption = Annotated[
     typer.Option("--tls-ca", envvar="INSTANCE_AI_TLS_CA", help="CA certificate: use TLS"),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+
+
+def print_json_line(document: dict[str, Any]) -> None:
+    """One JSON document on a line of its own, flushed at once: a reader of a live stream (a
+    pipe) gets each event when it happens, not when the buffer fills. Written to stdout, not
+    through the rich console: that would read `[...]` in the values as markup."""
+    sys.stdout.write(json.dumps(document) + "\n")
+    sys.stdout.flush()
 
 
 def run_client(coro: Any, client: ClientConfig) -> Any:

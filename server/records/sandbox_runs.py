@@ -1,4 +1,6 @@
-"""The execution store: every workflow run, from its start (status `running`) to its end."""
+"""The runs this service makes in its sandboxes (verification and `run-workflow`), from their
+start (status `running`) to their end. The service's own records: the embedded instance's
+executions are these alone; an n8n instance lists them beside n8n's own."""
 
 from __future__ import annotations
 
