@@ -57,6 +57,8 @@ GVISOR_HOST_PIDS_FACTOR = 4
 GVISOR_KERNEL_MEMORY = 256 * 1024 * 1024
 # How long a killed sandbox may take to be down.
 KILL_WAIT_S = 30.0
+# What the engine says when a kill finds the container's first process a zombie.
+ZOMBIE = "is zombie and can not be killed"
 # How much longer than the client's own timeout a removal may take (`DockerEngine.remove`).
 REMOVE_WAIT_S = 120.0
 # Where a sandbox's own volume may be mounted: a thread's workspace, or a service sandbox's home.
@@ -372,7 +374,14 @@ class DockerEngine:
         try:
             with engine_errors("stop the sandbox"):
                 container = self.client.containers.get(container_id)
-                container.kill()
+                try:
+                    container.kill()
+                except docker.errors.APIError as exc:
+                    # The engine gave up after its own 10 s because the container's first
+                    # process is dead but not reaped yet (seen under gVisor after the host's
+                    # OOM killer took part of a sandbox's kernel; it was reaped 0.1 s later).
+                    if ZOMBIE not in str(exc.explanation or ""):
+                        raise
                 # Stopped when this returns: the engine answers the kill before the container
                 # is down (under gVisor, a while after), and a start meanwhile would be a no-op
                 # on a container about to stop.

@@ -3,7 +3,7 @@ report-verification-verdict and get-work-item tools (same path, same events)."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 
@@ -13,14 +13,12 @@ from server.api.caller import caller_of
 from server.api.convert import optional_request_object
 from server.core.validation import check_thread_id
 from server.tools.build import BuildIssueModel, BuildWorkflowOutput
-from server.tools.calls import ToolCalls
+from server.tools.calls import Output, ToolCalls
 from server.tools.registry import dump
 from server.tools.spec import ToolModel
 from server.tools.verify import VerdictOutput
 
 __all__ = ["PipelineServicer"]
-
-Output = TypeVar("Output", bound=ToolModel)
 
 
 class PipelineServicer(pipeline_pb2_grpc.PipelineServicer):

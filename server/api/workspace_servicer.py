@@ -1,4 +1,9 @@
-"""The Workspace service: a thread's sandbox files and commands."""
+"""The Workspace service: a thread's sandbox files and commands.
+
+A file API under the tools (as the sandbox service API is), not tool calls: its operations
+are not recorded in the thread's log. What it shares with the workspace tools it takes from
+them (the reading window and its default, a command's longest deadline); Exec streams a
+command's output as it comes, which a tool call cannot."""
 
 from __future__ import annotations
 
@@ -14,11 +19,10 @@ from sandbox.results import MAX_CHARS, MAX_ITEMS, View, render
 from server.core.validation import check_thread_id
 from server.errors import InvalidArgumentError
 from server.tools.spec import SandboxFor
-from server.tools.workspace import DEFAULT_LINES, line_window
+from server.tools.workspace import DEFAULT_LINES, MAX_COMMAND_TIMEOUT_MS, line_window
 
-__all__ = ["MAX_EXEC_TIMEOUT_MS", "VIEWS", "WorkspaceServicer"]
+__all__ = ["VIEWS", "WorkspaceServicer"]
 
-MAX_EXEC_TIMEOUT_MS = 3_600_000
 VIEWS: dict[str, View] = {"text": "text", "describe": "describe", "json": "json"}
 
 
@@ -86,8 +90,9 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServicer):
     ) -> AsyncIterator[workspace_pb2.ExecResponse]:
         if not request.command.strip():
             raise InvalidArgumentError("command is empty: give a shell command to run")
-        if not 0 <= request.timeout_ms <= MAX_EXEC_TIMEOUT_MS:
-            raise InvalidArgumentError(f"timeout_ms must be 0 (default) to {MAX_EXEC_TIMEOUT_MS}")
+        if not 0 <= request.timeout_ms <= MAX_COMMAND_TIMEOUT_MS:
+            limit = MAX_COMMAND_TIMEOUT_MS
+            raise InvalidArgumentError(f"timeout_ms must be 0 (default) to {limit}")
         manager = await self._manager(request.thread_id)
         loop = asyncio.get_running_loop()
         output: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()

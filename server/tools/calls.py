@@ -41,11 +41,13 @@ __all__ = [
     "CallSite",
     "Decision",
     "DirectPolicy",
+    "Output",
     "ToolCalls",
     "Waiting",
     "grant_key",
 ]
 
+# A tool's output model, as a front reads it (`ToolCalls.direct_as`).
 Output = TypeVar("Output", bound=ToolModel)
 
 # What the permission rule says of a call: go ahead, refuse (blocked), or ask a person.

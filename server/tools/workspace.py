@@ -12,9 +12,18 @@ from sandbox.results import MAX_CHARS, MAX_ITEMS, View, render
 from sandbox.search import GrepQuery
 from server.tools.spec import SandboxFor, ToolContext, ToolModel, ToolSpec
 
-__all__ = ["DEFAULT_LINES", "GROUP", "TOOLS", "WorkspaceTools", "line_window"]
+__all__ = [
+    "DEFAULT_LINES",
+    "GROUP",
+    "MAX_COMMAND_TIMEOUT_MS",
+    "TOOLS",
+    "WorkspaceTools",
+    "line_window",
+]
 
 DEFAULT_LINES = 2000
+# A command's longest deadline, for the tool and the Workspace service's Exec alike.
+MAX_COMMAND_TIMEOUT_MS = 3_600_000
 
 
 async def _manager(ctx: ToolContext[WorkspaceTools]) -> Sandboxes:
@@ -165,7 +174,7 @@ async def grep(ctx: ToolContext[WorkspaceTools], args: GrepInput) -> GrepOutput:
 class ExecuteCommandInput(ToolModel):
     command: str = Field(min_length=1, description="Shell command, run with sh -c")
     timeout: int | None = Field(
-        None, ge=1_000, le=3_600_000, description="Deadline in ms (default 300000)"
+        None, ge=1_000, le=MAX_COMMAND_TIMEOUT_MS, description="Deadline in ms (default 300000)"
     )
     cwd: str | None = Field(None, description="Working directory, relative to the workspace")
 
