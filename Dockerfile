@@ -13,6 +13,7 @@ COPY fs_gateway ./fs_gateway
 COPY evals ./evals
 COPY instance_ai_client ./instance_ai_client
 COPY instance_ai_cli ./instance_ai_cli
+COPY n8n_bridge ./n8n_bridge
 # With the browser tools (Playwright drives the user's browser through the relay over CDP:
 # no browser is installed here).
 RUN pip install --no-cache-dir '.[browser]' && useradd --uid 1000 --create-home instance-ai \

@@ -50,6 +50,7 @@ from instance_ai_client.terminal import (
     print_json_line,
     run_client,
 )
+from n8n_bridge.cli import n8n_bridge
 from server.api.server import RUNTIME_HEALTH_PREFIX
 from server.app import Application
 from server.errors import InstanceAIError
@@ -75,6 +76,7 @@ app.command()(build)
 app.command()(verify)
 app.command(name="eval")(eval_command)
 app.command(name="browser-relay")(browser_relay)
+app.command(name="n8n-bridge")(n8n_bridge)
 app.command()(gateway)
 app.command()(mcp)
 

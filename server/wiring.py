@@ -77,6 +77,8 @@ from server.runtime.replicas import Replicas, open_replica
 from server.runtime.sandbox_api_keys import SandboxApiKeys
 from server.runtime.sandboxes import SandboxService
 from server.runtime.service_sandboxes import ServiceSandboxes, sandbox_egress
+from server.runtime.thread_directory import ThreadDirectory
+from server.runtime.thread_history import ThreadHistory
 from server.runtime.threads import Threads
 from server.settings import Settings, effective_permissions
 from server.store import Database
@@ -394,6 +396,8 @@ class Parts:
         return ApiParts(
             events=self.events,
             threads=self.threads,
+            directory=ThreadDirectory(db=self.db),
+            history=ThreadHistory(db=self.db),
             background=self.background,
             sandboxes=self.sandboxes,
             credentials=self.instance.credentials,

@@ -68,13 +68,18 @@ STREAMED: list[events_pb2.Event] = []
 
 
 class Chat:
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    """The Agent service as one user (`metadata`: the caller's; none: the local user)."""
+
+    def __init__(
+        self, channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         self.agent = agent_pb2_grpc.AgentStub(channel)
         self.tools = tools_pb2_grpc.ToolsStub(channel)
+        self.metadata = metadata
 
     async def send(self, thread: str, text: str) -> str:
         response = await self.agent.SendMessage(
-            agent_pb2.SendMessageRequest(thread_id=thread, message=text)
+            agent_pb2.SendMessageRequest(thread_id=thread, message=text), metadata=self.metadata
         )
         return str(response.run_id)
 
@@ -82,12 +87,15 @@ class Chat:
         response = await self.agent.Confirm(
             agent_pb2.ConfirmRequest(
                 thread_id=thread, request_id=request_id, resume_json=to_json(resume)
-            )
+            ),
+            metadata=self.metadata,
         )
         return str(response.run_id)
 
     async def events(self, thread: str) -> list[Event]:
-        call = self.agent.StreamEvents(agent_pb2.StreamEventsRequest(thread_id=thread))
+        call = self.agent.StreamEvents(
+            agent_pb2.StreamEventsRequest(thread_id=thread), metadata=self.metadata
+        )
         return [_event(r.event) async for r in call]
 
     async def until(
@@ -98,7 +106,8 @@ class Chat:
 
         async def follow() -> list[Event]:
             call = self.agent.StreamEvents(
-                agent_pb2.StreamEventsRequest(thread_id=thread, follow=True)
+                agent_pb2.StreamEventsRequest(thread_id=thread, follow=True),
+                metadata=self.metadata,
             )
             async for response in call:
                 event = _event(response.event)
@@ -130,7 +139,9 @@ class Chat:
 
     async def status(self, thread: str) -> agent_pb2.GetThreadStatusResponse:
         request = agent_pb2.GetThreadStatusRequest(thread_id=thread)
-        status: agent_pb2.GetThreadStatusResponse = await self.agent.GetThreadStatus(request)
+        status: agent_pb2.GetThreadStatusResponse = await self.agent.GetThreadStatus(
+            request, metadata=self.metadata
+        )
         return status
 
 

@@ -3,19 +3,22 @@ the sandbox service API (n8n's sandbox provider)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import docker
 import pytest
 
+from instance_ai_cli import n8n_local
 from tests.sandbox_fixtures import docker_env, remove_owned
 from tests.test_cli import CLI
 
@@ -121,3 +124,32 @@ def sandbox_api(
     yield server
     server.stop()
     remove_owned(docker_client, owner)
+
+
+@asynccontextmanager
+async def n8n_with_its_assistant(
+    installed: n8n_local.N8nInstall,
+    state_dir: Path,
+    model_url: str,
+    sandbox_api: SandboxApiServer,
+) -> AsyncIterator[n8n_local.LocalN8n]:
+    """The reference: n8n with its own assistant on the scripted model, its sandbox ours
+    (the variables of the README's "Your n8n's sandbox"); stopped on the way out."""
+    n8n = await asyncio.to_thread(
+        n8n_local.start,
+        installed,
+        state_dir,
+        extra_env={
+            "N8N_INSTANCE_AI_SANDBOX_ENABLED": "true",
+            "N8N_INSTANCE_AI_SANDBOX_PROVIDER": "n8n-sandbox",
+            "N8N_SANDBOX_SERVICE_URL": sandbox_api.url,
+            "N8N_SANDBOX_SERVICE_API_KEY": STATIC_KEY,
+            "N8N_INSTANCE_AI_MODEL": "anthropic/claude-sonnet-4-5",
+            "N8N_INSTANCE_AI_MODEL_URL": model_url,
+            "N8N_INSTANCE_AI_MODEL_API_KEY": "scripted",
+        },
+    )
+    try:
+        yield n8n
+    finally:
+        await asyncio.to_thread(n8n.stop)

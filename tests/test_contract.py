@@ -84,6 +84,11 @@ async def test_reflection_lists_every_service_and_describes_them(
         "CorrectTask",
         "GetThreadStatus",
         "DeleteThread",
+        "CreateThread",
+        "GetThread",
+        "ListThreads",
+        "UpdateThread",
+        "ListMessages",
     }
 
 
@@ -120,6 +125,7 @@ async def test_an_unexpected_error_is_internal_with_a_reference_and_no_details(
     async def broken(thread_id: str) -> None:
         raise RuntimeError("secret-internal-detail")
 
+    await app.parts.events.append("t1", "tick", {})  # the thread exists
     monkeypatch.setattr(app.parts.threads, "status", broken)
     with pytest.raises(grpc.aio.AioRpcError) as error:
         await agent.GetThreadStatus(agent_pb2.GetThreadStatusRequest(thread_id="t1"))

@@ -19,6 +19,7 @@ PACKAGES = [
     "evals",
     "instance_ai_client",
     "instance_ai_cli",
+    "n8n_bridge",
 ]
 
 

@@ -87,12 +87,22 @@ def test_evals_use_only_the_public_contract_and_the_client_helpers() -> None:
     assert loaded == []
 
 
+def test_the_n8n_bridge_is_a_client_of_the_contract() -> None:
+    """The bridge reaches the service through the contract and `instance_ai_client` only, and
+    the shared client package does not know it."""
+    modules = ", ".join(
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for p in sorted((ROOT / "n8n_bridge").glob("*.py"))
+    )
+    assert loaded_by(modules, "server", "evals", "instance_ai_cli") == []
+
+
 def test_the_shared_client_package_sits_below_its_users() -> None:
     modules = ", ".join(
         ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
         for p in sorted((ROOT / "instance_ai_client").glob("*.py"))
     )
-    assert loaded_by(modules, "server", "evals", "instance_ai_cli") == []
+    assert loaded_by(modules, "server", "evals", "instance_ai_cli", "n8n_bridge") == []
 
 
 # The house, bottom to top (docs/architecture.md): a part of `server/` may import the parts
@@ -160,7 +170,7 @@ def test_the_server_imports_run_one_way() -> None:
         part = module.split(".")[1] if module.count(".") else ""
         for target in imports_of(path):
             top = target.split(".")[0]
-            if top in ("instance_ai_cli", "instance_ai_client", "evals"):
+            if top in ("instance_ai_cli", "instance_ai_client", "evals", "n8n_bridge"):
                 upward.append(f"{module} -> {target}")
             if top == "instance_ai" and target.startswith("instance_ai.v1") and part != "api":
                 upward.append(f"{module} -> {target} (protobuf types stay in server/api)")

@@ -157,7 +157,7 @@ async def test_only_the_user_whose_run_asked_may_answer_its_card(
         sent = await agent.SendMessage(
             agent_pb2.SendMessageRequest(thread_id="shared", message="run it"), metadata=ALICE
         )
-        card = await Chat(channel).card("shared")
+        card = await Chat(channel, ALICE).card("shared")
         answer = agent_pb2.ConfirmRequest(
             thread_id="shared",
             request_id=card["requestId"],
@@ -165,10 +165,10 @@ async def test_only_the_user_whose_run_asked_may_answer_its_card(
         )
         with pytest.raises(grpc.aio.AioRpcError) as stranger:
             await agent.Confirm(answer, metadata=BOB)
-        assert stranger.value.code() is grpc.StatusCode.NOT_FOUND
+        assert stranger.value.code() is grpc.StatusCode.PERMISSION_DENIED
         confirmed = await agent.Confirm(answer, metadata=ALICE)
         assert confirmed.run_id == sent.run_id
-        await Chat(channel).finished("shared", sent.run_id)
+        await Chat(channel, ALICE).finished("shared", sent.run_id)
 
 
 async def test_credentials_and_folders_of_another_project_do_not_exist(tools: Tools) -> None:

@@ -101,13 +101,15 @@ class Agent:
         *,
         caller: Caller = LOCAL,
     ) -> str:
-        """Answer a card; only the user whose run asked may (others: as if it did not exist)."""
+        """Answer a card; only the user whose run asked may (others: as if it did not exist).
+        `thread_id` empty: the card's own thread (request ids are unique)."""
         answer = parse_resume(resume)
         services = self._services
         found = await services.hitl.get(request_id)
         run = await services.threads.run(found.run_id)
-        if found.thread_id != thread_id or run is None or run.caller.user_id != caller.user_id:
-            raise NotFoundError(f"thread {thread_id!r} has no confirmation request {request_id!r}")
+        mine = run is not None and run.caller.user_id == caller.user_id
+        if thread_id not in ("", found.thread_id) or not mine:
+            raise NotFoundError(f"no confirmation request {request_id!r} of yours on this thread")
         if found.status != "pending":
             raise FailedPreconditionError(
                 f"confirmation request {request_id!r} was already resolved ({found.status})"

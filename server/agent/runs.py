@@ -78,7 +78,12 @@ class RunDriver:
         threads, conversation = services.threads, services.conversation
         first = kind == "chat" and await conversation.is_empty(thread_id)
         run_id = await threads.start_run(
-            thread_id, message_id=message_id, kind=kind, message_group_id=group, caller=caller
+            thread_id,
+            message_id=message_id,
+            kind=kind,
+            message_group_id=group,
+            caller=caller,
+            message=text if kind == "chat" else None,
         )
         try:
             stored = await services.attachments.save(thread_id, run_id, list(attachments))
@@ -89,8 +94,10 @@ class RunDriver:
             await threads.finish_run(thread_id, run_id, status="error", reason="store_failed")
             raise
         if first:
+            title = thread_title(text)
+            await threads.title_if_unset(thread_id, title)
             await services.events.append(
-                thread_id, "thread-title-updated", {"title": thread_title(text)}, run_id=run_id
+                thread_id, "thread-title-updated", {"title": title}, run_id=run_id
             )
         scope = RunScope(
             thread_id=thread_id,

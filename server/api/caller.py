@@ -12,14 +12,12 @@ from collections.abc import Mapping
 
 import grpc
 
+from instance_ai.metadata import PROJECT_KEY, PROJECTS_KEY, USER_KEY
 from server.core.caller import DEFAULT_PROJECT, INSTANCE_SCOPED, LOCAL_USER, Caller
 from server.errors import InvalidArgumentError
 
 __all__ = ["PROJECTS_KEY", "PROJECT_KEY", "USER_KEY", "caller_from", "caller_of"]
 
-USER_KEY = "x-instance-ai-user"
-PROJECT_KEY = "x-instance-ai-project"
-PROJECTS_KEY = "x-instance-ai-projects"
 _ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 
 

@@ -11,13 +11,13 @@ from typing import Any
 import grpc
 import structlog
 
+from instance_ai.metadata import ACTING_KEY_KEY
 from server.api.grpc_status import EXPECTED_ERRORS, status_for, trailing_metadata_for
 from server.core.ids import new_id
 from server.n8n.client import acting_key
 from server.store.database import storage_failure
 
 __all__ = [
-    "N8N_KEY_METADATA",
     "UNAUTHENTICATED_METHODS",
     "ActingKeyInterceptor",
     "ApiKeys",
@@ -118,11 +118,6 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return _rewrap(handler, unary, streaming)
 
 
-# The calling user's own n8n API key, sent by the n8n backend so the assistant acts with
-# exactly that user's rights in n8n.
-N8N_KEY_METADATA = "x-n8n-api-key"
-
-
 class ActingKeyInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Makes the call's `x-n8n-api-key` the key of every n8n request made for it (runs the
     call starts inherit it); never logged or kept."""
@@ -134,7 +129,7 @@ class ActingKeyInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(details)
         metadata = details.invocation_metadata or ()
-        key = next((v for k, v in metadata if k == N8N_KEY_METADATA), None)
+        key = next((v for k, v in metadata if k == ACTING_KEY_KEY), None)
         if handler is None or not isinstance(key, str) or not key.strip():
             return handler
         key = key.strip()

@@ -44,6 +44,8 @@ from server.pipeline.credential_types import CredentialTypeIndex
 from server.runtime.background import BackgroundTasks
 from server.runtime.events import EventLog
 from server.runtime.sandboxes import SandboxService
+from server.runtime.thread_directory import ThreadDirectory
+from server.runtime.thread_history import ThreadHistory
 from server.runtime.threads import Threads
 from server.settings import Settings
 from server.tools.calls import ToolCalls
@@ -122,6 +124,8 @@ class ApiParts:
 
     events: EventLog
     threads: Threads
+    directory: ThreadDirectory
+    history: ThreadHistory
     background: BackgroundTasks
     sandboxes: SandboxService
     credentials: Credentials
@@ -220,6 +224,8 @@ async def start_grpc_server(
             agent,
             events=parts.events,
             threads=parts.threads,
+            directory=parts.directory,
+            history=parts.history,
             background=parts.background,
             settings=settings,
         ),

@@ -29,7 +29,7 @@ from server.store.models import (
     ThreadRow,
     WorkItemRow,
 )
-from server.store.threads import ensure_threads, get_thread
+from server.store.threads import THREADS, claim_thread, ensure_threads, get_thread
 
 __all__ = [
     "FINAL_RUN_STATES",
@@ -177,15 +177,21 @@ class Threads:
         kind: str = "chat",
         message_group_id: str | None = None,
         caller: Caller = LOCAL,
+        message: str | None = None,
     ) -> str:
-        """Open a run (creating the thread if new) and announce it with `run-start`."""
+        """Open a run (creating the thread if new, the caller's when it has no owner) and
+        announce it with `run-start`. `message`: the person's words, for the history."""
         check_thread_id(thread_id)
         run_id = new_id("run")
         try:
             async with self.db.engine.begin() as conn:
                 await ensure_threads(conn, [thread_id])
+                if message is not None:
+                    await claim_thread(conn, thread_id, caller.user_id, caller.project_id)
                 await conn.execute(
                     insert(RunRow).values(
+                        message=message,
+                        message_id=message_id or None,
                         id=run_id,
                         thread_id=thread_id,
                         status="active",
@@ -206,6 +212,16 @@ class Threads:
             payload["messageGroupId"] = message_group_id
         await self.events.append(thread_id, "run-start", payload, run_id=run_id)
         return run_id
+
+    async def title_if_unset(self, thread_id: str, title: str) -> None:
+        """The automatic title (from the first message), unless a person named the thread."""
+        column = THREADS.c
+        async with self.db.engine.begin() as conn:
+            await conn.execute(
+                update(THREADS)
+                .where(column.id == thread_id, or_(column.title.is_(None), column.title == ""))
+                .values(title=title)
+            )
 
     async def run(self, run_id: str) -> RunInfo | None:
         async with self.db.session() as session:

@@ -82,6 +82,15 @@ class ThreadRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     last_event_id: Mapped[int] = mapped_column(BigInteger, default=0)
     title: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The user whose thread it is (None: a thread from before owners, open to every caller),
+    # the project it was opened in, the client's metadata (e.g. n8n's `source`), and when a
+    # message or a rename last changed it (lists are newest first).
+    owner: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    project_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    meta: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON, nullable=True)
+    updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+    __table_args__ = (Index("ix_threads_owner_updated", "owner", "updated_at", "id"),)
 
 
 class RunRow(Base):
@@ -105,6 +114,9 @@ class RunRow(Base):
     # The replica driving it while active (see server/runtime/replicas.py); a replica that
     # stops renewing its lease has its active runs ended as interrupted by another.
     owner: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    # The person's message that started it (chat runs) and the client's id for it.
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    message_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
     __table_args__ = (
         # One open (active or suspended) run per thread, enforced by the database itself.

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from server.store.models import ThreadRow
 
-__all__ = ["THREADS", "bump_event_counters", "ensure_threads", "get_thread"]
+__all__ = ["THREADS", "bump_event_counters", "claim_thread", "ensure_threads", "get_thread"]
 
 THREADS = ThreadRow.metadata.tables["threads"]
 
@@ -23,6 +23,22 @@ async def ensure_threads(conn: AsyncConnection, thread_ids: list[str]) -> None:
     rows = [{"id": tid, "created_at": now, "last_event_id": 0} for tid in thread_ids]
     insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
     await conn.execute(insert(THREADS).values(rows).on_conflict_do_nothing())
+
+
+async def claim_thread(
+    conn: AsyncConnection, thread_id: str, user_id: str, project_id: str
+) -> None:
+    """A person's message arrived on the thread (its row made): it changed now, and an
+    ownerless thread becomes theirs (see server/runtime/thread_directory.py)."""
+    column = THREADS.c
+    await conn.execute(
+        update(THREADS).where(column.id == thread_id).values(updated_at=datetime.now(UTC))
+    )
+    await conn.execute(
+        update(THREADS)
+        .where(column.id == thread_id, column.owner.is_(None))
+        .values(owner=user_id, project_id=project_id)
+    )
 
 
 async def bump_event_counters(conn: AsyncConnection, counts: dict[str, int]) -> dict[str, int]:

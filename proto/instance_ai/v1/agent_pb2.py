@@ -22,52 +22,79 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from instance_ai.v1 import events_pb2 as instance__ai_dot_v1_dot_events__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ainstance_ai/v1/agent.proto\x12\x0einstance_ai.v1\x1a\x1binstance_ai/v1/events.proto\"}\n\x12SendMessageRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x12\n\nmessage_id\x18\x03 \x01(\t\x12/\n\x0b\x61ttachments\x18\x04 \x03(\x0b\x32\x1a.instance_ai.v1.Attachment\";\n\nAttachment\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tmime_type\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"%\n\x13SendMessageResponse\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"G\n\x13StreamEventsRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\r\n\x05\x61\x66ter\x18\x02 \x01(\t\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\"<\n\x14StreamEventsResponse\x12$\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x15.instance_ai.v1.Event\"Z\n\x0e\x43onfirmRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x13\n\x0bresume_json\x18\x04 \x01(\tJ\x04\x08\x03\x10\x04R\x06resume\"!\n\x0f\x43onfirmResponse\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"%\n\x10\x43\x61ncelRunRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\"6\n\x11\x43\x61ncelRunResponse\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tcancelled\x18\x02 \x01(\x08\"7\n\x11\x43\x61ncelTaskRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\"\'\n\x12\x43\x61ncelTaskResponse\x12\x11\n\tcancelled\x18\x01 \x01(\x08\"L\n\x12\x43orrectTaskRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x12\n\ncorrection\x18\x03 \x01(\t\"%\n\x13\x43orrectTaskResponse\x12\x0e\n\x06result\x18\x01 \x01(\t\"+\n\x16GetThreadStatusRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\"u\n\x0e\x42\x61\x63kgroundTask\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12\x0e\n\x06status\x18\x04 \x01(\t\x12\x12\n\nstarted_at\x18\x05 \x01(\t\x12\x0e\n\x06run_id\x18\x06 \x01(\t\"\xc2\x01\n\x17GetThreadStatusResponse\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x16\n\x0ehas_active_run\x18\x02 \x01(\x08\x12\x14\n\x0cis_suspended\x18\x03 \x01(\x08\x12\x15\n\ractive_run_id\x18\x04 \x01(\t\x12\x15\n\rlast_event_id\x18\x05 \x01(\x03\x12\x38\n\x10\x62\x61\x63kground_tasks\x18\x06 \x03(\x0b\x32\x1e.instance_ai.v1.BackgroundTask\"(\n\x13\x44\x65leteThreadRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\"\x16\n\x14\x44\x65leteThreadResponse2\xc6\x05\n\x05\x41gent\x12V\n\x0bSendMessage\x12\".instance_ai.v1.SendMessageRequest\x1a#.instance_ai.v1.SendMessageResponse\x12[\n\x0cStreamEvents\x12#.instance_ai.v1.StreamEventsRequest\x1a$.instance_ai.v1.StreamEventsResponse0\x01\x12J\n\x07\x43onfirm\x12\x1e.instance_ai.v1.ConfirmRequest\x1a\x1f.instance_ai.v1.ConfirmResponse\x12P\n\tCancelRun\x12 .instance_ai.v1.CancelRunRequest\x1a!.instance_ai.v1.CancelRunResponse\x12S\n\nCancelTask\x12!.instance_ai.v1.CancelTaskRequest\x1a\".instance_ai.v1.CancelTaskResponse\x12V\n\x0b\x43orrectTask\x12\".instance_ai.v1.CorrectTaskRequest\x1a#.instance_ai.v1.CorrectTaskResponse\x12\x62\n\x0fGetThreadStatus\x12&.instance_ai.v1.GetThreadStatusRequest\x1a\'.instance_ai.v1.GetThreadStatusResponse\x12Y\n\x0c\x44\x65leteThread\x12#.instance_ai.v1.DeleteThreadRequest\x1a$.instance_ai.v1.DeleteThreadResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ainstance_ai/v1/agent.proto\x12\x0einstance_ai.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1binstance_ai/v1/events.proto\"}\n\x12SendMessageRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x12\n\nmessage_id\x18\x03 \x01(\t\x12/\n\x0b\x61ttachments\x18\x04 \x03(\x0b\x32\x1a.instance_ai.v1.Attachment\";\n\nAttachment\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tmime_type\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"%\n\x13SendMessageResponse\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"G\n\x13StreamEventsRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\r\n\x05\x61\x66ter\x18\x02 \x01(\t\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\"<\n\x14StreamEventsResponse\x12$\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x15.instance_ai.v1.Event\"Z\n\x0e\x43onfirmRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x13\n\x0bresume_json\x18\x04 \x01(\tJ\x04\x08\x03\x10\x04R\x06resume\"!\n\x0f\x43onfirmResponse\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"%\n\x10\x43\x61ncelRunRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\"6\n\x11\x43\x61ncelRunResponse\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tcancelled\x18\x02 \x01(\x08\"7\n\x11\x43\x61ncelTaskRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\"\'\n\x12\x43\x61ncelTaskResponse\x12\x11\n\tcancelled\x18\x01 \x01(\x08\"L\n\x12\x43orrectTaskRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x12\n\ncorrection\x18\x03 \x01(\t\"%\n\x13\x43orrectTaskResponse\x12\x0e\n\x06result\x18\x01 \x01(\t\"+\n\x16GetThreadStatusRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\"u\n\x0e\x42\x61\x63kgroundTask\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12\x0e\n\x06status\x18\x04 \x01(\t\x12\x12\n\nstarted_at\x18\x05 \x01(\t\x12\x0e\n\x06run_id\x18\x06 \x01(\t\"\xc2\x01\n\x17GetThreadStatusResponse\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x16\n\x0ehas_active_run\x18\x02 \x01(\x08\x12\x14\n\x0cis_suspended\x18\x03 \x01(\x08\x12\x15\n\ractive_run_id\x18\x04 \x01(\t\x12\x15\n\rlast_event_id\x18\x05 \x01(\x03\x12\x38\n\x10\x62\x61\x63kground_tasks\x18\x06 \x03(\x0b\x32\x1e.instance_ai.v1.BackgroundTask\"(\n\x13\x44\x65leteThreadRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\"\x16\n\x14\x44\x65leteThreadResponse\"\xdb\x01\n\x06Thread\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\r\n\x05owner\x18\x03 \x01(\t\x12\x12\n\nproject_id\x18\x04 \x01(\t\x12\x15\n\rmetadata_json\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rlast_event_id\x18\x08 \x01(\x03\"?\n\x13\x43reateThreadRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x15\n\rmetadata_json\x18\x02 \x01(\t\"O\n\x14\x43reateThreadResponse\x12&\n\x06thread\x18\x01 \x01(\x0b\x32\x16.instance_ai.v1.Thread\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"%\n\x10GetThreadRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\";\n\x11GetThreadResponse\x12&\n\x06thread\x18\x01 \x01(\x0b\x32\x16.instance_ai.v1.Thread\"K\n\x12ListThreadsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06search\x18\x03 \x01(\t\"W\n\x13ListThreadsResponse\x12\'\n\x07threads\x18\x01 \x03(\x0b\x32\x16.instance_ai.v1.Thread\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"]\n\x13UpdateThreadRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x12\n\x05title\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x15\n\rmetadata_json\x18\x03 \x01(\tB\x08\n\x06_title\">\n\x14UpdateThreadResponse\x12&\n\x06thread\x18\x01 \x01(\x0b\x32\x16.instance_ai.v1.Thread\"I\n\x13ListMessagesRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x0c\n\x04page\x18\x03 \x01(\x05\"=\n\x0c\x41ttachedFile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tmime_type\x18\x02 \x01(\t\x12\x0c\n\x04size\x18\x03 \x01(\x03\"\xc4\x01\n\rThreadMessage\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x18\n\x10message_group_id\x18\x04 \x01(\t\x12\x0c\n\x04text\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\x0b\x61ttachments\x18\x07 \x03(\x0b\x32\x1c.instance_ai.v1.AttachedFile\"^\n\x14ListMessagesResponse\x12/\n\x08messages\x18\x01 \x03(\x0b\x32\x1d.instance_ai.v1.ThreadMessage\x12\x15\n\rlast_event_id\x18\x02 \x01(\x03\x32\x81\t\n\x05\x41gent\x12V\n\x0bSendMessage\x12\".instance_ai.v1.SendMessageRequest\x1a#.instance_ai.v1.SendMessageResponse\x12[\n\x0cStreamEvents\x12#.instance_ai.v1.StreamEventsRequest\x1a$.instance_ai.v1.StreamEventsResponse0\x01\x12J\n\x07\x43onfirm\x12\x1e.instance_ai.v1.ConfirmRequest\x1a\x1f.instance_ai.v1.ConfirmResponse\x12P\n\tCancelRun\x12 .instance_ai.v1.CancelRunRequest\x1a!.instance_ai.v1.CancelRunResponse\x12S\n\nCancelTask\x12!.instance_ai.v1.CancelTaskRequest\x1a\".instance_ai.v1.CancelTaskResponse\x12V\n\x0b\x43orrectTask\x12\".instance_ai.v1.CorrectTaskRequest\x1a#.instance_ai.v1.CorrectTaskResponse\x12\x62\n\x0fGetThreadStatus\x12&.instance_ai.v1.GetThreadStatusRequest\x1a\'.instance_ai.v1.GetThreadStatusResponse\x12Y\n\x0c\x44\x65leteThread\x12#.instance_ai.v1.DeleteThreadRequest\x1a$.instance_ai.v1.DeleteThreadResponse\x12Y\n\x0c\x43reateThread\x12#.instance_ai.v1.CreateThreadRequest\x1a$.instance_ai.v1.CreateThreadResponse\x12P\n\tGetThread\x12 .instance_ai.v1.GetThreadRequest\x1a!.instance_ai.v1.GetThreadResponse\x12V\n\x0bListThreads\x12\".instance_ai.v1.ListThreadsRequest\x1a#.instance_ai.v1.ListThreadsResponse\x12Y\n\x0cUpdateThread\x12#.instance_ai.v1.UpdateThreadRequest\x1a$.instance_ai.v1.UpdateThreadResponse\x12Y\n\x0cListMessages\x12#.instance_ai.v1.ListMessagesRequest\x1a$.instance_ai.v1.ListMessagesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'instance_ai.v1.agent_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SENDMESSAGEREQUEST']._serialized_start=75
-  _globals['_SENDMESSAGEREQUEST']._serialized_end=200
-  _globals['_ATTACHMENT']._serialized_start=202
-  _globals['_ATTACHMENT']._serialized_end=261
-  _globals['_SENDMESSAGERESPONSE']._serialized_start=263
-  _globals['_SENDMESSAGERESPONSE']._serialized_end=300
-  _globals['_STREAMEVENTSREQUEST']._serialized_start=302
-  _globals['_STREAMEVENTSREQUEST']._serialized_end=373
-  _globals['_STREAMEVENTSRESPONSE']._serialized_start=375
-  _globals['_STREAMEVENTSRESPONSE']._serialized_end=435
-  _globals['_CONFIRMREQUEST']._serialized_start=437
-  _globals['_CONFIRMREQUEST']._serialized_end=527
-  _globals['_CONFIRMRESPONSE']._serialized_start=529
-  _globals['_CONFIRMRESPONSE']._serialized_end=562
-  _globals['_CANCELRUNREQUEST']._serialized_start=564
-  _globals['_CANCELRUNREQUEST']._serialized_end=601
-  _globals['_CANCELRUNRESPONSE']._serialized_start=603
-  _globals['_CANCELRUNRESPONSE']._serialized_end=657
-  _globals['_CANCELTASKREQUEST']._serialized_start=659
-  _globals['_CANCELTASKREQUEST']._serialized_end=714
-  _globals['_CANCELTASKRESPONSE']._serialized_start=716
-  _globals['_CANCELTASKRESPONSE']._serialized_end=755
-  _globals['_CORRECTTASKREQUEST']._serialized_start=757
-  _globals['_CORRECTTASKREQUEST']._serialized_end=833
-  _globals['_CORRECTTASKRESPONSE']._serialized_start=835
-  _globals['_CORRECTTASKRESPONSE']._serialized_end=872
-  _globals['_GETTHREADSTATUSREQUEST']._serialized_start=874
-  _globals['_GETTHREADSTATUSREQUEST']._serialized_end=917
-  _globals['_BACKGROUNDTASK']._serialized_start=919
-  _globals['_BACKGROUNDTASK']._serialized_end=1036
-  _globals['_GETTHREADSTATUSRESPONSE']._serialized_start=1039
-  _globals['_GETTHREADSTATUSRESPONSE']._serialized_end=1233
-  _globals['_DELETETHREADREQUEST']._serialized_start=1235
-  _globals['_DELETETHREADREQUEST']._serialized_end=1275
-  _globals['_DELETETHREADRESPONSE']._serialized_start=1277
-  _globals['_DELETETHREADRESPONSE']._serialized_end=1299
-  _globals['_AGENT']._serialized_start=1302
-  _globals['_AGENT']._serialized_end=2012
+  _globals['_SENDMESSAGEREQUEST']._serialized_start=108
+  _globals['_SENDMESSAGEREQUEST']._serialized_end=233
+  _globals['_ATTACHMENT']._serialized_start=235
+  _globals['_ATTACHMENT']._serialized_end=294
+  _globals['_SENDMESSAGERESPONSE']._serialized_start=296
+  _globals['_SENDMESSAGERESPONSE']._serialized_end=333
+  _globals['_STREAMEVENTSREQUEST']._serialized_start=335
+  _globals['_STREAMEVENTSREQUEST']._serialized_end=406
+  _globals['_STREAMEVENTSRESPONSE']._serialized_start=408
+  _globals['_STREAMEVENTSRESPONSE']._serialized_end=468
+  _globals['_CONFIRMREQUEST']._serialized_start=470
+  _globals['_CONFIRMREQUEST']._serialized_end=560
+  _globals['_CONFIRMRESPONSE']._serialized_start=562
+  _globals['_CONFIRMRESPONSE']._serialized_end=595
+  _globals['_CANCELRUNREQUEST']._serialized_start=597
+  _globals['_CANCELRUNREQUEST']._serialized_end=634
+  _globals['_CANCELRUNRESPONSE']._serialized_start=636
+  _globals['_CANCELRUNRESPONSE']._serialized_end=690
+  _globals['_CANCELTASKREQUEST']._serialized_start=692
+  _globals['_CANCELTASKREQUEST']._serialized_end=747
+  _globals['_CANCELTASKRESPONSE']._serialized_start=749
+  _globals['_CANCELTASKRESPONSE']._serialized_end=788
+  _globals['_CORRECTTASKREQUEST']._serialized_start=790
+  _globals['_CORRECTTASKREQUEST']._serialized_end=866
+  _globals['_CORRECTTASKRESPONSE']._serialized_start=868
+  _globals['_CORRECTTASKRESPONSE']._serialized_end=905
+  _globals['_GETTHREADSTATUSREQUEST']._serialized_start=907
+  _globals['_GETTHREADSTATUSREQUEST']._serialized_end=950
+  _globals['_BACKGROUNDTASK']._serialized_start=952
+  _globals['_BACKGROUNDTASK']._serialized_end=1069
+  _globals['_GETTHREADSTATUSRESPONSE']._serialized_start=1072
+  _globals['_GETTHREADSTATUSRESPONSE']._serialized_end=1266
+  _globals['_DELETETHREADREQUEST']._serialized_start=1268
+  _globals['_DELETETHREADREQUEST']._serialized_end=1308
+  _globals['_DELETETHREADRESPONSE']._serialized_start=1310
+  _globals['_DELETETHREADRESPONSE']._serialized_end=1332
+  _globals['_THREAD']._serialized_start=1335
+  _globals['_THREAD']._serialized_end=1554
+  _globals['_CREATETHREADREQUEST']._serialized_start=1556
+  _globals['_CREATETHREADREQUEST']._serialized_end=1619
+  _globals['_CREATETHREADRESPONSE']._serialized_start=1621
+  _globals['_CREATETHREADRESPONSE']._serialized_end=1700
+  _globals['_GETTHREADREQUEST']._serialized_start=1702
+  _globals['_GETTHREADREQUEST']._serialized_end=1739
+  _globals['_GETTHREADRESPONSE']._serialized_start=1741
+  _globals['_GETTHREADRESPONSE']._serialized_end=1800
+  _globals['_LISTTHREADSREQUEST']._serialized_start=1802
+  _globals['_LISTTHREADSREQUEST']._serialized_end=1877
+  _globals['_LISTTHREADSRESPONSE']._serialized_start=1879
+  _globals['_LISTTHREADSRESPONSE']._serialized_end=1966
+  _globals['_UPDATETHREADREQUEST']._serialized_start=1968
+  _globals['_UPDATETHREADREQUEST']._serialized_end=2061
+  _globals['_UPDATETHREADRESPONSE']._serialized_start=2063
+  _globals['_UPDATETHREADRESPONSE']._serialized_end=2125
+  _globals['_LISTMESSAGESREQUEST']._serialized_start=2127
+  _globals['_LISTMESSAGESREQUEST']._serialized_end=2200
+  _globals['_ATTACHEDFILE']._serialized_start=2202
+  _globals['_ATTACHEDFILE']._serialized_end=2263
+  _globals['_THREADMESSAGE']._serialized_start=2266
+  _globals['_THREADMESSAGE']._serialized_end=2462
+  _globals['_LISTMESSAGESRESPONSE']._serialized_start=2464
+  _globals['_LISTMESSAGESRESPONSE']._serialized_end=2558
+  _globals['_AGENT']._serialized_start=2561
+  _globals['_AGENT']._serialized_end=3714
 # @@protoc_insertion_point(module_scope)

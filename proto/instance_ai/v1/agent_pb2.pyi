@@ -6,6 +6,7 @@ isort:skip_file
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from instance_ai.v1 import events_pb2 as _events_pb2
 import builtins as _builtins
@@ -158,6 +159,7 @@ class ConfirmRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     RESUME_JSON_FIELD_NUMBER: _builtins.int
     thread_id: _builtins.str
+    """The card's thread; empty: the thread of the card `request_id` names (ids are unique)."""
     request_id: _builtins.str
     resume_json: _builtins.str
     """The answer, a JSON object discriminated by "kind": approval, questions,
@@ -448,3 +450,363 @@ class DeleteThreadResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteThreadResponse: _TypeAlias = DeleteThreadResponse  # noqa: Y015
+
+@_typing.final
+class Thread(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    THREAD_ID_FIELD_NUMBER: _builtins.int
+    TITLE_FIELD_NUMBER: _builtins.int
+    OWNER_FIELD_NUMBER: _builtins.int
+    PROJECT_ID_FIELD_NUMBER: _builtins.int
+    METADATA_JSON_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    UPDATED_AT_FIELD_NUMBER: _builtins.int
+    LAST_EVENT_ID_FIELD_NUMBER: _builtins.int
+    thread_id: _builtins.str
+    title: _builtins.str
+    """Empty until the first message names it (or UpdateThread does)."""
+    owner: _builtins.str
+    """The user it belongs to; empty for a thread no person has written to yet."""
+    project_id: _builtins.str
+    metadata_json: _builtins.str
+    """The client's metadata, a JSON object (e.g. {"source": "assistant_page"})."""
+    last_event_id: _builtins.int
+    """The id of the newest durable event; 0 when the thread has none."""
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def updated_at(self) -> _timestamp_pb2.Timestamp:
+        """The last message or rename."""
+
+    def __init__(
+        self,
+        *,
+        thread_id: _builtins.str = ...,
+        title: _builtins.str = ...,
+        owner: _builtins.str = ...,
+        project_id: _builtins.str = ...,
+        metadata_json: _builtins.str = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        updated_at: _timestamp_pb2.Timestamp | None = ...,
+        last_event_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "updated_at", b"updated_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "last_event_id", b"last_event_id", "metadata_json", b"metadata_json", "owner", b"owner", "project_id", b"project_id", "thread_id", b"thread_id", "title", b"title", "updated_at", b"updated_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Thread: _TypeAlias = Thread  # noqa: Y015
+
+@_typing.final
+class CreateThreadRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    THREAD_ID_FIELD_NUMBER: _builtins.int
+    METADATA_JSON_FIELD_NUMBER: _builtins.int
+    thread_id: _builtins.str
+    """Empty: the service picks one."""
+    metadata_json: _builtins.str
+    """A JSON object kept with a new thread (at most 8,192 characters); empty: none."""
+    def __init__(
+        self,
+        *,
+        thread_id: _builtins.str = ...,
+        metadata_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["metadata_json", b"metadata_json", "thread_id", b"thread_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateThreadRequest: _TypeAlias = CreateThreadRequest  # noqa: Y015
+
+@_typing.final
+class CreateThreadResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    THREAD_FIELD_NUMBER: _builtins.int
+    CREATED_FIELD_NUMBER: _builtins.int
+    created: _builtins.bool
+    """false: the thread already existed (its metadata unchanged)."""
+    @_builtins.property
+    def thread(self) -> Global___Thread: ...
+    def __init__(
+        self,
+        *,
+        thread: Global___Thread | None = ...,
+        created: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["thread", b"thread"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "thread", b"thread"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateThreadResponse: _TypeAlias = CreateThreadResponse  # noqa: Y015
+
+@_typing.final
+class GetThreadRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    THREAD_ID_FIELD_NUMBER: _builtins.int
+    thread_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        thread_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["thread_id", b"thread_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetThreadRequest: _TypeAlias = GetThreadRequest  # noqa: Y015
+
+@_typing.final
+class GetThreadResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    THREAD_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def thread(self) -> Global___Thread: ...
+    def __init__(
+        self,
+        *,
+        thread: Global___Thread | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["thread", b"thread"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["thread", b"thread"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetThreadResponse: _TypeAlias = GetThreadResponse  # noqa: Y015
+
+@_typing.final
+class ListThreadsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    SEARCH_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """1-100; 0: 30."""
+    page_token: _builtins.str
+    """next_page_token of the previous page; empty: the first page."""
+    search: _builtins.str
+    """Only threads whose title contains this text (case-insensitive)."""
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+        search: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "search", b"search"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListThreadsRequest: _TypeAlias = ListThreadsRequest  # noqa: Y015
+
+@_typing.final
+class ListThreadsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    THREADS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty on the last page."""
+    @_builtins.property
+    def threads(self) -> _containers.RepeatedCompositeFieldContainer[Global___Thread]: ...
+    def __init__(
+        self,
+        *,
+        threads: _abc.Iterable[Global___Thread] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "threads", b"threads"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListThreadsResponse: _TypeAlias = ListThreadsResponse  # noqa: Y015
+
+@_typing.final
+class UpdateThreadRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    THREAD_ID_FIELD_NUMBER: _builtins.int
+    TITLE_FIELD_NUMBER: _builtins.int
+    METADATA_JSON_FIELD_NUMBER: _builtins.int
+    thread_id: _builtins.str
+    title: _builtins.str
+    """The new title (1-255 characters); unset: unchanged."""
+    metadata_json: _builtins.str
+    """A JSON object whose keys are merged into the thread's metadata; empty: unchanged."""
+    def __init__(
+        self,
+        *,
+        thread_id: _builtins.str = ...,
+        title: _builtins.str | None = ...,
+        metadata_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_title", b"_title", "title", b"title"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_title", b"_title", "metadata_json", b"metadata_json", "thread_id", b"thread_id", "title", b"title"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__title: _TypeAlias = _typing.Literal["title"]  # noqa: Y015
+    _WhichOneofArgType__title: _TypeAlias = _typing.Literal["_title", b"_title"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__title) -> _WhichOneofReturnType__title | None: ...
+
+Global___UpdateThreadRequest: _TypeAlias = UpdateThreadRequest  # noqa: Y015
+
+@_typing.final
+class UpdateThreadResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    THREAD_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def thread(self) -> Global___Thread: ...
+    def __init__(
+        self,
+        *,
+        thread: Global___Thread | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["thread", b"thread"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["thread", b"thread"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateThreadResponse: _TypeAlias = UpdateThreadResponse  # noqa: Y015
+
+@_typing.final
+class ListMessagesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    THREAD_ID_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_FIELD_NUMBER: _builtins.int
+    thread_id: _builtins.str
+    page_size: _builtins.int
+    """1-200; 0: 50."""
+    page: _builtins.int
+    """Counted from the newest: 0 is the newest page_size messages. A page shorter than
+    page_size is the oldest.
+    """
+    def __init__(
+        self,
+        *,
+        thread_id: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page", b"page", "page_size", b"page_size", "thread_id", b"thread_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMessagesRequest: _TypeAlias = ListMessagesRequest  # noqa: Y015
+
+@_typing.final
+class AttachedFile(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    MIME_TYPE_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    mime_type: _builtins.str
+    size: _builtins.int
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        mime_type: _builtins.str = ...,
+        size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mime_type", b"mime_type", "name", b"name", "size", b"size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AttachedFile: _TypeAlias = AttachedFile  # noqa: Y015
+
+@_typing.final
+class ThreadMessage(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    MESSAGE_GROUP_ID_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    ATTACHMENTS_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """A person's message: the client's message_id (the run id when none was sent). The
+    assistant's answer: its run id.
+    """
+    role: _builtins.str
+    """"user" or "assistant"."""
+    run_id: _builtins.str
+    message_group_id: _builtins.str
+    """The run-start event's messageGroupId."""
+    text: _builtins.str
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def attachments(self) -> _containers.RepeatedCompositeFieldContainer[Global___AttachedFile]: ...
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        role: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        message_group_id: _builtins.str = ...,
+        text: _builtins.str = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        attachments: _abc.Iterable[Global___AttachedFile] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachments", b"attachments", "created_at", b"created_at", "id", b"id", "message_group_id", b"message_group_id", "role", b"role", "run_id", b"run_id", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ThreadMessage: _TypeAlias = ThreadMessage  # noqa: Y015
+
+@_typing.final
+class ListMessagesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    LAST_EVENT_ID_FIELD_NUMBER: _builtins.int
+    last_event_id: _builtins.int
+    """The newest durable event's id when the page was read: stream events after it."""
+    @_builtins.property
+    def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___ThreadMessage]:
+        """Oldest first."""
+
+    def __init__(
+        self,
+        *,
+        messages: _abc.Iterable[Global___ThreadMessage] | None = ...,
+        last_event_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_event_id", b"last_event_id", "messages", b"messages"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMessagesResponse: _TypeAlias = ListMessagesResponse  # noqa: Y015

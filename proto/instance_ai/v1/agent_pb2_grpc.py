@@ -77,6 +77,31 @@ class AgentStub:
                 request_serializer=instance__ai_dot_v1_dot_agent__pb2.DeleteThreadRequest.SerializeToString,
                 response_deserializer=instance__ai_dot_v1_dot_agent__pb2.DeleteThreadResponse.FromString,
                 _registered_method=True)
+        self.CreateThread = channel.unary_unary(
+                '/instance_ai.v1.Agent/CreateThread',
+                request_serializer=instance__ai_dot_v1_dot_agent__pb2.CreateThreadRequest.SerializeToString,
+                response_deserializer=instance__ai_dot_v1_dot_agent__pb2.CreateThreadResponse.FromString,
+                _registered_method=True)
+        self.GetThread = channel.unary_unary(
+                '/instance_ai.v1.Agent/GetThread',
+                request_serializer=instance__ai_dot_v1_dot_agent__pb2.GetThreadRequest.SerializeToString,
+                response_deserializer=instance__ai_dot_v1_dot_agent__pb2.GetThreadResponse.FromString,
+                _registered_method=True)
+        self.ListThreads = channel.unary_unary(
+                '/instance_ai.v1.Agent/ListThreads',
+                request_serializer=instance__ai_dot_v1_dot_agent__pb2.ListThreadsRequest.SerializeToString,
+                response_deserializer=instance__ai_dot_v1_dot_agent__pb2.ListThreadsResponse.FromString,
+                _registered_method=True)
+        self.UpdateThread = channel.unary_unary(
+                '/instance_ai.v1.Agent/UpdateThread',
+                request_serializer=instance__ai_dot_v1_dot_agent__pb2.UpdateThreadRequest.SerializeToString,
+                response_deserializer=instance__ai_dot_v1_dot_agent__pb2.UpdateThreadResponse.FromString,
+                _registered_method=True)
+        self.ListMessages = channel.unary_unary(
+                '/instance_ai.v1.Agent/ListMessages',
+                request_serializer=instance__ai_dot_v1_dot_agent__pb2.ListMessagesRequest.SerializeToString,
+                response_deserializer=instance__ai_dot_v1_dot_agent__pb2.ListMessagesResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServicer:
@@ -141,6 +166,46 @@ class AgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateThread(self, request, context):
+        """Threads belong to the user who opened them (x-instance-ai-user), in the project they were
+        opened in (x-instance-ai-project). Every call on another user's thread answers
+        PERMISSION_DENIED; lists show the caller's own. A thread that was only ever touched by
+        direct tool calls has no owner until a person sends it a message.
+
+        Opens a thread for the caller: made if new, returned unchanged if it is already theirs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetThread(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListThreads(self, request, context):
+        """The caller's threads, most recently changed first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateThread(self, request, context):
+        """Renames a thread and/or merges keys into its metadata.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMessages(self, request, context):
+        """The conversation as a person reads it: their messages and the assistant's text answers.
+        Tool calls, cards and sub-agents are in the event log (StreamEvents).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -183,6 +248,31 @@ def add_AgentServicer_to_server(servicer, server):
                     servicer.DeleteThread,
                     request_deserializer=instance__ai_dot_v1_dot_agent__pb2.DeleteThreadRequest.FromString,
                     response_serializer=instance__ai_dot_v1_dot_agent__pb2.DeleteThreadResponse.SerializeToString,
+            ),
+            'CreateThread': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateThread,
+                    request_deserializer=instance__ai_dot_v1_dot_agent__pb2.CreateThreadRequest.FromString,
+                    response_serializer=instance__ai_dot_v1_dot_agent__pb2.CreateThreadResponse.SerializeToString,
+            ),
+            'GetThread': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetThread,
+                    request_deserializer=instance__ai_dot_v1_dot_agent__pb2.GetThreadRequest.FromString,
+                    response_serializer=instance__ai_dot_v1_dot_agent__pb2.GetThreadResponse.SerializeToString,
+            ),
+            'ListThreads': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListThreads,
+                    request_deserializer=instance__ai_dot_v1_dot_agent__pb2.ListThreadsRequest.FromString,
+                    response_serializer=instance__ai_dot_v1_dot_agent__pb2.ListThreadsResponse.SerializeToString,
+            ),
+            'UpdateThread': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateThread,
+                    request_deserializer=instance__ai_dot_v1_dot_agent__pb2.UpdateThreadRequest.FromString,
+                    response_serializer=instance__ai_dot_v1_dot_agent__pb2.UpdateThreadResponse.SerializeToString,
+            ),
+            'ListMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMessages,
+                    request_deserializer=instance__ai_dot_v1_dot_agent__pb2.ListMessagesRequest.FromString,
+                    response_serializer=instance__ai_dot_v1_dot_agent__pb2.ListMessagesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -404,6 +494,141 @@ class Agent:
             '/instance_ai.v1.Agent/DeleteThread',
             instance__ai_dot_v1_dot_agent__pb2.DeleteThreadRequest.SerializeToString,
             instance__ai_dot_v1_dot_agent__pb2.DeleteThreadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateThread(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/instance_ai.v1.Agent/CreateThread',
+            instance__ai_dot_v1_dot_agent__pb2.CreateThreadRequest.SerializeToString,
+            instance__ai_dot_v1_dot_agent__pb2.CreateThreadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetThread(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/instance_ai.v1.Agent/GetThread',
+            instance__ai_dot_v1_dot_agent__pb2.GetThreadRequest.SerializeToString,
+            instance__ai_dot_v1_dot_agent__pb2.GetThreadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListThreads(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/instance_ai.v1.Agent/ListThreads',
+            instance__ai_dot_v1_dot_agent__pb2.ListThreadsRequest.SerializeToString,
+            instance__ai_dot_v1_dot_agent__pb2.ListThreadsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateThread(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/instance_ai.v1.Agent/UpdateThread',
+            instance__ai_dot_v1_dot_agent__pb2.UpdateThreadRequest.SerializeToString,
+            instance__ai_dot_v1_dot_agent__pb2.UpdateThreadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/instance_ai.v1.Agent/ListMessages',
+            instance__ai_dot_v1_dot_agent__pb2.ListMessagesRequest.SerializeToString,
+            instance__ai_dot_v1_dot_agent__pb2.ListMessagesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -54,6 +54,23 @@ class AgentStub:
     GetThreadStatus: _grpc.UnaryUnaryMultiCallable[_agent_pb2.GetThreadStatusRequest, _agent_pb2.GetThreadStatusResponse]
     DeleteThread: _grpc.UnaryUnaryMultiCallable[_agent_pb2.DeleteThreadRequest, _agent_pb2.DeleteThreadResponse]
     """Deletes the thread, its runs and its events."""
+    CreateThread: _grpc.UnaryUnaryMultiCallable[_agent_pb2.CreateThreadRequest, _agent_pb2.CreateThreadResponse]
+    """Threads belong to the user who opened them (x-instance-ai-user), in the project they were
+    opened in (x-instance-ai-project). Every call on another user's thread answers
+    PERMISSION_DENIED; lists show the caller's own. A thread that was only ever touched by
+    direct tool calls has no owner until a person sends it a message.
+
+    Opens a thread for the caller: made if new, returned unchanged if it is already theirs.
+    """
+    GetThread: _grpc.UnaryUnaryMultiCallable[_agent_pb2.GetThreadRequest, _agent_pb2.GetThreadResponse]
+    ListThreads: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ListThreadsRequest, _agent_pb2.ListThreadsResponse]
+    """The caller's threads, most recently changed first."""
+    UpdateThread: _grpc.UnaryUnaryMultiCallable[_agent_pb2.UpdateThreadRequest, _agent_pb2.UpdateThreadResponse]
+    """Renames a thread and/or merges keys into its metadata."""
+    ListMessages: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ListMessagesRequest, _agent_pb2.ListMessagesResponse]
+    """The conversation as a person reads it: their messages and the assistant's text answers.
+    Tool calls, cards and sub-agents are in the event log (StreamEvents).
+    """
 
 @_typing.type_check_only
 class AgentAsyncStub(AgentStub):
@@ -81,6 +98,23 @@ class AgentAsyncStub(AgentStub):
     GetThreadStatus: _aio.UnaryUnaryMultiCallable[_agent_pb2.GetThreadStatusRequest, _agent_pb2.GetThreadStatusResponse]  # type: ignore[assignment]
     DeleteThread: _aio.UnaryUnaryMultiCallable[_agent_pb2.DeleteThreadRequest, _agent_pb2.DeleteThreadResponse]  # type: ignore[assignment]
     """Deletes the thread, its runs and its events."""
+    CreateThread: _aio.UnaryUnaryMultiCallable[_agent_pb2.CreateThreadRequest, _agent_pb2.CreateThreadResponse]  # type: ignore[assignment]
+    """Threads belong to the user who opened them (x-instance-ai-user), in the project they were
+    opened in (x-instance-ai-project). Every call on another user's thread answers
+    PERMISSION_DENIED; lists show the caller's own. A thread that was only ever touched by
+    direct tool calls has no owner until a person sends it a message.
+
+    Opens a thread for the caller: made if new, returned unchanged if it is already theirs.
+    """
+    GetThread: _aio.UnaryUnaryMultiCallable[_agent_pb2.GetThreadRequest, _agent_pb2.GetThreadResponse]  # type: ignore[assignment]
+    ListThreads: _aio.UnaryUnaryMultiCallable[_agent_pb2.ListThreadsRequest, _agent_pb2.ListThreadsResponse]  # type: ignore[assignment]
+    """The caller's threads, most recently changed first."""
+    UpdateThread: _aio.UnaryUnaryMultiCallable[_agent_pb2.UpdateThreadRequest, _agent_pb2.UpdateThreadResponse]  # type: ignore[assignment]
+    """Renames a thread and/or merges keys into its metadata."""
+    ListMessages: _aio.UnaryUnaryMultiCallable[_agent_pb2.ListMessagesRequest, _agent_pb2.ListMessagesResponse]  # type: ignore[assignment]
+    """The conversation as a person reads it: their messages and the assistant's text answers.
+    Tool calls, cards and sub-agents are in the event log (StreamEvents).
+    """
 
 class AgentServicer(metaclass=_abc_1.ABCMeta):
     """The conversation surface: chat messages, the event stream, human-in-the-loop answers and
@@ -153,5 +187,52 @@ class AgentServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_agent_pb2.DeleteThreadResponse, _abc.Awaitable[_agent_pb2.DeleteThreadResponse]]:
         """Deletes the thread, its runs and its events."""
+
+    @_abc_1.abstractmethod
+    def CreateThread(
+        self,
+        request: _agent_pb2.CreateThreadRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.CreateThreadResponse, _abc.Awaitable[_agent_pb2.CreateThreadResponse]]:
+        """Threads belong to the user who opened them (x-instance-ai-user), in the project they were
+        opened in (x-instance-ai-project). Every call on another user's thread answers
+        PERMISSION_DENIED; lists show the caller's own. A thread that was only ever touched by
+        direct tool calls has no owner until a person sends it a message.
+
+        Opens a thread for the caller: made if new, returned unchanged if it is already theirs.
+        """
+
+    @_abc_1.abstractmethod
+    def GetThread(
+        self,
+        request: _agent_pb2.GetThreadRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.GetThreadResponse, _abc.Awaitable[_agent_pb2.GetThreadResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListThreads(
+        self,
+        request: _agent_pb2.ListThreadsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.ListThreadsResponse, _abc.Awaitable[_agent_pb2.ListThreadsResponse]]:
+        """The caller's threads, most recently changed first."""
+
+    @_abc_1.abstractmethod
+    def UpdateThread(
+        self,
+        request: _agent_pb2.UpdateThreadRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.UpdateThreadResponse, _abc.Awaitable[_agent_pb2.UpdateThreadResponse]]:
+        """Renames a thread and/or merges keys into its metadata."""
+
+    @_abc_1.abstractmethod
+    def ListMessages(
+        self,
+        request: _agent_pb2.ListMessagesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.ListMessagesResponse, _abc.Awaitable[_agent_pb2.ListMessagesResponse]]:
+        """The conversation as a person reads it: their messages and the assistant's text answers.
+        Tool calls, cards and sub-agents are in the event log (StreamEvents).
+        """
 
 def add_AgentServicer_to_server(servicer: AgentServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

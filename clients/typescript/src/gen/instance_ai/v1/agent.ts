@@ -20,6 +20,7 @@ import {
   type ServiceError,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
+import { Timestamp } from "../../google/protobuf/timestamp.js";
 import { Event } from "./events.js";
 
 export const protobufPackage = "instance_ai.v1";
@@ -68,6 +69,7 @@ export interface StreamEventsResponse {
 }
 
 export interface ConfirmRequest {
+  /** The card's thread; empty: the thread of the card `request_id` names (ids are unique). */
   threadId: string;
   requestId: string;
   /**
@@ -140,6 +142,118 @@ export interface DeleteThreadRequest {
 }
 
 export interface DeleteThreadResponse {
+}
+
+export interface Thread {
+  threadId: string;
+  /** Empty until the first message names it (or UpdateThread does). */
+  title: string;
+  /** The user it belongs to; empty for a thread no person has written to yet. */
+  owner: string;
+  projectId: string;
+  /** The client's metadata, a JSON object (e.g. {"source": "assistant_page"}). */
+  metadataJson: string;
+  createdAt:
+    | Date
+    | undefined;
+  /** The last message or rename. */
+  updatedAt:
+    | Date
+    | undefined;
+  /** The id of the newest durable event; 0 when the thread has none. */
+  lastEventId: number;
+}
+
+export interface CreateThreadRequest {
+  /** Empty: the service picks one. */
+  threadId: string;
+  /** A JSON object kept with a new thread (at most 8,192 characters); empty: none. */
+  metadataJson: string;
+}
+
+export interface CreateThreadResponse {
+  thread:
+    | Thread
+    | undefined;
+  /** false: the thread already existed (its metadata unchanged). */
+  created: boolean;
+}
+
+export interface GetThreadRequest {
+  threadId: string;
+}
+
+export interface GetThreadResponse {
+  thread: Thread | undefined;
+}
+
+export interface ListThreadsRequest {
+  /** 1-100; 0: 30. */
+  pageSize: number;
+  /** next_page_token of the previous page; empty: the first page. */
+  pageToken: string;
+  /** Only threads whose title contains this text (case-insensitive). */
+  search: string;
+}
+
+export interface ListThreadsResponse {
+  threads: Thread[];
+  /** Empty on the last page. */
+  nextPageToken: string;
+}
+
+export interface UpdateThreadRequest {
+  threadId: string;
+  /** The new title (1-255 characters); unset: unchanged. */
+  title?:
+    | string
+    | undefined;
+  /** A JSON object whose keys are merged into the thread's metadata; empty: unchanged. */
+  metadataJson: string;
+}
+
+export interface UpdateThreadResponse {
+  thread: Thread | undefined;
+}
+
+export interface ListMessagesRequest {
+  threadId: string;
+  /** 1-200; 0: 50. */
+  pageSize: number;
+  /**
+   * Counted from the newest: 0 is the newest page_size messages. A page shorter than
+   * page_size is the oldest.
+   */
+  page: number;
+}
+
+export interface AttachedFile {
+  name: string;
+  mimeType: string;
+  size: number;
+}
+
+export interface ThreadMessage {
+  /**
+   * A person's message: the client's message_id (the run id when none was sent). The
+   * assistant's answer: its run id.
+   */
+  id: string;
+  /** "user" or "assistant". */
+  role: string;
+  runId: string;
+  /** The run-start event's messageGroupId. */
+  messageGroupId: string;
+  text: string;
+  createdAt: Date | undefined;
+  attachments: AttachedFile[];
+}
+
+export interface ListMessagesResponse {
+  /** Oldest first. */
+  messages: ThreadMessage[];
+  /** The newest durable event's id when the page was read: stream events after it. */
+  lastEventId: number;
 }
 
 function createBaseSendMessageRequest(): SendMessageRequest {
@@ -1846,6 +1960,1402 @@ export const DeleteThreadResponse: MessageFns<DeleteThreadResponse> = {
   },
 };
 
+function createBaseThread(): Thread {
+  return {
+    threadId: "",
+    title: "",
+    owner: "",
+    projectId: "",
+    metadataJson: "",
+    createdAt: undefined,
+    updatedAt: undefined,
+    lastEventId: 0,
+  };
+}
+
+export const Thread: MessageFns<Thread> = {
+  encode(message: Thread, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.threadId !== "") {
+      writer.uint32(10).string(message.threadId);
+    }
+    if (message.title !== "") {
+      writer.uint32(18).string(message.title);
+    }
+    if (message.owner !== "") {
+      writer.uint32(26).string(message.owner);
+    }
+    if (message.projectId !== "") {
+      writer.uint32(34).string(message.projectId);
+    }
+    if (message.metadataJson !== "") {
+      writer.uint32(42).string(message.metadataJson);
+    }
+    if (message.createdAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.createdAt), writer.uint32(50).fork()).join();
+    }
+    if (message.updatedAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.updatedAt), writer.uint32(58).fork()).join();
+    }
+    if (message.lastEventId !== 0) {
+      writer.uint32(64).int64(message.lastEventId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Thread {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseThread();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.threadId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.title = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.owner = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.projectId = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.metadataJson = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.createdAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.updatedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.lastEventId = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Thread {
+    return {
+      threadId: isSet(object.threadId)
+        ? globalThis.String(object.threadId)
+        : isSet(object.thread_id)
+        ? globalThis.String(object.thread_id)
+        : "",
+      title: isSet(object.title) ? globalThis.String(object.title) : "",
+      owner: isSet(object.owner) ? globalThis.String(object.owner) : "",
+      projectId: isSet(object.projectId)
+        ? globalThis.String(object.projectId)
+        : isSet(object.project_id)
+        ? globalThis.String(object.project_id)
+        : "",
+      metadataJson: isSet(object.metadataJson)
+        ? globalThis.String(object.metadataJson)
+        : isSet(object.metadata_json)
+        ? globalThis.String(object.metadata_json)
+        : "",
+      createdAt: isSet(object.createdAt)
+        ? fromJsonTimestamp(object.createdAt)
+        : isSet(object.created_at)
+        ? fromJsonTimestamp(object.created_at)
+        : undefined,
+      updatedAt: isSet(object.updatedAt)
+        ? fromJsonTimestamp(object.updatedAt)
+        : isSet(object.updated_at)
+        ? fromJsonTimestamp(object.updated_at)
+        : undefined,
+      lastEventId: isSet(object.lastEventId)
+        ? globalThis.Number(object.lastEventId)
+        : isSet(object.last_event_id)
+        ? globalThis.Number(object.last_event_id)
+        : 0,
+    };
+  },
+
+  toJSON(message: Thread): unknown {
+    const obj: any = {};
+    if (message.threadId !== "") {
+      obj.threadId = message.threadId;
+    }
+    if (message.title !== "") {
+      obj.title = message.title;
+    }
+    if (message.owner !== "") {
+      obj.owner = message.owner;
+    }
+    if (message.projectId !== "") {
+      obj.projectId = message.projectId;
+    }
+    if (message.metadataJson !== "") {
+      obj.metadataJson = message.metadataJson;
+    }
+    if (message.createdAt !== undefined) {
+      obj.createdAt = message.createdAt.toISOString();
+    }
+    if (message.updatedAt !== undefined) {
+      obj.updatedAt = message.updatedAt.toISOString();
+    }
+    if (message.lastEventId !== 0) {
+      obj.lastEventId = Math.round(message.lastEventId);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Thread>, I>>(base?: I): Thread {
+    return Thread.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Thread>, I>>(object: I): Thread {
+    const message = createBaseThread();
+    message.threadId = object.threadId ?? "";
+    message.title = object.title ?? "";
+    message.owner = object.owner ?? "";
+    message.projectId = object.projectId ?? "";
+    message.metadataJson = object.metadataJson ?? "";
+    message.createdAt = object.createdAt ?? undefined;
+    message.updatedAt = object.updatedAt ?? undefined;
+    message.lastEventId = object.lastEventId ?? 0;
+    return message;
+  },
+};
+
+function createBaseCreateThreadRequest(): CreateThreadRequest {
+  return { threadId: "", metadataJson: "" };
+}
+
+export const CreateThreadRequest: MessageFns<CreateThreadRequest> = {
+  encode(message: CreateThreadRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.threadId !== "") {
+      writer.uint32(10).string(message.threadId);
+    }
+    if (message.metadataJson !== "") {
+      writer.uint32(18).string(message.metadataJson);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CreateThreadRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCreateThreadRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.threadId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.metadataJson = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CreateThreadRequest {
+    return {
+      threadId: isSet(object.threadId)
+        ? globalThis.String(object.threadId)
+        : isSet(object.thread_id)
+        ? globalThis.String(object.thread_id)
+        : "",
+      metadataJson: isSet(object.metadataJson)
+        ? globalThis.String(object.metadataJson)
+        : isSet(object.metadata_json)
+        ? globalThis.String(object.metadata_json)
+        : "",
+    };
+  },
+
+  toJSON(message: CreateThreadRequest): unknown {
+    const obj: any = {};
+    if (message.threadId !== "") {
+      obj.threadId = message.threadId;
+    }
+    if (message.metadataJson !== "") {
+      obj.metadataJson = message.metadataJson;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CreateThreadRequest>, I>>(base?: I): CreateThreadRequest {
+    return CreateThreadRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CreateThreadRequest>, I>>(object: I): CreateThreadRequest {
+    const message = createBaseCreateThreadRequest();
+    message.threadId = object.threadId ?? "";
+    message.metadataJson = object.metadataJson ?? "";
+    return message;
+  },
+};
+
+function createBaseCreateThreadResponse(): CreateThreadResponse {
+  return { thread: undefined, created: false };
+}
+
+export const CreateThreadResponse: MessageFns<CreateThreadResponse> = {
+  encode(message: CreateThreadResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.thread !== undefined) {
+      Thread.encode(message.thread, writer.uint32(10).fork()).join();
+    }
+    if (message.created !== false) {
+      writer.uint32(16).bool(message.created);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CreateThreadResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCreateThreadResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.thread = Thread.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.created = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CreateThreadResponse {
+    return {
+      thread: isSet(object.thread) ? Thread.fromJSON(object.thread) : undefined,
+      created: isSet(object.created) ? globalThis.Boolean(object.created) : false,
+    };
+  },
+
+  toJSON(message: CreateThreadResponse): unknown {
+    const obj: any = {};
+    if (message.thread !== undefined) {
+      obj.thread = Thread.toJSON(message.thread);
+    }
+    if (message.created !== false) {
+      obj.created = message.created;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CreateThreadResponse>, I>>(base?: I): CreateThreadResponse {
+    return CreateThreadResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CreateThreadResponse>, I>>(object: I): CreateThreadResponse {
+    const message = createBaseCreateThreadResponse();
+    message.thread = (object.thread !== undefined && object.thread !== null)
+      ? Thread.fromPartial(object.thread)
+      : undefined;
+    message.created = object.created ?? false;
+    return message;
+  },
+};
+
+function createBaseGetThreadRequest(): GetThreadRequest {
+  return { threadId: "" };
+}
+
+export const GetThreadRequest: MessageFns<GetThreadRequest> = {
+  encode(message: GetThreadRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.threadId !== "") {
+      writer.uint32(10).string(message.threadId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetThreadRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetThreadRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.threadId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetThreadRequest {
+    return {
+      threadId: isSet(object.threadId)
+        ? globalThis.String(object.threadId)
+        : isSet(object.thread_id)
+        ? globalThis.String(object.thread_id)
+        : "",
+    };
+  },
+
+  toJSON(message: GetThreadRequest): unknown {
+    const obj: any = {};
+    if (message.threadId !== "") {
+      obj.threadId = message.threadId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetThreadRequest>, I>>(base?: I): GetThreadRequest {
+    return GetThreadRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetThreadRequest>, I>>(object: I): GetThreadRequest {
+    const message = createBaseGetThreadRequest();
+    message.threadId = object.threadId ?? "";
+    return message;
+  },
+};
+
+function createBaseGetThreadResponse(): GetThreadResponse {
+  return { thread: undefined };
+}
+
+export const GetThreadResponse: MessageFns<GetThreadResponse> = {
+  encode(message: GetThreadResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.thread !== undefined) {
+      Thread.encode(message.thread, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetThreadResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetThreadResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.thread = Thread.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetThreadResponse {
+    return { thread: isSet(object.thread) ? Thread.fromJSON(object.thread) : undefined };
+  },
+
+  toJSON(message: GetThreadResponse): unknown {
+    const obj: any = {};
+    if (message.thread !== undefined) {
+      obj.thread = Thread.toJSON(message.thread);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetThreadResponse>, I>>(base?: I): GetThreadResponse {
+    return GetThreadResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetThreadResponse>, I>>(object: I): GetThreadResponse {
+    const message = createBaseGetThreadResponse();
+    message.thread = (object.thread !== undefined && object.thread !== null)
+      ? Thread.fromPartial(object.thread)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseListThreadsRequest(): ListThreadsRequest {
+  return { pageSize: 0, pageToken: "", search: "" };
+}
+
+export const ListThreadsRequest: MessageFns<ListThreadsRequest> = {
+  encode(message: ListThreadsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.pageSize !== 0) {
+      writer.uint32(8).int32(message.pageSize);
+    }
+    if (message.pageToken !== "") {
+      writer.uint32(18).string(message.pageToken);
+    }
+    if (message.search !== "") {
+      writer.uint32(26).string(message.search);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListThreadsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListThreadsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.pageSize = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.pageToken = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.search = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListThreadsRequest {
+    return {
+      pageSize: isSet(object.pageSize)
+        ? globalThis.Number(object.pageSize)
+        : isSet(object.page_size)
+        ? globalThis.Number(object.page_size)
+        : 0,
+      pageToken: isSet(object.pageToken)
+        ? globalThis.String(object.pageToken)
+        : isSet(object.page_token)
+        ? globalThis.String(object.page_token)
+        : "",
+      search: isSet(object.search) ? globalThis.String(object.search) : "",
+    };
+  },
+
+  toJSON(message: ListThreadsRequest): unknown {
+    const obj: any = {};
+    if (message.pageSize !== 0) {
+      obj.pageSize = Math.round(message.pageSize);
+    }
+    if (message.pageToken !== "") {
+      obj.pageToken = message.pageToken;
+    }
+    if (message.search !== "") {
+      obj.search = message.search;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListThreadsRequest>, I>>(base?: I): ListThreadsRequest {
+    return ListThreadsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListThreadsRequest>, I>>(object: I): ListThreadsRequest {
+    const message = createBaseListThreadsRequest();
+    message.pageSize = object.pageSize ?? 0;
+    message.pageToken = object.pageToken ?? "";
+    message.search = object.search ?? "";
+    return message;
+  },
+};
+
+function createBaseListThreadsResponse(): ListThreadsResponse {
+  return { threads: [], nextPageToken: "" };
+}
+
+export const ListThreadsResponse: MessageFns<ListThreadsResponse> = {
+  encode(message: ListThreadsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.threads) {
+      Thread.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.nextPageToken !== "") {
+      writer.uint32(18).string(message.nextPageToken);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListThreadsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListThreadsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.threads.push(Thread.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.nextPageToken = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListThreadsResponse {
+    return {
+      threads: globalThis.Array.isArray(object?.threads) ? object.threads.map((e: any) => Thread.fromJSON(e)) : [],
+      nextPageToken: isSet(object.nextPageToken)
+        ? globalThis.String(object.nextPageToken)
+        : isSet(object.next_page_token)
+        ? globalThis.String(object.next_page_token)
+        : "",
+    };
+  },
+
+  toJSON(message: ListThreadsResponse): unknown {
+    const obj: any = {};
+    if (message.threads?.length) {
+      obj.threads = message.threads.map((e) => Thread.toJSON(e));
+    }
+    if (message.nextPageToken !== "") {
+      obj.nextPageToken = message.nextPageToken;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListThreadsResponse>, I>>(base?: I): ListThreadsResponse {
+    return ListThreadsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListThreadsResponse>, I>>(object: I): ListThreadsResponse {
+    const message = createBaseListThreadsResponse();
+    message.threads = object.threads?.map((e) => Thread.fromPartial(e)) || [];
+    message.nextPageToken = object.nextPageToken ?? "";
+    return message;
+  },
+};
+
+function createBaseUpdateThreadRequest(): UpdateThreadRequest {
+  return { threadId: "", title: undefined, metadataJson: "" };
+}
+
+export const UpdateThreadRequest: MessageFns<UpdateThreadRequest> = {
+  encode(message: UpdateThreadRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.threadId !== "") {
+      writer.uint32(10).string(message.threadId);
+    }
+    if (message.title !== undefined) {
+      writer.uint32(18).string(message.title);
+    }
+    if (message.metadataJson !== "") {
+      writer.uint32(26).string(message.metadataJson);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UpdateThreadRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUpdateThreadRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.threadId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.title = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.metadataJson = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UpdateThreadRequest {
+    return {
+      threadId: isSet(object.threadId)
+        ? globalThis.String(object.threadId)
+        : isSet(object.thread_id)
+        ? globalThis.String(object.thread_id)
+        : "",
+      title: isSet(object.title) ? globalThis.String(object.title) : undefined,
+      metadataJson: isSet(object.metadataJson)
+        ? globalThis.String(object.metadataJson)
+        : isSet(object.metadata_json)
+        ? globalThis.String(object.metadata_json)
+        : "",
+    };
+  },
+
+  toJSON(message: UpdateThreadRequest): unknown {
+    const obj: any = {};
+    if (message.threadId !== "") {
+      obj.threadId = message.threadId;
+    }
+    if (message.title !== undefined) {
+      obj.title = message.title;
+    }
+    if (message.metadataJson !== "") {
+      obj.metadataJson = message.metadataJson;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<UpdateThreadRequest>, I>>(base?: I): UpdateThreadRequest {
+    return UpdateThreadRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<UpdateThreadRequest>, I>>(object: I): UpdateThreadRequest {
+    const message = createBaseUpdateThreadRequest();
+    message.threadId = object.threadId ?? "";
+    message.title = object.title ?? undefined;
+    message.metadataJson = object.metadataJson ?? "";
+    return message;
+  },
+};
+
+function createBaseUpdateThreadResponse(): UpdateThreadResponse {
+  return { thread: undefined };
+}
+
+export const UpdateThreadResponse: MessageFns<UpdateThreadResponse> = {
+  encode(message: UpdateThreadResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.thread !== undefined) {
+      Thread.encode(message.thread, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UpdateThreadResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUpdateThreadResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.thread = Thread.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UpdateThreadResponse {
+    return { thread: isSet(object.thread) ? Thread.fromJSON(object.thread) : undefined };
+  },
+
+  toJSON(message: UpdateThreadResponse): unknown {
+    const obj: any = {};
+    if (message.thread !== undefined) {
+      obj.thread = Thread.toJSON(message.thread);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<UpdateThreadResponse>, I>>(base?: I): UpdateThreadResponse {
+    return UpdateThreadResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<UpdateThreadResponse>, I>>(object: I): UpdateThreadResponse {
+    const message = createBaseUpdateThreadResponse();
+    message.thread = (object.thread !== undefined && object.thread !== null)
+      ? Thread.fromPartial(object.thread)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseListMessagesRequest(): ListMessagesRequest {
+  return { threadId: "", pageSize: 0, page: 0 };
+}
+
+export const ListMessagesRequest: MessageFns<ListMessagesRequest> = {
+  encode(message: ListMessagesRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.threadId !== "") {
+      writer.uint32(10).string(message.threadId);
+    }
+    if (message.pageSize !== 0) {
+      writer.uint32(16).int32(message.pageSize);
+    }
+    if (message.page !== 0) {
+      writer.uint32(24).int32(message.page);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListMessagesRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListMessagesRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.threadId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.pageSize = reader.int32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.page = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListMessagesRequest {
+    return {
+      threadId: isSet(object.threadId)
+        ? globalThis.String(object.threadId)
+        : isSet(object.thread_id)
+        ? globalThis.String(object.thread_id)
+        : "",
+      pageSize: isSet(object.pageSize)
+        ? globalThis.Number(object.pageSize)
+        : isSet(object.page_size)
+        ? globalThis.Number(object.page_size)
+        : 0,
+      page: isSet(object.page) ? globalThis.Number(object.page) : 0,
+    };
+  },
+
+  toJSON(message: ListMessagesRequest): unknown {
+    const obj: any = {};
+    if (message.threadId !== "") {
+      obj.threadId = message.threadId;
+    }
+    if (message.pageSize !== 0) {
+      obj.pageSize = Math.round(message.pageSize);
+    }
+    if (message.page !== 0) {
+      obj.page = Math.round(message.page);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListMessagesRequest>, I>>(base?: I): ListMessagesRequest {
+    return ListMessagesRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListMessagesRequest>, I>>(object: I): ListMessagesRequest {
+    const message = createBaseListMessagesRequest();
+    message.threadId = object.threadId ?? "";
+    message.pageSize = object.pageSize ?? 0;
+    message.page = object.page ?? 0;
+    return message;
+  },
+};
+
+function createBaseAttachedFile(): AttachedFile {
+  return { name: "", mimeType: "", size: 0 };
+}
+
+export const AttachedFile: MessageFns<AttachedFile> = {
+  encode(message: AttachedFile, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.mimeType !== "") {
+      writer.uint32(18).string(message.mimeType);
+    }
+    if (message.size !== 0) {
+      writer.uint32(24).int64(message.size);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AttachedFile {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAttachedFile();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.mimeType = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.size = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AttachedFile {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      mimeType: isSet(object.mimeType)
+        ? globalThis.String(object.mimeType)
+        : isSet(object.mime_type)
+        ? globalThis.String(object.mime_type)
+        : "",
+      size: isSet(object.size) ? globalThis.Number(object.size) : 0,
+    };
+  },
+
+  toJSON(message: AttachedFile): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.mimeType !== "") {
+      obj.mimeType = message.mimeType;
+    }
+    if (message.size !== 0) {
+      obj.size = Math.round(message.size);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<AttachedFile>, I>>(base?: I): AttachedFile {
+    return AttachedFile.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AttachedFile>, I>>(object: I): AttachedFile {
+    const message = createBaseAttachedFile();
+    message.name = object.name ?? "";
+    message.mimeType = object.mimeType ?? "";
+    message.size = object.size ?? 0;
+    return message;
+  },
+};
+
+function createBaseThreadMessage(): ThreadMessage {
+  return { id: "", role: "", runId: "", messageGroupId: "", text: "", createdAt: undefined, attachments: [] };
+}
+
+export const ThreadMessage: MessageFns<ThreadMessage> = {
+  encode(message: ThreadMessage, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.role !== "") {
+      writer.uint32(18).string(message.role);
+    }
+    if (message.runId !== "") {
+      writer.uint32(26).string(message.runId);
+    }
+    if (message.messageGroupId !== "") {
+      writer.uint32(34).string(message.messageGroupId);
+    }
+    if (message.text !== "") {
+      writer.uint32(42).string(message.text);
+    }
+    if (message.createdAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.createdAt), writer.uint32(50).fork()).join();
+    }
+    for (const v of message.attachments) {
+      AttachedFile.encode(v!, writer.uint32(58).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ThreadMessage {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseThreadMessage();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.role = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.runId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.messageGroupId = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.text = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.createdAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.attachments.push(AttachedFile.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ThreadMessage {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      role: isSet(object.role) ? globalThis.String(object.role) : "",
+      runId: isSet(object.runId)
+        ? globalThis.String(object.runId)
+        : isSet(object.run_id)
+        ? globalThis.String(object.run_id)
+        : "",
+      messageGroupId: isSet(object.messageGroupId)
+        ? globalThis.String(object.messageGroupId)
+        : isSet(object.message_group_id)
+        ? globalThis.String(object.message_group_id)
+        : "",
+      text: isSet(object.text) ? globalThis.String(object.text) : "",
+      createdAt: isSet(object.createdAt)
+        ? fromJsonTimestamp(object.createdAt)
+        : isSet(object.created_at)
+        ? fromJsonTimestamp(object.created_at)
+        : undefined,
+      attachments: globalThis.Array.isArray(object?.attachments)
+        ? object.attachments.map((e: any) => AttachedFile.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: ThreadMessage): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.role !== "") {
+      obj.role = message.role;
+    }
+    if (message.runId !== "") {
+      obj.runId = message.runId;
+    }
+    if (message.messageGroupId !== "") {
+      obj.messageGroupId = message.messageGroupId;
+    }
+    if (message.text !== "") {
+      obj.text = message.text;
+    }
+    if (message.createdAt !== undefined) {
+      obj.createdAt = message.createdAt.toISOString();
+    }
+    if (message.attachments?.length) {
+      obj.attachments = message.attachments.map((e) => AttachedFile.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ThreadMessage>, I>>(base?: I): ThreadMessage {
+    return ThreadMessage.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ThreadMessage>, I>>(object: I): ThreadMessage {
+    const message = createBaseThreadMessage();
+    message.id = object.id ?? "";
+    message.role = object.role ?? "";
+    message.runId = object.runId ?? "";
+    message.messageGroupId = object.messageGroupId ?? "";
+    message.text = object.text ?? "";
+    message.createdAt = object.createdAt ?? undefined;
+    message.attachments = object.attachments?.map((e) => AttachedFile.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseListMessagesResponse(): ListMessagesResponse {
+  return { messages: [], lastEventId: 0 };
+}
+
+export const ListMessagesResponse: MessageFns<ListMessagesResponse> = {
+  encode(message: ListMessagesResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.messages) {
+      ThreadMessage.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.lastEventId !== 0) {
+      writer.uint32(16).int64(message.lastEventId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListMessagesResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListMessagesResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.messages.push(ThreadMessage.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.lastEventId = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListMessagesResponse {
+    return {
+      messages: globalThis.Array.isArray(object?.messages)
+        ? object.messages.map((e: any) => ThreadMessage.fromJSON(e))
+        : [],
+      lastEventId: isSet(object.lastEventId)
+        ? globalThis.Number(object.lastEventId)
+        : isSet(object.last_event_id)
+        ? globalThis.Number(object.last_event_id)
+        : 0,
+    };
+  },
+
+  toJSON(message: ListMessagesResponse): unknown {
+    const obj: any = {};
+    if (message.messages?.length) {
+      obj.messages = message.messages.map((e) => ThreadMessage.toJSON(e));
+    }
+    if (message.lastEventId !== 0) {
+      obj.lastEventId = Math.round(message.lastEventId);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListMessagesResponse>, I>>(base?: I): ListMessagesResponse {
+    return ListMessagesResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListMessagesResponse>, I>>(object: I): ListMessagesResponse {
+    const message = createBaseListMessagesResponse();
+    message.messages = object.messages?.map((e) => ThreadMessage.fromPartial(e)) || [];
+    message.lastEventId = object.lastEventId ?? 0;
+    return message;
+  },
+};
+
 /**
  * The conversation surface: chat messages, the event stream, human-in-the-loop answers and
  * run/task control. Thread ids are chosen by the caller: 1-128 characters of
@@ -1941,6 +3451,61 @@ export const AgentService = {
       Buffer.from(DeleteThreadResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): DeleteThreadResponse => DeleteThreadResponse.decode(value),
   },
+  /** Opens a thread for the caller: made if new, returned unchanged if it is already theirs. */
+  createThread: {
+    path: "/instance_ai.v1.Agent/CreateThread" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: CreateThreadRequest): Buffer => Buffer.from(CreateThreadRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): CreateThreadRequest => CreateThreadRequest.decode(value),
+    responseSerialize: (value: CreateThreadResponse): Buffer =>
+      Buffer.from(CreateThreadResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): CreateThreadResponse => CreateThreadResponse.decode(value),
+  },
+  getThread: {
+    path: "/instance_ai.v1.Agent/GetThread" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetThreadRequest): Buffer => Buffer.from(GetThreadRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetThreadRequest => GetThreadRequest.decode(value),
+    responseSerialize: (value: GetThreadResponse): Buffer => Buffer.from(GetThreadResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetThreadResponse => GetThreadResponse.decode(value),
+  },
+  /** The caller's threads, most recently changed first. */
+  listThreads: {
+    path: "/instance_ai.v1.Agent/ListThreads" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListThreadsRequest): Buffer => Buffer.from(ListThreadsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListThreadsRequest => ListThreadsRequest.decode(value),
+    responseSerialize: (value: ListThreadsResponse): Buffer => Buffer.from(ListThreadsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListThreadsResponse => ListThreadsResponse.decode(value),
+  },
+  /** Renames a thread and/or merges keys into its metadata. */
+  updateThread: {
+    path: "/instance_ai.v1.Agent/UpdateThread" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: UpdateThreadRequest): Buffer => Buffer.from(UpdateThreadRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): UpdateThreadRequest => UpdateThreadRequest.decode(value),
+    responseSerialize: (value: UpdateThreadResponse): Buffer =>
+      Buffer.from(UpdateThreadResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): UpdateThreadResponse => UpdateThreadResponse.decode(value),
+  },
+  /**
+   * The conversation as a person reads it: their messages and the assistant's text answers.
+   * Tool calls, cards and sub-agents are in the event log (StreamEvents).
+   */
+  listMessages: {
+    path: "/instance_ai.v1.Agent/ListMessages" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListMessagesRequest): Buffer => Buffer.from(ListMessagesRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListMessagesRequest => ListMessagesRequest.decode(value),
+    responseSerialize: (value: ListMessagesResponse): Buffer =>
+      Buffer.from(ListMessagesResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListMessagesResponse => ListMessagesResponse.decode(value),
+  },
 } as const;
 
 export interface AgentServer extends UntypedServiceImplementation {
@@ -1964,6 +3529,18 @@ export interface AgentServer extends UntypedServiceImplementation {
   getThreadStatus: handleUnaryCall<GetThreadStatusRequest, GetThreadStatusResponse>;
   /** Deletes the thread, its runs and its events. */
   deleteThread: handleUnaryCall<DeleteThreadRequest, DeleteThreadResponse>;
+  /** Opens a thread for the caller: made if new, returned unchanged if it is already theirs. */
+  createThread: handleUnaryCall<CreateThreadRequest, CreateThreadResponse>;
+  getThread: handleUnaryCall<GetThreadRequest, GetThreadResponse>;
+  /** The caller's threads, most recently changed first. */
+  listThreads: handleUnaryCall<ListThreadsRequest, ListThreadsResponse>;
+  /** Renames a thread and/or merges keys into its metadata. */
+  updateThread: handleUnaryCall<UpdateThreadRequest, UpdateThreadResponse>;
+  /**
+   * The conversation as a person reads it: their messages and the assistant's text answers.
+   * Tool calls, cards and sub-agents are in the event log (StreamEvents).
+   */
+  listMessages: handleUnaryCall<ListMessagesRequest, ListMessagesResponse>;
 }
 
 export interface AgentClient extends Client {
@@ -2093,6 +3670,88 @@ export interface AgentClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: DeleteThreadResponse) => void,
   ): ClientUnaryCall;
+  /** Opens a thread for the caller: made if new, returned unchanged if it is already theirs. */
+  createThread(
+    request: CreateThreadRequest,
+    callback: (error: ServiceError | null, response: CreateThreadResponse) => void,
+  ): ClientUnaryCall;
+  createThread(
+    request: CreateThreadRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: CreateThreadResponse) => void,
+  ): ClientUnaryCall;
+  createThread(
+    request: CreateThreadRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: CreateThreadResponse) => void,
+  ): ClientUnaryCall;
+  getThread(
+    request: GetThreadRequest,
+    callback: (error: ServiceError | null, response: GetThreadResponse) => void,
+  ): ClientUnaryCall;
+  getThread(
+    request: GetThreadRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetThreadResponse) => void,
+  ): ClientUnaryCall;
+  getThread(
+    request: GetThreadRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetThreadResponse) => void,
+  ): ClientUnaryCall;
+  /** The caller's threads, most recently changed first. */
+  listThreads(
+    request: ListThreadsRequest,
+    callback: (error: ServiceError | null, response: ListThreadsResponse) => void,
+  ): ClientUnaryCall;
+  listThreads(
+    request: ListThreadsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListThreadsResponse) => void,
+  ): ClientUnaryCall;
+  listThreads(
+    request: ListThreadsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListThreadsResponse) => void,
+  ): ClientUnaryCall;
+  /** Renames a thread and/or merges keys into its metadata. */
+  updateThread(
+    request: UpdateThreadRequest,
+    callback: (error: ServiceError | null, response: UpdateThreadResponse) => void,
+  ): ClientUnaryCall;
+  updateThread(
+    request: UpdateThreadRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: UpdateThreadResponse) => void,
+  ): ClientUnaryCall;
+  updateThread(
+    request: UpdateThreadRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: UpdateThreadResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * The conversation as a person reads it: their messages and the assistant's text answers.
+   * Tool calls, cards and sub-agents are in the event log (StreamEvents).
+   */
+  listMessages(
+    request: ListMessagesRequest,
+    callback: (error: ServiceError | null, response: ListMessagesResponse) => void,
+  ): ClientUnaryCall;
+  listMessages(
+    request: ListMessagesRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListMessagesResponse) => void,
+  ): ClientUnaryCall;
+  listMessages(
+    request: ListMessagesRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListMessagesResponse) => void,
+  ): ClientUnaryCall;
 }
 
 export const AgentClient = makeGenericClientConstructor(AgentService, "instance_ai.v1.Agent") as unknown as {
@@ -2120,6 +3779,28 @@ export type DeepPartial<T> = T extends Builtin ? T
 type KeysOfUnion<T> = T extends T ? keyof T : never;
 export type Exact<P, I extends P> = P extends Builtin ? P
   : P & { [K in keyof P]: Exact<P[K], I[K]> } & { [K in Exclude<keyof I, KeysOfUnion<P>>]: never };
+
+function toTimestamp(date: Date): Timestamp {
+  const seconds = Math.trunc(date.getTime() / 1_000);
+  const nanos = (date.getTime() % 1_000) * 1_000_000;
+  return { seconds, nanos };
+}
+
+function fromTimestamp(t: Timestamp): Date {
+  let millis = (t.seconds || 0) * 1_000;
+  millis += (t.nanos || 0) / 1_000_000;
+  return new globalThis.Date(millis);
+}
+
+function fromJsonTimestamp(o: any): Date {
+  if (o instanceof globalThis.Date) {
+    return o;
+  } else if (typeof o === "string") {
+    return new globalThis.Date(o);
+  } else {
+    return fromTimestamp(Timestamp.fromJSON(o));
+  }
+}
 
 function longToNumber(int64: { toString(): string }): number {
   const num = globalThis.Number(int64.toString());
