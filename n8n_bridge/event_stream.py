@@ -60,14 +60,16 @@ class EventStream:
                 return error(403, "Not authorized for this thread")
             if exc.code() is grpc.StatusCode.INVALID_ARGUMENT:
                 return error(400, exc.details() or "not a thread id")
-        frames = self._frames(thread_id, metadata, cursor)
+        frames = self._frames(thread_id, metadata, cursor, user.id)
         return StreamingResponse(
             _with_pings(frames, self._keep_alive_s),
             media_type="text/event-stream; charset=UTF-8",
             headers=_HEADERS,
         )
 
-    async def _frames(self, thread_id: str, metadata: Metadata, after: int) -> AsyncIterator[str]:
+    async def _frames(
+        self, thread_id: str, metadata: Metadata, after: int, user_id: str
+    ) -> AsyncIterator[str]:
         agent = self._service.agent
         synced = False
         while True:
@@ -89,7 +91,7 @@ class EventStream:
                         after = event.id
                     if streamed.shown_live(event):
                         continue
-                    yield _frame(event)
+                    yield _frame(event, user_id)
                 return
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
@@ -170,10 +172,12 @@ def _cursor(request: Request) -> int | None:
     return 0
 
 
-def _frame(event: Any) -> str:
+def _frame(event: Any, user_id: str) -> str:
+    """n8n's frame: the event as n8n sends it (its user: a thread has one, the reader)."""
     shaped = n8n_event(event)
     event_id = shaped.pop("id", None)
     shaped.pop("threadId", None)
+    shaped["userId"] = user_id
     body = f"data: {json.dumps(shaped)}\n\n"
     return f"id: {event_id}\n{body}" if event_id is not None else body
 

@@ -92,25 +92,22 @@ class Routes:
             raise BridgeHttpError(400, "Either message or attachments must be provided")
         thread = await self._thread_or_none(thread_id, user)
         files = [a for a in body.attachments or [] if isinstance(a, FileAttachment)]
-        try:
-            sent = await self._service.agent.SendMessage(
-                agent_pb2.SendMessageRequest(
-                    thread_id=thread_id,
-                    message=_with_references(body),
-                    message_id=str(uuid.uuid4()),
-                    attachments=[
-                        agent_pb2.Attachment(
-                            name=f.fileName, mime_type=f.mimeType, data=f.decoded()
-                        )
-                        for f in files
-                    ],
-                ),
-                metadata=self._service.as_user(user, thread.project_id if thread else None),
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise from_rpc(
-                exc, permission_denied=NOT_YOURS, failed_precondition=RUN_ACTIVE
-            ) from None
+        sent = await self._service.call(
+            self._service.agent.SendMessage,
+            agent_pb2.SendMessageRequest(
+                thread_id=thread_id,
+                message=_with_references(body),
+                message_id=str(uuid.uuid4()),
+                attachments=[
+                    agent_pb2.Attachment(name=f.fileName, mime_type=f.mimeType, data=f.decoded())
+                    for f in files
+                ],
+            ),
+            user,
+            thread.project_id if thread else None,
+            permission_denied=NOT_YOURS,
+            failed_precondition=RUN_ACTIVE,
+        )
         return data({"runId": sent.run_id})
 
     async def cancel(self, request: Request, user: N8nUser) -> Response:
@@ -152,16 +149,16 @@ class Routes:
 
     async def confirm(self, request: Request, user: N8nUser) -> Response:
         body = await parse(request, ConfirmBody)
-        try:
-            confirmed = await self._service.agent.Confirm(
-                agent_pb2.ConfirmRequest(
-                    request_id=request.path_params["request_id"],
-                    resume_json=to_json(body.model_dump(exclude_none=True)),
-                ),
-                metadata=self._service.as_user(user),
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise from_rpc(exc, not_found=NO_CARD, permission_denied=NO_CARD) from None
+        confirmed = await self._service.call(
+            self._service.agent.Confirm,
+            agent_pb2.ConfirmRequest(
+                request_id=request.path_params["request_id"],
+                resume_json=to_json(body.model_dump(exclude_none=True)),
+            ),
+            user,
+            not_found=NO_CARD,
+            permission_denied=NO_CARD,
+        )
         return data({"ok": True, "runId": confirmed.run_id} if confirmed.run_id else {"ok": True})
 
     async def feedback(self, request: Request, user: N8nUser) -> Response:
@@ -201,15 +198,15 @@ class Routes:
         metadata: dict[str, Any] = {"source": body.source, "origin": body.origin or "internal"}
         if body.sourceContext is not None:
             metadata["sourceContext"] = body.sourceContext
-        try:
-            opened = await self._service.agent.CreateThread(
-                agent_pb2.CreateThreadRequest(
-                    thread_id=body.threadId or str(uuid.uuid4()), metadata_json=to_json(metadata)
-                ),
-                metadata=self._service.as_user(user, body.projectId),
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise from_rpc(exc, permission_denied=NOT_YOURS) from None
+        opened = await self._service.call(
+            self._service.agent.CreateThread,
+            agent_pb2.CreateThreadRequest(
+                thread_id=body.threadId or str(uuid.uuid4()), metadata_json=to_json(metadata)
+            ),
+            user,
+            body.projectId,
+            permission_denied=NOT_YOURS,
+        )
         return data({"thread": _thread_info(opened.thread), "created": opened.created})
 
     async def thread(self, request: Request, user: N8nUser) -> Response:

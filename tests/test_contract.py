@@ -161,6 +161,7 @@ async def test_whole_numbers_in_tool_schemas_stay_whole(channel: grpc.aio.Channe
         ("[1, 2]", "must be a JSON object, not an array"),
         ('{"a": ', "is not valid JSON"),
         ('{"a": NaN}', "holds NaN"),
+        ('{"a": 1e999}', "holds 1e999, a number too large"),
         ("[" * 100_000, "nests arrays or objects too deeply"),
     ],
 )

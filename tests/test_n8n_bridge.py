@@ -281,6 +281,8 @@ async def test_threads_and_the_event_stream_answer_as_n8ns(
         assert ids == sorted(ids) and len(ids) >= 3
         assert {"run-start", "text-block", "run-finish"} <= {e["type"] for _, e in durable}
         assert all("threadId" not in e and "id" not in e for _, e in durable)
+        me = (await client.get("/rest/login")).json()["data"]["id"]
+        assert {e["userId"] for _, e in durable} == {me}
 
         # Resumed after the browser's Last-Event-ID (before the query), then ?lastEventId=.
         last = ids[-1]

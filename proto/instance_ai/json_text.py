@@ -7,6 +7,7 @@ modules are in `v1/`.)"""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,11 +21,12 @@ def to_json(value: Mapping[str, Any]) -> str:
 
 def from_json(text: str) -> dict[str, Any]:
     """The object a `*_json` field holds. Raises ValueError saying what is wrong with the text
-    (not JSON, not an object, nested too deep) for the caller to report."""
+    (not JSON, NaN or a number past a double's range, not an object, nested too deep) for the
+    caller to report."""
     if not text:
         return {}
     try:
-        value = json.loads(text, parse_constant=_no_constant)
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except json.JSONDecodeError as exc:
         raise ValueError(f"is not valid JSON ({exc})") from None
     except RecursionError:
@@ -42,6 +44,13 @@ def _kind(value: Any) -> str:
     if value is None or isinstance(value, bool):
         return json.dumps(value)
     return "a number"
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"holds {text[:40]}, a number too large for JSON's doubles")
+    return value
 
 
 def _no_constant(name: str) -> Any:
