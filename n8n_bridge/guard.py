@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -26,7 +27,10 @@ class Guard:
         self, handler: Handler, scope: str = INSTANCE_AI_SCOPE
     ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            user = await self._sessions.user(request)
+            try:
+                user = await self._sessions.user(request)
+            except httpx.TransportError:
+                return error(503, "n8n is not answering, so who is asking cannot be checked")
             if user is None:
                 return unauthorized()
             if not user.may(scope):

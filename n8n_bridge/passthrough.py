@@ -19,6 +19,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection
 
+from n8n_bridge.answers import error
+
 __all__ = ["N8nPassthrough"]
 
 # RFC 9110 §7.6.1: meaningful for one connection only.
@@ -61,7 +63,10 @@ class N8nPassthrough:
             headers=headers,
             content=_body(request) if _has_body(request) else None,
         )
-        answer = await self._client.send(upstream, stream=True, follow_redirects=False)
+        try:
+            answer = await self._client.send(upstream, stream=True, follow_redirects=False)
+        except httpx.TransportError:
+            return error(502, f"n8n at {self._n8n_url} is not answering; is it running?")
         kept = [(k, v) for k, v in answer.headers.multi_items() if k.lower() not in _HOP_BY_HOP]
         response = StreamingResponse(
             answer.aiter_raw(),
@@ -78,9 +83,12 @@ class N8nPassthrough:
             for k, v in request.headers.items()
             if k not in _HOP_BY_HOP and k not in ("accept-encoding", "content-length")
         ]
-        return await self._client.get(
-            self._n8n_url + request.url.path, params=request.url.query, headers=headers
-        )
+        try:
+            return await self._client.get(
+                self._n8n_url + request.url.path, params=request.url.query, headers=headers
+            )
+        except httpx.TransportError:
+            return httpx.Response(502, json={"code": 502, "message": "n8n is not answering"})
 
     async def websocket(self, browser: WebSocket) -> None:
         target = "ws" + self._n8n_url.removeprefix("http") + browser.url.path
