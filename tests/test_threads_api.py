@@ -158,3 +158,20 @@ async def test_the_history_holds_what_was_said_and_the_first_message_names_the_t
             agent_pb2.ListMessagesRequest(thread_id="talk", page_size=3, page=1), metadata=ANA
         )
         assert [m.text for m in oldest.messages] == ["Hi there"]
+
+
+async def test_a_thread_made_outside_a_conversation_is_claimed_by_its_first_person(
+    make_settings: Callable[..., Settings],
+) -> None:
+    async with serving(make_settings()) as (app, channel):
+        await app.parts.events.append("loose", "tick", {})  # e.g. a direct tool call's events
+        agent = agent_pb2_grpc.AgentStub(channel)
+        seen = await agent.GetThread(agent_pb2.GetThreadRequest(thread_id="loose"), metadata=BEN)
+        assert seen.thread.owner == ""
+        opened = await agent.CreateThread(
+            agent_pb2.CreateThreadRequest(thread_id="loose"), metadata=ANA
+        )
+        assert (opened.created, opened.thread.owner) == (False, "ana")
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await agent.GetThread(agent_pb2.GetThreadRequest(thread_id="loose"), metadata=BEN)
+        assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED

@@ -4,7 +4,8 @@ metadata (n8n's `source`, `origin`) and a title. Another user's thread answers
 PERMISSION_DENIED (as n8n's assistant answers 403 for it); lists show a user only their own.
 
 A thread made before owners existed, or made by a direct tool call outside any conversation,
-has no owner: any caller reaches it, and the first person to send it a message owns it."""
+has no owner: any caller reaches it, and the first person to open it or send it a message
+owns it."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from server.core.ids import new_id
 from server.core.validation import check_thread_id
 from server.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
 from server.store import Database
-from server.store.threads import THREADS
+from server.store.threads import THREADS, claim_thread
 
 __all__ = [
     "MAX_METADATA_CHARS",
@@ -87,7 +88,11 @@ class ThreadDirectory:
                 )
                 .on_conflict_do_nothing()
             )
-            info = _allowed(await _read(conn, thread_id), thread_id, caller)
+            row = await _read(conn, thread_id)
+            if row is not None and row.owner is None:  # made outside a conversation: claimed
+                await claim_thread(conn, thread_id, caller.user_id, caller.project_id)
+                row = await _read(conn, thread_id)
+            info = _allowed(row, thread_id, caller)
         return info, bool(made.rowcount)
 
     async def get(self, thread_id: str, caller: Caller) -> ThreadInfo:
