@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 from instance_ai.v1 import tools_pb2
 from server.settings import Settings
@@ -88,9 +89,16 @@ async def test_a_skill_is_listed_in_the_prompt_and_its_text_comes_with_load_skil
 ) -> None:
     planning = SkillLibrary().get("planning")
     assert planning is not None
+    tables = SkillLibrary().get("data-table-manager")
+    assert tables is not None and tables.linked  # a skill with reference files
+    reference = tables.linked[0]
     model.script(
         tool("load_skill", {"name": "planning"}),
         tool("load_skill", {"name": "plans"}),
+        tool("load_skill", {"skillId": "data-table-manager"}),
+        tool("load_skill", {"name": "data-table-manager", "filePath": reference.path}),
+        tool("load_skill", {"name": "data-table-manager", "filePath": "references/nope.md"}),
+        tool("load_skill", {}),
         text("Planned."),
     )
     await one_message(model_settings(agent_deferred_tools=True), "three linked workflows")
@@ -99,9 +107,22 @@ async def test_a_skill_is_listed_in_the_prompt_and_its_text_comes_with_load_skil
     assert planning.content not in system  # only when loaded
     loaded = json.loads(last_tool_results(model.requests[1])[0]["content"])
     assert loaded["content"] == planning.content and loaded["success"]
+    assert loaded["skillId"] == "planning" and loaded["hash"] == planning.hash
     unknown = last_tool_results(model.requests[2])[0]
     assert unknown["is_error"] and "there is no skill 'plans'" in unknown["content"]
     assert "workflow-builder" in unknown["content"]
+    # The main text lists the skill's linked files; each comes in by its path.
+    main = json.loads(last_tool_results(model.requests[3])[0]["content"])
+    listed = main["linkedFiles"]["references"]
+    assert {"path": reference.path, "bytes": reference.bytes, "sha256": reference.sha256} in listed
+    linked = json.loads(last_tool_results(model.requests[4])[0]["content"])
+    assert linked["filePath"] == reference.path and linked["content"] == reference.content
+    assert linked["sha256"] == reference.sha256 and "linkedFiles" not in linked
+    missing = last_tool_results(model.requests[5])[0]
+    assert missing["is_error"] and reference.path in missing["content"]
+    assert "omit filePath" in missing["content"]
+    nameless = last_tool_results(model.requests[6])[0]
+    assert nameless["is_error"] and "either skillId or name is required" in nameless["content"]
 
 
 # Words that read as tool names (a verb, then what it acts on).
@@ -109,6 +130,10 @@ TOOL_LIKE = re.compile(
     r"(?<![\w-])(?:(?:list|get|create|delete|update|search|build|verify|report|setup|apply|test|insert|"
     r"run|load|debug)-[a-z-]+[a-z]|(?:workspace|browser|load|search)_[a-z_]+[a-z])(?![\w-])"
 )
+
+
+ANCHOR = re.compile(r"\]\(#[^)]*\)")
+NOT_TOOLS = {"setup-items", "setup-panel-execute", "run-start", "run-finish"}
 
 
 def test_the_skills_ship_and_name_only_tools_that_exist() -> None:
@@ -126,9 +151,52 @@ def test_the_skills_ship_and_name_only_tools_that_exist() -> None:
     }
     skills = {s.name for s in library.catalog()}
     for skill in library.catalog():
-        mentioned = set(TOOL_LIKE.findall(skill.content)) - skills
+        texts = [skill.content, *(f.content for f in skill.linked)]
+        # Not tool names: a link's in-page anchor, and n8n's event types and message contexts.
+        words = {w for t in texts for w in TOOL_LIKE.findall(ANCHOR.sub("", t))}
+        mentioned = words - skills - NOT_TOOLS
         assert mentioned, f"{skill.name} names no tool"
         assert mentioned <= names, (
             f"{skill.name} names tools that do not exist: {mentioned - names}"
         )
     assert names >= CORE_TOOLS
+
+
+# The reference's skills (`@n8n/instance-ai` 1.26.1, its `skills/` directory).
+REFERENCE_SKILLS = {
+    "agent-builder",
+    "config-evals",
+    "credential-recipe-research",
+    "credential-setup-with-computer-use",
+    "data-table-manager",
+    "debugging-executions",
+    "instance-awareness",
+    "intent-recognition",
+    "model-selection",
+    "n8n-docs-assistant",
+    "one-off-operations",
+    "planned-task-runtime",
+    "planning",
+    "post-build-flow",
+    "progressive-building",
+    "workflow-builder",
+}
+COVERAGE = Path(__file__).resolve().parent.parent / "docs" / "skills-coverage"
+MODULE = re.compile(r"`?((?:server|sandbox|n8n_bridge|browser_relay)/[\w/.-]+\.(?:py|mjs|cjs))`?")
+
+
+def test_every_reference_skill_is_ours_with_a_coverage_table_naming_real_code() -> None:
+    """Each reference skill has ours, and a table mapping every rule to where ours states it;
+    a rule said to be enforced in code names a module that exists."""
+    library = SkillLibrary()
+    assert set(library.names()) == REFERENCE_SKILLS
+    root = COVERAGE.parent.parent
+    for name in sorted(REFERENCE_SKILLS | {"system-prompt"}):
+        table = (COVERAGE / f"{name}.md").read_text()
+        rows = [line for line in table.splitlines() if re.match(r"\| *\d+ *\|", line)]
+        assert rows, f"{name}: no numbered rules"
+        assert re.search(r"rules: \d+, all covered\.", table), name
+        for row in rows:
+            enforced = row.rstrip(" |").rsplit("|", 1)[-1]
+            for module in MODULE.findall(enforced):
+                assert (root / module).exists(), f"{name}: {module} does not exist ({row[:60]})"
