@@ -644,6 +644,39 @@ class SandboxManager:
             )
         )
 
+    async def resolve_parameters(
+        self,
+        thread_id: str,
+        workflow: dict[str, Any],
+        *,
+        nodes: dict[str, Any],
+        node_name: str,
+        execution_id: str,
+        mode: str = "manual",
+        run_index: int | None = None,
+        item_index: int = 0,
+        timeout_s: float = 30.0,
+    ) -> dict[str, Any]:
+        """A node's parameters with each expression evaluated by the engine against a past run
+        (`nodes`: the run's record, each node's `outputs` and `runs`): `{ok, nodeName,
+        runIndex, itemIndex, parameters, resolved, failedExpressions, emptyResolutions}`, or
+        `{ok: False, stage, message}`."""
+        return dict(
+            await self.operation(
+                thread_id,
+                "resolveParameters",
+                timeout_s=timeout_s,
+                workflow=workflow,
+                nodes=nodes,
+                nodeName=node_name,
+                runIndex=run_index,
+                itemIndex=item_index,
+                executionId=execution_id,
+                mode=mode,
+                timeoutMs=int(timeout_s * 1000),
+            )
+        )
+
     async def output_schema(
         self,
         thread_id: str,

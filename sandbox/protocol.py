@@ -121,6 +121,20 @@ class WorkflowToolchain(Protocol):
         timeout_s: float = 30.0,
     ) -> dict[str, Any]: ...
 
+    async def resolve_parameters(
+        self,
+        thread_id: str,
+        workflow: dict[str, Any],
+        *,
+        nodes: dict[str, Any],
+        node_name: str,
+        execution_id: str,
+        mode: str = "manual",
+        run_index: int | None = None,
+        item_index: int = 0,
+        timeout_s: float = 30.0,
+    ) -> dict[str, Any]: ...
+
     async def output_schema(
         self,
         thread_id: str,

@@ -149,12 +149,36 @@ def _docker_host(value: Any) -> Any:
 DockerHost = Annotated[DockerHostConfig, BeforeValidator(_docker_host)]
 
 
-def effective_permissions(configured: dict[str, PermissionMode]) -> dict[str, PermissionMode]:
+# What stays as configured on a read-only branch (n8n's source control: the instance's
+# workflows, tables and folders come from git and must not change here); everything else is
+# blocked, as n8n's own assistant does.
+BRANCH_READ_ONLY_SAFE = frozenset(
+    {
+        "readFilesystem",
+        "fetchUrl",
+        "webSearch",
+        "publishWorkflow",
+        "createCredential",
+        "deleteCredential",
+        "restoreWorkflowVersion",
+    }
+)
+
+
+def effective_permissions(
+    configured: dict[str, PermissionMode], *, branch_read_only: bool = False
+) -> dict[str, PermissionMode]:
     """The modes in force: as configured, and (n8n's rule) running a single node is blocked
-    where running workflows is, unless executeNode is set itself."""
+    where running workflows is, unless executeNode is set itself; on a read-only branch every
+    action but the safe ones is blocked."""
+    modes = dict(configured)
     if configured.get("runWorkflow") == "blocked" and "executeNode" not in configured:
-        return {**configured, "executeNode": "blocked"}
-    return dict(configured)
+        modes["executeNode"] = "blocked"
+    if branch_read_only:
+        modes |= {
+            action: "blocked" for action in GATED_ACTIONS if action not in BRANCH_READ_ONLY_SAFE
+        }
+    return modes
 
 
 # The --config flag, read while settings are built (the environment variable is the fallback).
@@ -331,6 +355,12 @@ class Settings(BaseSettings):
     permissions: dict[str, PermissionMode] = Field(
         default_factory=dict,
         description='HITL mode per action, JSON, e.g. {"runWorkflow": "always_allow"}',
+    )
+    branch_read_only: bool = Field(
+        False,
+        description="The instance is on a read-only source-control branch: every action that "
+        "changes workflows, tables, folders, tags or executions is blocked (credentials, "
+        "publishing, version restores and web access keep their modes), as in n8n",
     )
     credentials_key: SecretStr | None = Field(
         None,

@@ -26,6 +26,7 @@ from server.agent.services import AgentServices
 from server.agent.structured import structured_asker
 from server.api.server import ApiParts
 from server.catalog import CatalogService
+from server.domain.activity import ActivityStore
 from server.domain.credential_store import (
     KEY_FILE_NAME,
     CredentialStore,
@@ -63,7 +64,9 @@ from server.pipeline.work import WorkLoop
 from server.records.sandbox_runs import ExecutionStore
 from server.runtime.attachments import Attachments
 from server.runtime.background import BackgroundTasks
+from server.runtime.captured_secrets import CapturedSecrets
 from server.runtime.conversation import Conversation
+from server.runtime.conversation_history import ConversationHistory
 from server.runtime.egress import (
     egress_policy,
     npm_registry,
@@ -83,10 +86,12 @@ from server.runtime.threads import Threads
 from server.settings import Settings, effective_permissions
 from server.store import Database
 from server.tools import (
+    activity,
     agents_module,
     attachments,
     browser,
     build,
+    conversation_history,
     credentials,
     data_tables,
     docs,
@@ -97,6 +102,7 @@ from server.tools import (
     projects,
     verify,
     web,
+    workflow_checks,
     workflows,
     workspace,
 )
@@ -130,6 +136,7 @@ ALL_TOOLS: list[ToolSpec[Any]] = [
     *build.TOOLS,
     *verify.TOOLS,
     *workflows.TOOLS,
+    *workflow_checks.TOOLS,
     *executions.TOOLS,
     *nodes.TOOLS,
     *data_tables.TOOLS,
@@ -141,6 +148,8 @@ ALL_TOOLS: list[ToolSpec[Any]] = [
     *browser.TOOLS,
     *agents_module.TOOLS,
     *mcp.TOOLS,
+    *activity.TOOLS,
+    *conversation_history.TOOLS,
 ]
 # The names a tool from MCP may not take.
 RESERVED_TOOL_NAMES = frozenset(spec.name for spec in ALL_TOOLS)
@@ -184,6 +193,8 @@ class Parts:
     judge_model: ModelProvider | None = None
     # The skills the orchestrator loads (they ship with the service).
     skills: SkillLibrary = field(default_factory=SkillLibrary)
+    # Secrets the browser tools captured for credentials being made (in memory only).
+    captured_secrets: CapturedSecrets = field(default_factory=CapturedSecrets)
 
     @classmethod
     async def open(cls, settings: Settings) -> Parts:
@@ -201,7 +212,13 @@ class Parts:
             replicas=replicas,
         )
         threads = Threads(db=db, events=events, background=background.running, replica=replicas.id)
-        hitl = Hitl(db=db, events=events, modes=effective_permissions(settings.permissions))
+        hitl = Hitl(
+            db=db,
+            events=events,
+            modes=effective_permissions(
+                settings.permissions, branch_read_only=settings.branch_read_only
+            ),
+        )
         registry_url = trusted = None
         if settings.sandbox_api_address is not None:
             registry_url = await asyncio.to_thread(npm_registry, settings)
@@ -387,6 +404,7 @@ class Parts:
             sandbox_for=self.sandboxes.for_thread,
             skills=self.skills,
             replicas=self.replicas,
+            loop=self.loop,
         )
 
     def credential_types(self) -> CredentialTypeIndex:
@@ -415,7 +433,12 @@ class Parts:
             loading.ToolLoadingTools(skills=self.skills, conversation=self.conversation),
             orchestration.OrchestrationTools(plans=self.plans, background=self.background),
             workspace.WorkspaceTools(sandbox_for=self.sandboxes.for_thread),
-            build.BuildTools(builder=self.builder, loop=self.loop, hitl=self.hitl),
+            build.BuildTools(
+                builder=self.builder,
+                loop=self.loop,
+                hitl=self.hitl,
+                workflows=instance.workflows,
+            ),
             verify.VerifyTools(
                 workflows=instance.workflows,
                 verifier=self.verifier,
@@ -431,6 +454,15 @@ class Parts:
                 hitl=self.hitl,
                 events=self.events,
             ),
+            workflow_checks.WorkflowCheckTools(
+                workflows=instance.workflows,
+                credentials=instance.credentials,
+                executions=instance.executions,
+                builder=self.builder,
+                catalog=self.catalog,
+            ),
+            activity.ActivityTools(activity=instance.activity),
+            conversation_history.ConversationHistoryTools(history=ConversationHistory(db=self.db)),
             executions.ExecutionTools(
                 workflows=instance.workflows,
                 executions=instance.executions,
@@ -461,6 +493,8 @@ class Parts:
                 catalog=self.catalog,
                 tester=self.credential_tester,
                 hitl=self.hitl,
+                credential_types=self.credential_types(),
+                docs_origin=self.settings.docs_url,
             ),
             web.WebTools(fetcher=self.web, search=self.web_search, hitl=self.hitl),
             attachments.AttachmentTools(attachments=self.attachments),
@@ -477,6 +511,10 @@ class Parts:
                 headless=self.headless,
                 sandbox_for=self.sandboxes.for_thread,
                 in_sandbox=self.settings.browser == "sandbox",
+                secrets=self.captured_secrets,
+                credentials=instance.credentials,
+                credential_types=self.credential_types(),
+                hitl=self.hitl,
             ),
             agents_module.AgentsModuleTools(),
             mcp.McpTools(
@@ -530,6 +568,7 @@ def embedded_instance(settings: Settings, db: Database) -> Instance:
         projects=CallerProjects(),
         # The embedded store's folders need no licence.
         features=ConfiguredFeatures([*settings.licensed_features, FOLDERS_FEATURE]),
+        activity=ActivityStore(db),
     )
 
 
@@ -565,6 +604,8 @@ def n8n_instance(
         executions=N8nExecutions(ExecutionStore(db), client),
         folders=N8nFolders(client, workflows),
         features=features,
+        # n8n keeps its activity log to itself (not in its public API).
+        activity=None,
     )
 
 

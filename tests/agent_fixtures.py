@@ -39,6 +39,10 @@ def with_model(fake: FakeMessagesAPI, **overrides: Any) -> dict[str, Any]:
         # Nor does the build ask the model about its simulation plan (an extra request the
         # scripts would have to answer): tests/test_simulation_model.py covers it.
         "simulation_model_pass": False,
+        # Nor the person before a new workflow is created (a card the scripts would have to
+        # answer): tests/test_approval_cards.py and tests/test_permissions.py cover it, with
+        # the defaults (`permissions={}`).
+        "permissions": {"createWorkflow": "always_allow"},
     } | overrides
 
 

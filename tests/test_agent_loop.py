@@ -513,6 +513,7 @@ GATES = {
     "web-search": "webSearch",
     "build-workflow": "updateWorkflow",  # and createWorkflow
     "setup-credentials": "createCredential",
+    "browser_create_credential": "createCredential",
     "execute-node": "executeNode",
 }
 

@@ -131,7 +131,7 @@ async def test_an_approved_plan_runs_its_tasks_in_dependency_order_then_synthesi
         await chat.confirm("t1", card["requestId"], kind="approval", approved=True)
         events = await follow_up_finished(chat, run_id)
     approved = json.loads(last_tool_results(main_requests(model)[1])[0]["content"])
-    assert approved["result"] == "Plan approved. Started 1 tasks."
+    assert approved["result"] == "Plan approved: 2 tasks, 1 started."
     spawned = [p["taskId"] for p in of_type(events, "agent-spawned")]
     order = [
         (e["type"], e["agent_id"])
@@ -147,53 +147,59 @@ async def test_an_approved_plan_runs_its_tasks_in_dependency_order_then_synthesi
     assert of_type(events, "text-block")[-1]["text"] == "Both workflows are done."
 
 
-async def test_build_and_checkpoint_tasks_run_as_orchestrator_follow_ups_checkpoints_first(
+async def test_a_planned_build_whose_run_saves_nothing_fails_and_so_do_its_dependants(
     model_settings: Callable[..., Settings], model: FakeMessagesAPI
 ) -> None:
+    """A build task's run that ends without a saved workflow is a failed task, whatever its
+    last words (the reference's "ended without saving"); its dependants are cancelled with
+    the reason, and the plan asks for a replan instead of a synthesis."""
     tasks = [
         task("a", kind="build-workflow"),
         task("b", "a", kind="build-workflow"),
         task("check", "a", kind="checkpoint"),
     ]
+    context = CONTEXT | {"assumptions": ["orders come in as JSON"], "postBuildRunRequested": True}
     model.script(
-        tool("create-tasks", {"tasks": tasks, "planningContext": CONTEXT}),
+        tool("create-tasks", {"tasks": tasks, "planningContext": context}),
         text("The plan is running."),
-        text("Built A."),
-        text("A holds up."),
-        text("Built B."),
-        text("All done."),  # the synthesize follow-up
+        text("Built A."),  # claims it, builds nothing
+        text("Task a could not be built; shall I try another way?"),  # the replan follow-up
     )
     async with serving(model_settings()) as (_app, channel):
         chat = Chat(channel)
         run_id = await chat.send("t1", "build two workflows and check the first")
         card = await chat.card("t1")
+        assert "Assumptions:\n- orders come in as JSON" in card["message"]
         await chat.confirm("t1", card["requestId"], kind="approval", approved=True)
         events = await chat.until(
-            "t1", lambda e: e["type"] == "text-block" and e["payload"]["text"] == "All done."
+            "t1",
+            lambda e: e["type"] == "text-block" and "could not be built" in e["payload"]["text"],
         )
-    # No background agent: every task ran as a run of the thread, with the orchestrator's
-    # prompt; after a, the ready checkpoint went before the ready build.
+    # Every task runs as a run of the thread with the orchestrator's prompt, never an agent.
     assert of_type(events, "agent-spawned") == []
     assert not any(is_background(r) for r in model.requests)
     last_texts = [r["messages"][-1]["content"][0].get("text", "") for r in model.requests]
     follow_ups = [t for t in last_texts if "<planned-task-follow-up" in t]
-    kinds = [
-        found.groups()
-        for t in follow_ups
-        if (found := re.search(r'type="([a-z-]+)"(?: taskId="(\w+)")?', t)) is not None
+    assert [re.search(r'type="([a-z-]+)"', t).group(1) for t in follow_ups] == [  # type: ignore[union-attr]
+        "build-workflow",
+        "replan",
     ]
-    assert kinds == [
-        ("build-workflow", "a"),
-        ("checkpoint", "check"),
-        ("build-workflow", "b"),
-        ("synthesize", None),
-    ]
+    # The plan's context reached the task: its assumptions and the run the user asked for.
     assert "workflow-builder skill" in follow_ups[0]
-    assert "- Task a: Built A." in follow_ups[-1] and "- Task check: A holds up." in follow_ups[-1]
+    assert "The plan assumes: orders come in as JSON." in follow_ups[0]
+    assert "run it live with run-workflow" in follow_ups[0]
+    assert "verification reaches partial" in follow_ups[0]
+    assert "Workflow build run ended without saving a workflow" in follow_ups[1]
     runs = [e for e in events if e["type"] == "run-start"]
-    assert len({e["run_id"] for e in runs}) == 5 and run_id == runs[0]["run_id"]
-    final = of_type(events, "tasks-update")[-1]["tasks"]["tasks"]
-    assert [t["status"] for t in final] == ["done", "done", "done"]
+    assert len({e["run_id"] for e in runs}) == 3 and run_id == runs[0]["run_id"]
+    final = {t["id"]: t for t in of_type(events, "tasks-update")[-1]["tasks"]["tasks"]}
+    assert final["a"]["status"] == "failed"
+    assert final["a"]["detail"] == "Workflow build run ended without saving a workflow"
+    for dependant in ("b", "check"):
+        assert final[dependant]["status"] == "cancelled"
+        assert final[dependant]["detail"] == (
+            'Cancelled: dependency "a" failed: Workflow build run ended without saving a workflow'
+        )
 
 
 async def test_a_denied_plan_is_cancelled_and_not_resubmitted_in_the_same_turn(
@@ -262,7 +268,7 @@ async def test_a_failed_task_cancels_its_dependents_and_asks_for_a_replan(
         events = await follow_up_finished(chat, run_id)
     final = {t["id"]: t for t in of_type(events, "tasks-update")[-1]["tasks"]["tasks"]}
     assert final["a"]["status"] == "failed"
-    assert final["b"]["status"] == "cancelled" and "dependency a failed" in final["b"]["detail"]
+    assert final["b"]["status"] == "cancelled" and 'dependency "a" failed' in final["b"]["detail"]
     assert final["c"]["status"] == "done"
     replan = main_requests(model)[-1]
     assert 'type="replan"' in replan["messages"][-1]["content"][0]["text"]
@@ -307,7 +313,9 @@ async def test_cancelling_a_planned_task_settles_its_plan(
         events = await follow_up_finished(chat, run_id)
     final = {t["id"]: t for t in of_type(events, "tasks-update")[-1]["tasks"]["tasks"]}
     assert final["a"]["status"] == "cancelled"
-    assert final["b"]["status"] == "cancelled" and "dependency a cancelled" in final["b"]["detail"]
+    assert (
+        final["b"]["status"] == "cancelled" and 'dependency "a" cancelled' in final["b"]["detail"]
+    )
     assert final["c"]["status"] == "done"
     synthesize = main_requests(model)[-1]["messages"][-1]["content"][0]["text"]
     assert 'type="synthesize"' in synthesize
@@ -486,7 +494,7 @@ async def test_a_background_agent_gets_its_kinds_tools_and_asks_the_user_itself(
         name
         for name, group in registered.items()
         if group in ("workflows", "nodes", "data-tables")
-        and name not in ("build-workflow", "materialize-node-type")
+        and name not in ("build-workflow", "validate-workflow", "materialize-node-type")
     } | {"ask-user", "workspace_read_file", "workspace_grep"}
     expected |= {"search-credential-types", "list-credentials", "setup-credentials"}
     assert offered == expected

@@ -90,9 +90,13 @@ async def test_the_agent_reads_the_users_files_through_the_gateway(
             assert sorted(state.tools) == ["file_info", "list_files", "read_file", "search_files"]
             run = await chat.send("t", "what is in my Q3 report?")
             card = await nth_card(chat, "t", 1)
-            assert card["toolName"] == "read_file" and card["inputType"] == "approval"
+            # The reference's card for the person's own machine: deny, once, or the session.
+            assert card["toolName"] == "read_file" and card["inputType"] == "resource-decision"
+            decision = card["resourceDecision"]
+            assert decision["options"] == ["denyOnce", "allowOnce", "allowForSession"]
+            assert decision["toolGroup"] == "filesystem" and decision["resource"]
             await chat.confirm(
-                "t", card["requestId"], kind="approval", approved=True, scope="session"
+                "t", card["requestId"], kind="resourceDecision", resourceDecision="allowForSession"
             )
             events = await chat.finished("t", run)
             offered = {t["name"] for t in model.requests[0]["tools"]}

@@ -46,6 +46,7 @@ __all__ = ["make_n8n_settings", "model", "n8n"]  # fixtures, shared
 ALLOW = {
     a: "always_allow"
     for a in (
+        "createWorkflow",
         "publishWorkflow",
         "deleteWorkflow",
         "updateWorkflow",
@@ -143,7 +144,7 @@ async def test_a_conversation_builds_verifies_and_publishes_into_n8n(
         lambda r: (built.update(published=result_of(r)), text("Published."))[1],
     ]
     model.responder = lambda request: steps.pop(0)(request)
-    settings = make_n8n_settings(permissions=ALLOW, **with_model(model))
+    settings = make_n8n_settings(**with_model(model, permissions=ALLOW))
     async with serving(settings) as (_app, channel):
         chat = Chat(channel)
         run_id = await chat.send("greet", "Build a greeter webhook, verify it and publish it")

@@ -106,8 +106,7 @@ async def test_the_agent_a_direct_call_and_mcp_meet_the_same_gate(
     make_docker_settings: Callable[..., Settings], model: FakeMessagesAPI, mode: str
 ) -> None:
     settings = make_docker_settings(
-        **with_model(model),
-        permissions={"createFolder": mode, "updateWorkflow": mode},
+        **with_model(model, permissions={"createFolder": mode, "updateWorkflow": mode}),
         http_port=0,
     )
     expected = {"always_allow": "done", "require_approval": "asks", "blocked": "blocked"}[mode]

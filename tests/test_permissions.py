@@ -156,7 +156,8 @@ SCENARIOS: dict[str, Scenario] = {
 }
 # Where a mode means something else than done / asks / blocked.
 EXPECTED: dict[tuple[str, str], str] = {
-    # As in the reference: a new draft workflow is created without asking, unless blocked.
+    # A direct call asking to build a new file is its caller's own request: no card. Through
+    # the agent the person is asked first (tests/test_approval_cards.py).
     ("createWorkflow", "require_approval"): "done",
     # Choosing or creating a credential is the person's own act, in a card, in either mode.
     ("createCredential", "always_allow"): "asks",

@@ -29,8 +29,11 @@ BACKGROUND_TOOLS = frozenset(
         "setup-credentials",
     }
 )
-# Tools of those groups that stay with the orchestrator.
-EXCLUDED_FROM_BACKGROUND = frozenset({"build-workflow", "materialize-node-type"})
+# Tools of those groups that stay with the orchestrator (sandbox-backed: compiling a source,
+# writing into the workspace).
+EXCLUDED_FROM_BACKGROUND = frozenset(
+    {"build-workflow", "validate-workflow", "materialize-node-type"}
+)
 
 
 def for_background(spec: ToolSpec[Any]) -> bool:

@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from server.agent.planned_outcomes import judge_build_task, task_run_messages
 from server.agent.run_state import RunScope, Suspension
 from server.agent.runs import RunDriver
 from server.agent.services import AgentServices
@@ -46,6 +47,8 @@ class Orchestrator(Orchestration):
         briefing: str,
         key: str | None,
         caller: Caller,
+        kind: str | None = None,
+        workflow_id: str | None = None,
     ) -> dict[str, Any]:
         spawned = await self._services.background.spawn(
             thread_id,
@@ -55,6 +58,9 @@ class Orchestrator(Orchestration):
             tools=self._turns.background_tools(),
             title=briefing[:80],
             key=key,
+            kind=kind,
+            goal=briefing[:2000],
+            workflow_id=workflow_id,
         )
         return {"status": spawned.status, "taskId": spawned.task_id, "agentId": spawned.agent_id}
 
@@ -119,9 +125,16 @@ class Orchestrator(Orchestration):
             failed = "; ".join(
                 f"{t['id']} ({t['title']}): {t.get('error', 'failed')}" for t in tick.tasks
             )
+            plan = await plans.get(thread_id)
+            board = "\n".join(
+                f"- {t['id']} ({t['title']}): {t['status']}"
+                + (f" ({t['error']})" if t.get("error") else "")
+                for t in (plan.tasks if plan is not None else [])
+            )
             await self._runs.follow_up(
                 thread_id,
-                f'<planned-task-follow-up type="replan">Planned tasks failed: {failed}. '
+                f'<planned-task-follow-up type="replan">Planned tasks failed: {failed}.\n'
+                f"Every task now:\n{board}\n"
                 "Revise the remaining work with create-tasks (planningContext.source "
                 '"replan") or explain to the user.</planned-task-follow-up>',
                 kind="replan",
@@ -130,21 +143,31 @@ class Orchestrator(Orchestration):
             return 0
         if tick.action == "synthesize":
             results = "\n".join(f"- {t['title']}: {t.get('result', '')}" for t in tick.tasks)
+            plan = await plans.get(thread_id)
+            assumptions = (plan.context if plan is not None else {}).get("assumptions") or []
+            remind = (
+                "\nName the assumptions the plan made: " + "; ".join(assumptions) + "."
+                if assumptions
+                else ""
+            )
             await self._runs.follow_up(
                 thread_id,
                 f'<planned-task-follow-up type="synthesize">Every planned task finished:\n'
-                f"{results}\nSummarise the outcome for the user.</planned-task-follow-up>",
+                f"{results}\nSummarise the outcome for the user.{remind}"
+                "</planned-task-follow-up>",
                 kind="follow-up",
                 caller=caller,
             )
             return 0
         started = 0
+        plan = await plans.get(thread_id)
+        context = plan.context if plan is not None else {}
         for task in tick.tasks:
             await plans.update_task(thread_id, task["id"], run_id=run_id, status="running")
             if task["kind"] in ORCHESTRATOR_TASK_KINDS:
                 await self._runs.follow_up(
                     thread_id,
-                    planned_task_text(task),
+                    planned_task_text(task, context),
                     kind=PLANNED_TASK_RUN,
                     caller=caller,
                     task_id=task["id"],
@@ -187,20 +210,37 @@ class Orchestrator(Orchestration):
     async def planned_run_ended(
         self, scope: RunScope, task_id: str, caller: Caller, status: str, reason: str | None
     ) -> None:
-        """A run that executed a planned task settles it, and the plan goes on."""
+        """A run that executed a planned task settles it (see `planned_outcomes`), unless
+        `complete-checkpoint` already did, and the plan goes on."""
         assert scope.run_id is not None
-        changes: dict[str, Any]
-        if status == "completed":
-            changes = {"status": "succeeded", "result": await self._last_text(scope.thread_id)}
-        elif status == "cancelled":
-            changes = {"status": "cancelled", "error": "Cancelled by the user"}
-        else:
-            changes = {"status": "failed", "error": reason or status}
-        await self._services.plans.update_task(
-            scope.thread_id, task_id, run_id=scope.run_id, **changes
-        )
+        plan = await self._services.plans.get(scope.thread_id)
+        task = plan.task(task_id) if plan is not None else None
+        if task is not None and task["status"] == "running":
+            changes = await self._settlement(scope.thread_id, task, status, reason)
+            await self._services.plans.update_task(
+                scope.thread_id, task_id, run_id=scope.run_id, **changes
+            )
         if not self._runs.closing:
             await self.schedule_plan(scope.thread_id, scope.run_id, caller)
+
+    async def _settlement(
+        self, thread_id: str, task: dict[str, Any], status: str, reason: str | None
+    ) -> dict[str, Any]:
+        if status == "cancelled":
+            return {"status": "cancelled", "error": "Cancelled by the user"}
+        if status != "completed":
+            return {"status": "failed", "error": reason or status}
+        if task["kind"] == "checkpoint":
+            return {
+                "status": "failed",
+                "error": "Checkpoint run ended without reporting completion",
+            }
+        messages = task_run_messages(await self._services.conversation.load(thread_id), task["id"])
+        verdict = await judge_build_task(task, messages, self._services.loop, thread_id)
+        if not verdict.succeeded:
+            return {"status": "failed", "error": verdict.reason, "outcome": verdict.outcome}
+        result = await self._last_text(thread_id)
+        return {"status": "succeeded", "result": result, "outcome": verdict.outcome}
 
     async def _last_text(self, thread_id: str) -> str:
         """The last thing the assistant said in the thread (a planned task's result)."""
@@ -212,27 +252,41 @@ class Orchestrator(Orchestration):
         return ""
 
 
-def planned_task_text(task: dict[str, Any]) -> str:
-    """The message of the follow-up run that executes a planned task."""
+def planned_task_text(task: dict[str, Any], context: dict[str, Any] | None = None) -> str:
+    """The message of the follow-up run that executes a planned task; `context` is the
+    plan's planningContext (its assumptions hold for every task)."""
+    context = context or {}
     kind, lines = task["kind"], [f"Task: {task['title']}", task["spec"]]
     if task.get("workflowId"):
         lines.append(f"Work on the existing workflow {task['workflowId']}.")
+    if assumptions := context.get("assumptions"):
+        lines.append("The plan assumes: " + "; ".join(assumptions) + ".")
     if kind == "build-workflow":
-        supporting = (
-            " It is a supporting sub-workflow: saving it finishes it."
-            if task.get("isSupportingWorkflow")
-            else ""
-        )
+        if task.get("isSupportingWorkflow"):
+            done = "It is a supporting sub-workflow: saving it finishes it."
+        else:
+            claim = task.get("claim") or "partial"
+            done = (
+                f"The task succeeds only when the workflow is saved and its verification "
+                f"reaches {claim} (verify-built-workflow, then report-verification-verdict)."
+            )
         lines.append(
             "Load the workflow-builder skill, then write the source, build it with "
-            "build-workflow and follow the post-build flow (verify, report the verdict)."
-            f"{supporting} End with a short report: it is this task's result."
+            "build-workflow and follow the post-build flow (verify, report the verdict). "
+            f"{done} End with a short report: it is this task's result."
         )
+        if context.get("postBuildRunRequested") and not task.get("isSupportingWorkflow"):
+            lines.append(
+                "The user asked for a run once it is built: after verification, run it live "
+                "with run-workflow (its approval card asks them) and report what the run did."
+            )
     else:
         lines.append(
             "Check this against what the earlier tasks built (their work items and "
-            "verification records; run or verify again only if they do not settle it). End "
-            "with a short report of what you found: it is this task's result."
+            "verification records; run or verify again only if they do not settle it). Then "
+            f'call complete-checkpoint once with taskId "{task["id"]}": status succeeded '
+            "with a short result, or failed with the error and the evidence (outcome). A "
+            "checkpoint run that ends without it fails."
         )
     body = "\n".join(lines)
     return (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from server.pipeline.work import WorkLoop
 from server.runtime.attachments import Attachments
 from server.runtime.background import BackgroundTasks
 from server.runtime.conversation import Conversation
@@ -21,8 +22,9 @@ __all__ = ["AgentServices"]
 
 @dataclass(frozen=True, kw_only=True)
 class AgentServices:
-    """The thread's log, runs, history, cards, plans and background tasks, and its sandbox
-    (for large results). Tools come through the tool-call pipeline."""
+    """The thread's log, runs, history, cards, plans and background tasks, its sandbox (for
+    large results) and its work items (what a planned build task's run built and proved).
+    Tools come through the tool-call pipeline."""
 
     settings: Settings
     events: EventLog
@@ -35,3 +37,4 @@ class AgentServices:
     sandbox_for: SandboxFor
     skills: SkillLibrary
     replicas: Replicas
+    loop: WorkLoop

@@ -1,24 +1,31 @@
-"""Server interceptors: API-key authentication, and mapping errors to gRPC status."""
+"""Server interceptors: API-key authentication, the acting n8n key and caller of a call, and
+mapping errors to gRPC status."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
 import grpc
 import structlog
 
 from instance_ai.metadata import ACTING_KEY_KEY
+from server.api.caller import caller_from
 from server.api.grpc_status import EXPECTED_ERRORS, status_for, trailing_metadata_for
+from server.core.caller import acting
 from server.core.ids import new_id
+from server.errors import InvalidArgumentError
 from server.n8n.client import acting_key
 from server.store.database import storage_failure
 
 __all__ = [
     "UNAUTHENTICATED_METHODS",
+    "ActingCallerInterceptor",
     "ActingKeyInterceptor",
     "ApiKeys",
     "AuthInterceptor",
@@ -132,30 +139,59 @@ class ActingKeyInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         key = next((v for k, v in metadata if k == ACTING_KEY_KEY), None)
         if handler is None or not isinstance(key, str) or not key.strip():
             return handler
-        key = key.strip()
+        return _within(handler, acting_key, key.strip())
 
-        def unary(behavior: Behavior) -> Behavior:
-            async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                token = acting_key.set(key)
-                try:
-                    return await behavior(request, context)
-                finally:
-                    acting_key.reset(token)
 
-            return call
+class ActingCallerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Makes the call's caller (its metadata) the one every change made for it is recorded as
+    made by (runs the call starts inherit it). Metadata that names no valid caller sets nothing:
+    the servicer refuses it."""
 
-        def streaming(behavior: Behavior) -> Behavior:
-            async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                token = acting_key.set(key)
-                try:
-                    async for response in behavior(request, context):
-                        yield response
-                finally:
-                    acting_key.reset(token)
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        metadata = {k: v for k, v in (details.invocation_metadata or ()) if isinstance(v, str)}
+        try:
+            caller = caller_from(metadata)
+        except InvalidArgumentError:
+            return handler
+        if handler is None:
+            return handler
+        return _within(handler, acting, caller)
 
-            return call
 
-        return _rewrap(handler, unary, streaming)
+def _within(handler: grpc.RpcMethodHandler, var: ContextVar[Any], value: Any) -> Any:
+    """The handler, run with `var` set to `value` for the call (and what it starts)."""
+
+    def unary(behavior: Behavior) -> Behavior:
+        async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            token = var.set(value)
+            try:
+                return await behavior(request, context)
+            finally:
+                var.reset(token)
+
+        return call
+
+    def streaming(behavior: Behavior) -> Behavior:
+        async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            token = var.set(value)
+            try:
+                async for response in behavior(request, context):
+                    yield response
+            finally:
+                # A stream closed from elsewhere (the client went away, the generator
+                # collected) ends in another context, where the token means nothing and
+                # which dies with the call.
+                with contextlib.suppress(ValueError):
+                    var.reset(token)
+
+        return call
+
+    return _rewrap(handler, unary, streaming)
 
 
 class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]

@@ -21,7 +21,7 @@ from mcp import types
 from mcp.server.lowlevel import Server
 
 from server.api.caller import caller_from
-from server.core.caller import Caller
+from server.core.caller import Caller, acting
 from server.core.failures import describe
 from server.core.validation import check_thread_id
 from server.errors import NotFoundError
@@ -84,9 +84,11 @@ def service_mcp_server(calls: ToolCalls) -> Server[Any, Any]:
             thread_id = _thread(threads, context.session, caller, headers.get(THREAD_HEADER))
             key = headers.get(N8N_KEY_HEADER, "").strip()
             token = acting_key.set(key) if key else None
+            as_caller = acting.set(caller)
             try:
                 result = dump(await calls.direct(thread_id, name, arguments, caller=caller))
             finally:
+                acting.reset(as_caller)
                 if token is not None:
                     acting_key.reset(token)
         except Exception as exc:

@@ -46,16 +46,20 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServicer):
         self, request: pipeline_pb2.VerifyWorkflowRequest, context: grpc.aio.ServicerContext
     ) -> pipeline_pb2.VerifyWorkflowResponse:
         check_thread_id(request.thread_id)
+        overrides = optional_request_object(
+            request.fixture_overrides_json, "fixture_overrides_json"
+        )
         arguments: dict[str, Any] = {
             "workflowId": request.workflow_id,
             "workItemId": request.work_item_id or None,
             "inputData": optional_request_object(request.input_data_json, "input_data_json"),
             "triggerNodeName": request.trigger_node_name or None,
             "timeout": request.timeout_ms or None,
-            "fixtureOverrides": optional_request_object(
-                request.fixture_overrides_json, "fixture_overrides_json"
-            ),
-            "allowZeroItemFixtures": request.allow_zero_item_fixtures,
+            "fixtureOverrides": overrides,
+            # The contract's flag allows an empty override for every node overridden.
+            "allowZeroItemFixtures": sorted(overrides or {})
+            if request.allow_zero_item_fixtures
+            else None,
         }
         result = await self._call(
             context, request.thread_id, "verify-built-workflow", arguments, ToolModel

@@ -32,7 +32,12 @@ from server.api.agent_servicer import AgentServicer
 from server.api.browser_servicer import BrowserServicer
 from server.api.credentials_servicer import CredentialsServicer
 from server.api.gateway_servicer import GatewayServicer
-from server.api.interceptors import ActingKeyInterceptor, AuthInterceptor, ErrorInterceptor
+from server.api.interceptors import (
+    ActingCallerInterceptor,
+    ActingKeyInterceptor,
+    AuthInterceptor,
+    ErrorInterceptor,
+)
 from server.api.pipeline_servicer import PipelineServicer
 from server.api.tools_servicer import ToolsServicer
 from server.api.workspace_servicer import WorkspaceServicer
@@ -207,6 +212,7 @@ async def start_grpc_server(
     if keys:
         interceptors.append(AuthInterceptor(keys))
     interceptors.append(ActingKeyInterceptor())
+    interceptors.append(ActingCallerInterceptor())
     interceptors.append(ErrorInterceptor())
     server = grpc.aio.server(
         interceptors=interceptors,

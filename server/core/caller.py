@@ -6,10 +6,11 @@ project the caller cannot see answers exactly as if it did not exist."""
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DEFAULT_PROJECT", "INSTANCE_SCOPED", "LOCAL", "LOCAL_USER", "Caller"]
+__all__ = ["DEFAULT_PROJECT", "INSTANCE_SCOPED", "LOCAL", "LOCAL_USER", "Caller", "acting"]
 
 DEFAULT_PROJECT = "personal"
 LOCAL_USER = "local"
@@ -51,3 +52,8 @@ class Caller:
 
 
 LOCAL = Caller()
+
+# Whom the work in progress is for: each front sets it for the call it serves (the runs and
+# tasks a call starts inherit it), and the instance's activity log reads it to say who made a
+# change. None: nobody's (the service's own work, e.g. recovery at start-up).
+acting: ContextVar[Caller | None] = ContextVar("acting_caller", default=None)

@@ -27,7 +27,9 @@ from typing import Any
 import sqlalchemy as sa
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from server.domain import activity
 from server.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from server.instance.types import CredentialInfo
 from server.store import Database
@@ -134,6 +136,7 @@ class CredentialStore:
                     updated_at=now,
                 )
             )
+            await _record(conn, "created", credential_id, project_id, name, type_name)
         return await self.get(credential_id)
 
     async def update(
@@ -150,6 +153,14 @@ class CredentialStore:
                     sealed=self._seal(credential_id, data),
                     updated_at=datetime.now(UTC),
                 )
+            )
+            await _record(
+                conn,
+                "updated",
+                credential_id,
+                current.project_id,
+                name or current.name,
+                current.type,
             )
         return await self.get(credential_id)
 
@@ -178,9 +189,12 @@ class CredentialStore:
         return _info(row)
 
     async def delete(self, credential_id: str) -> None:
-        await self.get(credential_id)
+        current = await self.get(credential_id)
         async with self.db.engine.begin() as conn:
             await conn.execute(CREDENTIALS.delete().where(CREDENTIALS.c.id == credential_id))
+            await _record(
+                conn, "deleted", credential_id, current.project_id, current.name, current.type
+            )
 
     async def reveal(self, credential_id: str) -> dict[str, Any]:
         """The secret data, for the service's own use only (never a result or an event)."""
@@ -245,3 +259,24 @@ def _check(name: str, type_name: str, data: dict[str, Any]) -> None:
         )
     if not data:
         raise InvalidArgumentError("data: give the credential's fields")
+
+
+async def _record(
+    conn: AsyncConnection,
+    action: str,
+    credential_id: str,
+    project_id: str,
+    name: str,
+    type_name: str,
+) -> None:
+    """A credential's entry in the activity log (its type, never its data)."""
+    await activity.record(
+        conn,
+        category="credential",
+        action=action,
+        project_id=project_id,
+        resource_type="credential",
+        resource_id=credential_id,
+        resource_name=name,
+        data={"credentialType": type_name},
+    )

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from server.core.caller import DEFAULT_PROJECT, Caller
 from server.core.ids import new_id
+from server.domain import activity
 from server.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from server.instance.rules import set_path
 from server.instance.types import (
@@ -86,17 +87,29 @@ class WorkflowStore:
             statement = statement.where(func.lower(WorkflowRow.name).contains(query.lower()))
         async with self.db.session() as session:
             rows = (await session.scalars(statement)).all()
+        return [_summary(row) for row in rows]
+
+    async def node_types(
+        self, *, caller: Caller | None = None
+    ) -> list[tuple[WorkflowSummary, frozenset[str]]]:
+        statement = (
+            select(WorkflowRow, WorkflowVersionRow.nodes)
+            .join(WorkflowVersionRow, WorkflowVersionRow.id == WorkflowRow.current_version_id)
+            .where(WorkflowRow.is_archived.is_(False))
+        )
+        if caller is not None:
+            project = func.coalesce(WorkflowRow.project_id, DEFAULT_PROJECT)
+            statement = statement.where(project.in_(sorted(caller.project_ids)))
+        async with self.db.session() as session:
+            found = (await session.execute(statement)).all()
         return [
-            WorkflowSummary(
-                id=row.id,
-                name=row.name,
-                project_id=row.project_id,
-                is_archived=row.is_archived,
-                active_version_id=row.active_version_id,
-                created_at=row.created_at,
-                updated_at=row.updated_at,
+            (
+                _summary(row),
+                frozenset(
+                    str(n["type"]) for n in nodes or [] if isinstance(n, dict) and n.get("type")
+                ),
             )
-            for row in rows
+            for row, nodes in found
         ]
 
     async def binding(self, thread_id: str, file_path: str) -> Binding | None:
@@ -117,7 +130,8 @@ class WorkflowStore:
     ) -> Workflow:
         """Save a build: a new version of `workflow_id` (WorkflowGoneError if it does not exist
         or is archived), or a new workflow when it is None; the file is bound to it either
-        way. Three statements in one transaction (Core: the ORM costs ~1 ms a statement)."""
+        way, and the activity log told. One transaction of Core statements (the ORM costs ~1 ms
+        a statement)."""
         now = datetime.now(UTC)
         version_id = new_id("ver")
         async with self.db.engine.begin() as conn:
@@ -173,6 +187,17 @@ class WorkflowStore:
                     workflow_id=workflow_id, source_hash=source_hash, version_id=version_id
                 ),
             )
+            previous = None if number == 1 else await _nodes_of(conn, workflow_id, number - 1)
+            await activity.record(
+                conn,
+                category="workflow",
+                action="created" if number == 1 else "saved",
+                project_id=row["project_id"],
+                resource_type="workflow",
+                resource_id=workflow_id,
+                resource_name=content.name,
+                data=activity.saved_detail(content.nodes, previous),
+            )
         return Workflow(
             id=workflow_id,
             name=content.name,
@@ -194,10 +219,13 @@ class WorkflowStore:
             row = await session.get(WorkflowRow, workflow_id)
             if row is None:
                 raise NotFoundError(f"workflow {workflow_id!r} does not exist")
+            changed = row.is_archived != archived
             row.is_archived = archived
             if archived:
                 row.active_version_id = None  # archiving unpublishes
             row.updated_at = datetime.now(UTC)
+            if changed:
+                await _record(session, row, "archived" if archived else "unarchived")
         return await self.require(workflow_id)
 
     async def publish(self, workflow_id: str, version_id: str | None = None) -> str:
@@ -205,9 +233,11 @@ class WorkflowStore:
         async with self.db.session() as session, session.begin():
             row = await _live_row(session, workflow_id)
             chosen = version_id or row.current_version_id
-            await _version_of(session, workflow_id, chosen)
+            version = await _version_of(session, workflow_id, chosen)
             row.active_version_id = chosen
             row.updated_at = datetime.now(UTC)
+            named = {"versionName": activity.clip(version.label)} if version.label else {}
+            await _record(session, row, "published", named)
         return chosen
 
     async def unpublish(self, workflow_id: str) -> None:
@@ -215,8 +245,11 @@ class WorkflowStore:
             row = await session.get(WorkflowRow, workflow_id)
             if row is None:
                 raise NotFoundError(f"workflow {workflow_id!r} does not exist")
+            was_published = row.active_version_id is not None
             row.active_version_id = None
             row.updated_at = datetime.now(UTC)
+            if was_published:
+                await _record(session, row, "unpublished")
 
     async def versions(self, workflow_id: str, *, limit: int, skip: int) -> list[VersionInfo]:
         """Newest first, metadata only."""
@@ -254,6 +287,7 @@ class WorkflowStore:
         async with self.db.session() as session, session.begin():
             row = await _live_row(session, workflow_id)
             old = await _version_of(session, workflow_id, version_id)
+            draft = await session.get(WorkflowVersionRow, row.current_version_id)
             conn = await session.connection()
             await _add_version(
                 conn,
@@ -273,6 +307,8 @@ class WorkflowStore:
             row.current_version_id = new_version
             row.name = old.name
             row.updated_at = now
+            detail = activity.saved_detail(list(old.nodes), list(draft.nodes) if draft else None)
+            await _record(session, row, "saved", detail | {"restoredVersionId": version_id})
         return new_version
 
     async def label_version(
@@ -282,6 +318,10 @@ class WorkflowStore:
             version = await _version_of(session, workflow_id, version_id)
             version.label = label
             version.description = description
+            row = await session.get(WorkflowRow, workflow_id)
+            if row is not None:
+                named = {"versionName": activity.clip(label)} if label else {}
+                await _record(session, row, "version-updated", {"versionId": version_id} | named)
 
     async def verification_inputs(
         self, version_id: str
@@ -325,7 +365,11 @@ class WorkflowStore:
         async with self.db.engine.begin() as conn:
             row = (
                 await conn.execute(
-                    select(WORKFLOWS.c.current_version_id, WORKFLOWS.c.is_archived)
+                    select(
+                        WORKFLOWS.c.current_version_id,
+                        WORKFLOWS.c.is_archived,
+                        WORKFLOWS.c.project_id,
+                    )
                     .where(WORKFLOWS.c.id == workflow_id)
                     .with_for_update()
                 )
@@ -379,6 +423,16 @@ class WorkflowStore:
                 .where(WORKFLOWS.c.id == workflow_id)
                 .values(current_version_id=version_id, updated_at=now)
             )
+            await activity.record(
+                conn,
+                category="workflow",
+                action="saved",
+                project_id=row.project_id,
+                resource_type="workflow",
+                resource_id=workflow_id,
+                resource_name=current["name"],
+                data=activity.saved_detail(nodes, list(current["nodes"])),
+            )
         changed = set(credentials) | set(parameters)
         return [str(n["name"]) for n in nodes if n.get("name") in changed]
 
@@ -426,6 +480,32 @@ async def _add_version(
         .returning(VERSIONS.c.number)
     )
     return int(number or 1)
+
+
+async def _nodes_of(conn: AsyncConnection, workflow_id: str, number: int) -> list[Any] | None:
+    """The nodes of a workflow's version `number` (None: there is none)."""
+    nodes = await conn.scalar(
+        select(VERSIONS.c.nodes).where(
+            VERSIONS.c.workflow_id == workflow_id, VERSIONS.c.number == number
+        )
+    )
+    return list(nodes) if nodes is not None else None
+
+
+async def _record(
+    session: AsyncSession, row: WorkflowRow, action: str, data: dict[str, Any] | None = None
+) -> None:
+    """A workflow's entry in the activity log, in the session's transaction."""
+    await activity.record(
+        await session.connection(),
+        category="workflow",
+        action=action,
+        project_id=row.project_id,
+        resource_type="workflow",
+        resource_id=row.id,
+        resource_name=row.name,
+        data=data,
+    )
 
 
 async def _live_row(session: AsyncSession, workflow_id: str) -> WorkflowRow:
@@ -497,4 +577,16 @@ def _compose(row: WorkflowRow, version: WorkflowVersionRow) -> Workflow:
         nodes=list(version.nodes),
         connections=dict(version.connections),
         settings=dict(version.settings),
+    )
+
+
+def _summary(row: WorkflowRow) -> WorkflowSummary:
+    return WorkflowSummary(
+        id=row.id,
+        name=row.name,
+        project_id=row.project_id,
+        is_archived=row.is_archived,
+        active_version_id=row.active_version_id,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
     )

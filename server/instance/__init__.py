@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from server.instance.protocols import (
     FOLDERS_FEATURE,
+    Activity,
     CredentialChecks,
     Credentials,
     CredentialSecrets,
@@ -23,6 +24,7 @@ from server.instance.protocols import (
 
 __all__ = [
     "FOLDERS_FEATURE",
+    "Activity",
     "CredentialChecks",
     "CredentialSecrets",
     "CredentialTypes",
@@ -59,3 +61,6 @@ class Instance:
     tags: Tags
     projects: Projects
     features: Features
+    # The log of the changes made to its workflows and credentials (None: not one the service
+    # can read; n8n keeps its own, out of its public API): instance-activity is not offered.
+    activity: Activity | None = None

@@ -34,6 +34,8 @@ from typing import Any, Protocol, runtime_checkable
 from server.core.caller import Caller
 from server.errors import UnavailableError
 from server.instance.types import (
+    ActivityEntry,
+    ActivityExpansion,
     Binding,
     Column,
     CredentialInfo,
@@ -52,6 +54,7 @@ from server.instance.types import (
 
 __all__ = [
     "FOLDERS_FEATURE",
+    "Activity",
     "CredentialChecks",
     "CredentialSecrets",
     "CredentialTypes",
@@ -90,6 +93,13 @@ class Workflows(Protocol):
         status: ListStatus = "active",
         caller: Caller | None = None,
     ) -> list[WorkflowSummary]: ...
+
+    async def node_types(
+        self, *, caller: Caller | None = None
+    ) -> list[tuple[WorkflowSummary, frozenset[str]]]:
+        """Every workflow that is not archived (that `caller` sees), with the node types its
+        current draft uses: how the instance builds, in one read."""
+        ...
 
     async def binding(self, thread_id: str, file_path: str) -> Binding | None: ...
 
@@ -303,6 +313,32 @@ class Tags(Protocol):
 class Projects(Protocol):
     async def visible(self, caller: Caller) -> list[str]:
         """The ids of the projects `caller` may see, in a stable order."""
+        ...
+
+
+@runtime_checkable
+class Activity(Protocol):
+    """The instance's activity log: the changes made to its workflows and credentials, newest
+    first, each in the project of what it changed. Only the projects asked about are read."""
+
+    async def feed(
+        self,
+        *,
+        project_ids: list[str],
+        limit: int,
+        category: str | None = None,
+        resource_id: str | None = None,
+        before_id: int | None = None,
+    ) -> list[ActivityEntry]:
+        """Up to `limit` entries, newest first: of one category, of one resource, or only
+        older than `before_id` (paging back)."""
+        ...
+
+    async def expand(
+        self, entry_id: int, *, project_ids: list[str], history: int
+    ) -> ActivityExpansion | None:
+        """The entry and up to `history` other entries of its resource; None when there is
+        no such entry in those projects."""
         ...
 
 

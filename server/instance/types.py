@@ -11,7 +11,10 @@ from typing import Any, Literal
 from server.errors import InvalidArgumentError, NotFoundError
 
 __all__ = [
+    "ACTIVITY_CATEGORIES",
     "SYSTEM_COLUMNS",
+    "ActivityEntry",
+    "ActivityExpansion",
     "Binding",
     "Column",
     "ColumnType",
@@ -119,6 +122,39 @@ class WorkflowGoneError(NotFoundError):
         super().__init__(f"workflow {workflow_id!r} {state}")
         self.workflow_id = workflow_id
         self.archived = archived
+
+
+# -- the activity log ---------------------------------------------------------------------
+
+# What the log records changes of (n8n's activity categories).
+ACTIVITY_CATEGORIES = ("workflow", "credential")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActivityEntry:
+    """One change: what happened (`category` and `action`, e.g. workflow / published) to
+    which resource, when, by whom (None: nobody's, the service's own work), in which project,
+    with a small detail (node counts, the node types added or removed, a version's name, a
+    credential's type)."""
+
+    id: int
+    at: datetime
+    category: str
+    action: str
+    user_id: str | None
+    project_id: str
+    resource_type: str | None
+    resource_id: str | None
+    resource_name: str | None
+    detail: dict[str, Any] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActivityExpansion:
+    """One entry, and what else the log knows of its resource (newest first)."""
+
+    entry: ActivityEntry
+    resource_history: list[ActivityEntry]
 
 
 # -- executions --------------------------------------------------------------------------

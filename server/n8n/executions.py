@@ -95,6 +95,7 @@ def _execution(found: dict[str, Any]) -> Execution:
         slots = (last.get("data") or {}).get("main") or []
         node: dict[str, Any] = {
             "status": last.get("executionStatus") or ("error" if last.get("error") else "success"),
+            "runs": len(runs),
             "outputs": [
                 {
                     "items": [item.get("json") for item in (slot or [])[:ITEMS_KEPT]],

@@ -75,6 +75,24 @@ class N8nWorkflows:
         wanted.sort(key=lambda w: str(w.get("updatedAt")), reverse=True)
         return [_summary(w) for w in wanted[:limit]]
 
+    async def node_types(
+        self, *, caller: Caller | None = None
+    ) -> list[tuple[WorkflowSummary, frozenset[str]]]:
+        # n8n's listing carries each workflow's nodes: one paged read, whatever the count.
+        found = await self.client.pages("/workflows", excludePinnedData=True)
+        return [
+            (
+                _summary(w),
+                frozenset(
+                    str(n["type"])
+                    for n in w.get("nodes") or []
+                    if isinstance(n, dict) and n.get("type")
+                ),
+            )
+            for w in found
+            if not w.get("isArchived")
+        ]
+
     async def binding(self, thread_id: str, file_path: str) -> Binding | None:
         return await source_binding(self.db, thread_id, file_path)
 

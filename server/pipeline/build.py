@@ -55,6 +55,7 @@ __all__ = [
     "BuildOutcome",
     "BuildRequest",
     "SandboxLookup",
+    "Validation",
     "WorkflowBuilder",
 ]
 
@@ -105,6 +106,16 @@ class BuildOutcome:
     @property
     def mocked_credential_types(self) -> list[str]:
         return sorted({kind for kinds in self.mocked_credentials.values() for kind in kinds})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Validation:
+    """A source checked as a build would check it, nothing saved: the outcome (success,
+    errors, warnings, the credentials a save would mock) and the compiled workflow, when it
+    compiled."""
+
+    outcome: BuildOutcome
+    workflow: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,13 +272,42 @@ class WorkflowBuilder:
             if users[0] == 0:
                 del self._file_locks[key]
 
-    async def _compile_and_save(
-        self,
-        toolchain: WorkflowToolchain,
-        request: BuildRequest,
-        outcome: BuildOutcome,
-        binding: asyncio.Future[Binding | None],
-    ) -> BuildOutcome:
+    async def validate(self, request: BuildRequest) -> Validation:
+        """What `build` would say of the file, saving nothing: the same compile and layers of
+        checks, and the credentials the save would bind or mock (against the workflow the file
+        is bound to, or `request.workflow_id`)."""
+        outcome = BuildOutcome(success=False, file_path=request.file_path)
+        refusal = _refuse_path(request.file_path)
+        if refusal:
+            return Validation(
+                outcome=_failed(outcome, [BuildIssue(message=refusal, source="input")])
+            )
+        toolchain = await self.toolchain(request.thread_id)
+        checked = await self._compile_checked(toolchain, request, outcome)
+        if isinstance(checked, BuildOutcome):
+            return Validation(outcome=checked)
+        workflow, _fixtures = checked
+        outcome.success = True
+        if self._credentials is not None:
+            target = request.workflow_id or await self.bound_workflow(
+                request.thread_id, request.file_path
+            )
+            existing = await self._workflows.get(target, request.caller) if target else None
+            resolution = resolve_credentials(
+                list(workflow.get("nodes") or []),
+                available=await self._credentials(request.caller),
+                previous=existing.nodes if existing is not None else (),
+                needed=(await self._catalog.get()).credential_types_needed,
+            )
+            outcome.mocked_credentials = resolution.mocked
+            outcome.credential_note = resolution.note()
+        return Validation(outcome=outcome, workflow=workflow)
+
+    async def _compile_checked(
+        self, toolchain: WorkflowToolchain, request: BuildRequest, outcome: BuildOutcome
+    ) -> tuple[dict[str, Any], dict[str, Any]] | BuildOutcome:
+        """The compiled workflow and the fixtures its source declared, its warnings on
+        `outcome`; or `outcome` failed with the errors."""
         try:
             compiled = await toolchain.compile(
                 request.thread_id,
@@ -298,7 +338,20 @@ class WorkflowBuilder:
             errors += await self._diagnostics(toolchain, request, errors)
         if errors:
             return _failed(outcome, errors)
-        fixtures = compiled.get("fixtures") or {}
+        return workflow, compiled.get("fixtures") or {}
+
+    async def _compile_and_save(
+        self,
+        toolchain: WorkflowToolchain,
+        request: BuildRequest,
+        outcome: BuildOutcome,
+        binding: asyncio.Future[Binding | None],
+    ) -> BuildOutcome:
+        checked = await self._compile_checked(toolchain, request, outcome)
+        if isinstance(checked, BuildOutcome):
+            return checked
+        workflow, fixtures = checked
+        catalog = await self._catalog.get()
         bound = await binding
         target = request.workflow_id or (bound.workflow_id if bound else None)
         existing = await self._workflows.get(target) if target is not None else None

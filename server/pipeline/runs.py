@@ -16,7 +16,7 @@ import structlog
 from server.catalog import CatalogService
 from server.core.caller import LOCAL, Caller
 from server.core.ids import new_id
-from server.errors import InvalidArgumentError, NotFoundError
+from server.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from server.instance import Credentials, CredentialSecrets, Executions, Workflows
 from server.instance.types import Execution, Workflow
 from server.pipeline.build import WorkflowBuilder
@@ -168,6 +168,51 @@ class WorkflowRunner:
             credentials=secrets,
         )
         return masked(outcome, secrets)
+
+    async def resolve_parameters(
+        self,
+        thread_id: str,
+        execution: Execution,
+        node_name: str,
+        *,
+        item_index: int = 0,
+        run_index: int | None = None,
+    ) -> dict[str, Any]:
+        """The node's parameters with every expression evaluated by the engine, in the thread's
+        sandbox, against what `execution` recorded (the workflow version it ran, each node's
+        last run): `{nodeName, runIndex, itemIndex, parameters, resolved, failedExpressions,
+        emptyResolutions}`. Nothing runs: the nodes' outputs are the run's."""
+        workflow = await self._workflows.version_json(execution.version_id, execution.workflow_id)
+        if not any(n.get("name") == node_name for n in workflow.get("nodes") or []):
+            names = ", ".join(str(n.get("name")) for n in workflow.get("nodes") or []) or "none"
+            raise NotFoundError(
+                f"node {node_name!r} is not in the workflow execution {execution.id} ran; its "
+                f"nodes: {names}"
+            )
+        recorded = execution.nodes
+        # A record keeps each node's last run only: that is the one there is to replay.
+        last = int((recorded.get(node_name) or {}).get("runs") or 1) - 1
+        if run_index is not None and run_index != last:
+            raise InvalidArgumentError(
+                f"execution {execution.id} keeps only the last run of {node_name!r}: give "
+                f"runIndex {last}, or leave it out"
+            )
+        toolchain = await self._builder.toolchain(thread_id)
+        found = await toolchain.resolve_parameters(
+            thread_id,
+            workflow,
+            nodes=recorded,
+            node_name=node_name,
+            execution_id=execution.id,
+            mode=execution.mode,
+            run_index=run_index,
+            item_index=item_index,
+        )
+        if not found.pop("ok", True):
+            raise UnavailableError(
+                f"resolving the parameters of {node_name!r} failed: {found.get('message')}"
+            )
+        return found
 
     async def _credentials_for(
         self, nodes: list[dict[str, Any]], caller: Caller

@@ -5,13 +5,22 @@ placeholders (`<__PLACEHOLDER_VALUE__hint__>`)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import SplitResult, urlsplit
 
 from server.catalog.catalog import Catalog
+from server.domain.secret_scan import find_secrets
 
-__all__ = ["PLACEHOLDER", "NodeSetup", "needed"]
+__all__ = [
+    "PLACEHOLDER",
+    "TEMPLATED_AUTH",
+    "NodeSetup",
+    "hint_problems",
+    "needed",
+    "service_url",
+]
 
 PLACEHOLDER = re.compile(r"<__PLACEHOLDER_VALUE__([\s\S]*?)__>")
 
@@ -43,9 +52,14 @@ class NodeSetup:
 
 
 def needed(
-    workflow: dict[str, Any], catalog: Catalog, known_credentials: set[str]
+    workflow: dict[str, Any],
+    catalog: Catalog,
+    known_credentials: set[str],
+    prefer_new: Iterable[str] = (),
 ) -> list[NodeSetup]:
-    """Per node, in workflow order: what is missing."""
+    """Per node, in workflow order: what is missing. A credential type in `prefer_new` (the
+    person wants a new one of it) is missing even where a node already has one."""
+    renew = set(prefer_new)
     missing: dict[str, set[str]] = {}
     for finding in catalog.check_workflow(workflow):
         if finding.code == "MISSING_CREDENTIAL" and finding.node_name and finding.path:
@@ -58,13 +72,26 @@ def needed(
         dangling = {
             kind
             for kind, ref in slots.items()
-            if not isinstance(ref, dict) or ref.get("id") not in known_credentials
+            if kind in renew or not isinstance(ref, dict) or ref.get("id") not in known_credentials
         }
-        setup.credential_types = sorted(missing.get(name, set()) | dangling)
+        chosen = _parameter_credential(node.get("parameters") or {})
+        unbound = {chosen} if chosen is not None and chosen not in slots else set()
+        setup.credential_types = sorted(missing.get(name, set()) | dangling | unbound)
         setup.parameters = dict(_placeholders(node.get("parameters") or {}, ""))
         if setup.credential_types or setup.parameters:
             out.append(setup)
     return out
+
+
+def _parameter_credential(parameters: dict[str, Any]) -> str | None:
+    """The credential type an HTTP Request style node picks by parameter (generic auth, or a
+    predefined type), which its credential slots do not declare."""
+    field_name = {
+        "genericCredentialType": "genericAuthType",
+        "predefinedCredentialType": "nodeCredentialType",
+    }.get(str(parameters.get("authentication")))
+    kind = parameters.get(field_name) if field_name else None
+    return kind if isinstance(kind, str) and kind and not kind.startswith("=") else None
 
 
 def _placeholders(value: Any, path: str) -> Iterator[tuple[str, str]]:
@@ -78,3 +105,111 @@ def _placeholders(value: Any, path: str) -> Iterator[tuple[str, str]]:
     elif isinstance(value, list):
         for index, sub in enumerate(value):
             yield from _placeholders(sub, f"{path}.{index}" if path else str(index))
+
+
+# -- credential recipes (setup hints) ---------------------------------------------------------
+
+TEMPLATED_AUTH = "httpTemplatedCustomAuth"
+_MARKER = re.compile(r"\{\{\s*([\w.-]+)\s*\}\}")
+_LINK = re.compile(
+    r"https?://|www\.|\b[\w-]+(?:\.[\w-]+)*\.(?:com|io|ai|dev|app|net|org|co|run|sh|cloud)\b",
+    re.IGNORECASE,
+)
+
+
+def _fixed_url(raw: Any) -> SplitResult | None:
+    """A node's URL parameter up to its first expression, when that is an http(s) URL."""
+    if not isinstance(raw, str):
+        return None
+    plain = (raw[1:] if raw.startswith("=") else raw).split("{{")[0].strip()
+    return urlsplit(plain) if re.match(r"^https?://", plain, re.IGNORECASE) else None
+
+
+def service_url(raw: Any) -> tuple[str, str] | None:
+    """(host, origin) of a node's URL parameter, when it is a fixed http(s) URL up to its
+    first expression (`=https://api.x.com/{{ $json.id }}` → api.x.com)."""
+    parts = _fixed_url(raw)
+    if parts is None or not parts.hostname:
+        return None
+    host = parts.hostname.lower()
+    port = f":{parts.port}" if parts.port and parts.port not in (80, 443) else ""
+    return host, f"{parts.scheme.lower()}://{host}{port}"
+
+
+def _url_key(raw: Any) -> str | None:
+    """A URL as origin + path without a trailing slash, for comparing two of them."""
+    parts = _fixed_url(raw)
+    if parts is None:
+        return None
+    return f"{parts.scheme.lower()}://{(parts.netloc or '').lower()}{parts.path}".rstrip("/")
+
+
+def hint_problems(
+    hint: dict[str, Any], *, node_urls: Iterable[Any] = (), service_origin: str | None = None
+) -> list[str]:
+    """What is wrong with a recipe for a templated credential: its `{{markers}}` and its
+    placeholders must match one to one, at least one input must be masked, infos say what a
+    value is (never where to get it), no secret may be written in it, and its testUrl must be
+    a separate read-only endpoint of the same service (`service_origin`), not one the
+    workflow's own nodes call (`node_urls`)."""
+    markers: set[str] = set()
+    strings = list(_strings(hint.get("template") or {}))
+    for text in strings:
+        markers.update(_MARKER.findall(text))
+    problems = []
+    if not markers:
+        problems.append("the template contains no {{placeholder}} marker")
+    if any(find_secrets(text) for text in strings):
+        problems.append("the template holds a secret value; put {{placeholder}} markers there")
+    placeholders = [p for p in hint.get("placeholders") or [] if isinstance(p, dict)]
+    names = [str(p.get("name", "")) for p in placeholders]
+    for placeholder in placeholders:
+        if _LINK.search(str(placeholder.get("info") or "")):
+            problems.append(
+                f'placeholder "{placeholder.get("name")}" mentions a URL or domain in its info: '
+                "keep info to the value itself (its format, or which of the provider's tokens "
+                "it is)"
+            )
+    if placeholders and all(p.get("type") == "plain" for p in placeholders):
+        problems.append(
+            "every placeholder is plain: at least one must be a password (masked) input"
+        )
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        problems.append(f'placeholder "{name}" is defined more than once')
+    problems += [
+        f"marker {{{{{m}}}}} has no placeholders entry" for m in sorted(markers) if m not in names
+    ]
+    problems += [
+        f'placeholder "{n}" is never used in the template' for n in sorted(set(names) - markers)
+    ]
+    test_url = hint.get("testUrl")
+    if test_url is not None:
+        tested = service_url(test_url)
+        if tested is None:
+            problems.append(
+                f'testUrl "{test_url}" is not an absolute http(s) URL: omit it when the '
+                "provider documents no read-only endpoint"
+            )
+        elif service_origin is not None and tested[1] != service_origin:
+            problems.append(
+                f'testUrl origin "{tested[1]}" is not the workflow\'s service origin '
+                f'"{service_origin}"'
+            )
+        key = _url_key(test_url)
+        if key is not None and any(_url_key(url) == key for url in node_urls):
+            problems.append(
+                f'testUrl "{test_url}" is one of the workflow\'s own endpoints: it must be a '
+                "separate read-only endpoint (account, usage, a listing), or omitted"
+            )
+    return problems
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for sub in value.values():
+            yield from _strings(sub)
+    elif isinstance(value, list):
+        for sub in value:
+            yield from _strings(sub)

@@ -31,9 +31,14 @@ from server.pipeline.simulation import main_flow_nodes
 from server.pipeline.work import WorkLoop
 from server.pipeline.work_item_machine import LoopState, Remediation
 
-__all__ = ["MAX_PREVIEW_CHARS", "Verifier", "VerifyRequest"]
+__all__ = ["MAX_DATA_CHARS", "MAX_PREVIEW_CHARS", "Verifier", "VerifyRequest"]
 
 MAX_PREVIEW_CHARS = 600
+# n8n's caps on the execution data a result carries (`includeData`): a node's items as far as
+# they fit in MAX_NODE_DATA_CHARS, the whole in MAX_DATA_CHARS (else each node's first item).
+MAX_NODE_DATA_CHARS = 5_000
+MAX_DATA_CHARS = 20_000
+MAX_FIRST_ITEM_CHARS = 1_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +50,14 @@ class VerifyRequest:
     trigger_node_name: str | None = None
     timeout_s: float = 300.0
     fixture_overrides: dict[str, list[Any]] | None = None
-    allow_zero_item_fixtures: bool = False
+    # The simulated nodes whose override may be empty (zero items stop what follows).
+    allow_zero_item_fixtures: tuple[str, ...] = ()
+    # The nodes this change is about (the one reported failing, the one just repaired): the
+    # claim is `unproven` unless each ran for real.
+    fix_target_node_names: tuple[str, ...] = ()
+    # The result carries each node's output (`data`), and previews of this many characters.
+    include_data: bool = False
+    max_data_chars: int = MAX_PREVIEW_CHARS
     caller: Caller = LOCAL
 
 
@@ -74,8 +86,11 @@ class Verifier:
             found = await self._loop.latest_for_workflow(request.thread_id, workflow.id)
         work_item_id = found[0].id if found is not None else None
         state = found[1] if found is not None else None
-        # The node the last repair targeted must be exercised for real to count as proven.
-        fix_targets = [state.last_failed_node_name] if state and state.last_failed_node_name else []
+        # The nodes named, and the one the last repair targeted, must be exercised for real to
+        # count as proven.
+        fix_targets = list(request.fix_target_node_names)
+        if state and state.last_failed_node_name:
+            fix_targets.append(state.last_failed_node_name)
         declared, plan = await self._workflows.verification_inputs(workflow.current_version_id)
         simulated = [e["nodeName"] for e in plan or [] if e["verdict"] == "simulate"]
         refusal = _check_overrides(request, simulated)
@@ -113,7 +128,7 @@ class Verifier:
                     self._loop.verification_finished(request.thread_id, work_item_id, failed)
                 )
             raise
-        result = self._result(workflow, plan, simulated, runs, work_item_id, fix_targets)
+        result = self._result(workflow, plan, simulated, runs, work_item_id, fix_targets, request)
         if work_item_id:
             await self._loop.verification_finished(
                 request.thread_id, work_item_id, _record(result, runs)
@@ -165,6 +180,7 @@ class Verifier:
         runs: list[Execution],
         work_item_id: str | None,
         fix_targets: list[str],
+        request: VerifyRequest,
     ) -> dict[str, Any]:
         ran = {name: node for run in runs for name, node in run.nodes.items()}
         reached = [name for name in ran if ran[name].get("status") != "error"]
@@ -206,13 +222,17 @@ class Verifier:
             "status": "error" if failed_runs and not waiting else last.status,
             "nodesExecuted": len(ran),
             "lastNodeExecuted": last.order[-1] if last.order else None,
-            "nodePreviews": [_preview(name, ran[name], name in simulated) for name in ran],
+            "nodePreviews": [
+                _preview(name, ran[name], name in simulated, request.max_data_chars) for name in ran
+            ],
             "simulatedNodes": simulated_ran,
             "simulationNote": _simulation_note(simulated_ran, plan),
             "nodeErrors": errors,
             "nodesNotReached": claim.nodes_not_reached,
             "claim": claim.as_json(),
         }
+        if request.include_data:
+            result["data"] = _data(ran)
         if not success:
             result |= _failure(errors, failed_runs, waiting and plan is not None)
         result["guidance"] = _guidance(result)
@@ -227,11 +247,12 @@ def _check_overrides(request: VerifyRequest, simulated: list[str]) -> dict[str, 
                 f"'{name}' is not simulated in this workflow's plan, so its output cannot be "
                 f"overridden; simulated nodes: {', '.join(simulated) or 'none'}",
             )
-        if not items and not request.allow_zero_item_fixtures:
+        if not items and name not in request.allow_zero_item_fixtures:
             return _blocked(
                 "zero_item_fixture_override",
-                f"the override for '{name}' has no items, which stops everything after it; "
-                "give at least one item (or allow zero-item fixtures explicitly)",
+                f"the override for '{name}' has no items, which stops everything after it, so "
+                "the run would pass while verifying nothing; give at least one item, or list "
+                f"'{name}' in allowZeroItemFixtures when the empty branch is what you verify",
             )
     return None
 
@@ -293,17 +314,97 @@ def _signature(node: str | None, message: str) -> str:
     return f"{node or 'run'}:{normal[:120]}"
 
 
-def _preview(name: str, node: dict[str, Any], simulated: bool) -> dict[str, Any]:
+def _output(node: dict[str, Any]) -> Any:
+    """A node's output as n8n shows it: its items, or with several outputs each output's
+    items by index and the total."""
     outputs = node.get("outputs") or []
-    items = outputs[0].get("items", []) if outputs else []
-    text = json.dumps(items)
+    if len(outputs) <= 1:
+        return list(outputs[0].get("items", [])) if outputs else []
     return {
+        "outputs": [{"index": i, "items": list(o.get("items", []))} for i, o in enumerate(outputs)],
+        "totalItems": sum(int(o.get("count", 0)) for o in outputs),
+    }
+
+
+def _preview(
+    name: str, node: dict[str, Any], simulated: bool, max_chars: int = MAX_PREVIEW_CHARS
+) -> dict[str, Any]:
+    outputs = node.get("outputs") or []
+    text = json.dumps(_output(node))
+    cut = len(text) > max_chars
+    preview: dict[str, Any] = {
         "nodeName": name,
         "itemCount": sum(int(o.get("count", 0)) for o in outputs),
-        "preview": text[:MAX_PREVIEW_CHARS],
-        "truncated": len(text) > MAX_PREVIEW_CHARS,
+        "preview": f"{text[:max_chars]}..." if cut and max_chars > 0 else text[:max_chars],
+        "truncated": cut,
         "chars": len(text),
         "simulated": simulated,
+    }
+    if len(outputs) > 1:
+        preview["outputs"] = [
+            {"index": i, "itemCount": int(o.get("count", 0))} for i, o in enumerate(outputs)
+        ]
+    return preview
+
+
+def _data(ran: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The run's output by node (`includeData`; the last pass's, where triggers ran in turn),
+    cut as n8n cuts it: a node's items as far as they fit, and everything past
+    MAX_DATA_CHARS down to each node's first item."""
+    data: dict[str, Any] = {}
+    for name, node in ran.items():
+        if not any(int(o.get("count", 0)) for o in node.get("outputs") or []):
+            continue  # as in n8n: a node that output nothing has no entry
+        value = _output(node)
+        if isinstance(value, dict):
+            value["outputs"] = [o | {"items": _fitted(o["items"])} for o in value["outputs"]]
+        else:
+            value = _fitted(value)
+        data[name] = value
+    if len(json.dumps(data)) <= MAX_DATA_CHARS:
+        return data
+    return {
+        name: value | {"outputs": [o | {"items": _collapsed(o["items"])} for o in value["outputs"]]}
+        if isinstance(value, dict) and "outputs" in value
+        else _collapsed(value)
+        for name, value in data.items()
+    }
+
+
+def _fitted(items: list[Any]) -> Any:
+    """The items, or as many as fit in MAX_NODE_DATA_CHARS and how many there were."""
+    if len(json.dumps(items)) <= MAX_NODE_DATA_CHARS:
+        return items
+    kept: list[Any] = []
+    size = 2
+    for item in items:
+        size += len(json.dumps(item)) + 1
+        if size > MAX_NODE_DATA_CHARS:
+            break
+        kept.append(item)
+    return {
+        "items": kept,
+        "truncated": True,
+        "totalItems": len(items),
+        "shownItems": len(kept),
+        "message": f"Output truncated: showing {len(kept)} of {len(items)} items. Use "
+        "get-node-output for the rest.",
+    }
+
+
+def _collapsed(value: Any) -> Any:
+    """A node's items down to how many there are and the first one."""
+    items = value.get("items", []) if isinstance(value, dict) else value
+    total = value.get("totalItems", len(items)) if isinstance(value, dict) else len(items)
+    if not items:
+        return value
+    first = json.dumps(items[0])
+    return {
+        "_itemCount": total,
+        "_truncated": True,
+        "_firstItemPreview": items[0]
+        if len(first) <= MAX_FIRST_ITEM_CHARS
+        else f"{first[:MAX_FIRST_ITEM_CHARS]}…",
     }
 
 

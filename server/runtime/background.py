@@ -160,7 +160,12 @@ class BackgroundTasks:
         title: str = "",
         key: str | None = None,
         on_settled: Settled | None = None,
+        kind: str | None = None,
+        goal: str | None = None,
+        workflow_id: str | None = None,
     ) -> Spawned:
+        """`kind` is the contract's agent kind (which card the editor shows), `goal` the full
+        task and `workflow_id` the workflow it works on, all for the `agent-spawned` card."""
         tasks = self._threads.setdefault(thread_id, {})
         if key is not None:
             for existing in tasks.values():
@@ -192,7 +197,10 @@ class BackgroundTasks:
                 "tools": tools,
                 "taskId": handle.task_id,
                 "title": title,
-            },
+            }
+            | ({"kind": kind} if kind else {})
+            | ({"goal": goal} if goal else {})
+            | ({"targetResource": {"type": "workflow", "id": workflow_id}} if workflow_id else {}),
             run_id=run_id,
             agent_id=handle.agent_id,
         )

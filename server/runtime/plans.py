@@ -91,6 +91,8 @@ class Plan:
     checklist: list[dict[str, Any]]
     message_group_id: str | None
     plan_run_id: str | None
+    # The create-tasks planningContext (summary, assumptions, postBuildRunRequested).
+    context: dict[str, Any] = field(default_factory=dict)
 
     def task(self, task_id: str) -> dict[str, Any] | None:
         return next((t for t in self.tasks if t["id"] == task_id), None)
@@ -136,7 +138,13 @@ class Plans:
             return _plan(row) if row else None
 
     async def propose(
-        self, thread_id: str, *, run_id: str, message_group_id: str | None, tasks: list[Any]
+        self,
+        thread_id: str,
+        *,
+        run_id: str,
+        message_group_id: str | None,
+        tasks: list[Any],
+        context: dict[str, Any] | None = None,
     ) -> Plan:
         """Save a new graph awaiting approval (replacing any earlier one) and show it."""
         validate_plan(tasks)
@@ -148,6 +156,7 @@ class Plans:
                 tasks=planned,
                 message_group_id=message_group_id,
                 plan_run_id=run_id,
+                context=context or {},
             )
         await self.publish(thread_id, run_id, plan.checklist)
         return plan
@@ -164,12 +173,15 @@ class Plans:
         self, thread_id: str, task_id: str, *, run_id: str | None, **changes: Any
     ) -> Plan:
         """Change one task; a failure or a cancel cancels every task that depends on it,
-        transitively."""
+        transitively, saying which dependency ended how and why."""
         plan = await self._require(thread_id)
         tasks = [dict(t) for t in plan.tasks]
         by_id = {t["id"]: t for t in tasks}
         by_id[task_id].update(changes)
         if changes.get("status") in ("failed", "cancelled"):
+            cause = f'Cancelled: dependency "{task_id}" {changes["status"]}'
+            if changes.get("error") and changes["status"] == "failed":
+                cause += f": {changes['error']}"
             failed = {task_id}
             grew = True
             while grew:
@@ -177,7 +189,7 @@ class Plans:
                 for task in tasks:
                     if task["status"] in ("planned", "running") and failed & set(task["deps"]):
                         task["status"] = "cancelled"
-                        task["error"] = f"Cancelled: dependency {task_id} {changes['status']}"
+                        task["error"] = cause
                         failed.add(task["id"])
                         grew = True
         updated = await self._write(thread_id, status=plan.status, tasks=tasks)
@@ -214,6 +226,30 @@ class Plans:
         self, thread_id: str, task_id: str, *, run_id: str | None, **changes: Any
     ) -> Plan:
         async with self._lock(thread_id):
+            return await self._update_task_locked(thread_id, task_id, run_id=run_id, **changes)
+
+    async def settle_checkpoint(
+        self, thread_id: str, task_id: str, *, run_id: str | None, **changes: Any
+    ) -> Plan:
+        """`complete-checkpoint`: only a running checkpoint task is settled this way."""
+        async with self._lock(thread_id):
+            plan = await self._require(thread_id)
+            task = plan.task(task_id)
+            if task is None:
+                known = ", ".join(t["id"] for t in plan.tasks if t["kind"] == "checkpoint")
+                raise InvalidArgumentError(
+                    f"the plan has no task {task_id!r}; its checkpoints: {known or 'none'}"
+                )
+            if task["kind"] != "checkpoint":
+                raise InvalidArgumentError(
+                    f"task {task_id!r} is a {task['kind']} task, not a checkpoint: only "
+                    "checkpoints are completed this way"
+                )
+            if task["status"] != "running":
+                raise InvalidArgumentError(
+                    f"checkpoint {task_id!r} is {task['status']}, not running: complete a "
+                    "checkpoint once, in the run that executes it"
+                )
             return await self._update_task_locked(thread_id, task_id, run_id=run_id, **changes)
 
     async def tick(self, thread_id: str, *, available_slots: int) -> Tick:
@@ -262,6 +298,7 @@ class Plans:
         clear: bool = False,
         message_group_id: str | None = None,
         plan_run_id: str | None = None,
+        context: dict[str, Any] | None = None,
     ) -> Plan:
         async with self.db.session() as session, session.begin():
             row = await session.get(PlanRow, thread_id)
@@ -275,6 +312,7 @@ class Plans:
             if plan_run_id is not None:
                 row.plan_run_id = plan_run_id
                 row.message_group_id = message_group_id
+                row.context = context or {}
             row.updated_at = datetime.now(UTC)
             return _plan(row)
 
@@ -287,4 +325,5 @@ def _plan(row: PlanRow) -> Plan:
         checklist=list(row.checklist),
         message_group_id=row.message_group_id,
         plan_run_id=row.plan_run_id,
+        context=dict(row.context or {}),
     )

@@ -60,6 +60,10 @@ class ThreadHistory:
         end = len(everything) - page * page_size
         return everything[max(0, end - page_size) : max(0, end)]
 
+    async def all(self, thread_id: str) -> list[ThreadMessage]:
+        """The whole conversation, oldest first."""
+        return await self._all(thread_id)
+
     async def _all(self, thread_id: str) -> list[ThreadMessage]:
         async with self.db.engine.connect() as conn:
             runs = (

@@ -331,6 +331,8 @@ class PlanRow(Base):
     status: Mapped[str] = mapped_column(String(32))
     tasks: Mapped[list[Any]] = mapped_column(JSON)
     checklist: Mapped[list[Any]] = mapped_column(JSON)
+    # The create-tasks planningContext: summary, assumptions, postBuildRunRequested.
+    context: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
@@ -499,3 +501,28 @@ class ServiceSandboxRow(Base):
     status: Mapped[str] = mapped_column(String(16))  # running | stopped
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     last_active_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class ActivityEventRow(Base):
+    """One change to the embedded instance's workflows or credentials: its activity log (what
+    was created, saved, published, archived or deleted, by whom, in which project). Ids grow
+    with time, so a page further back is everything below an id."""
+
+    __tablename__ = "activity_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    category: Mapped[str] = mapped_column(String(32))  # workflow | credential
+    action: Mapped[str] = mapped_column(String(32))  # created | saved | published | ...
+    # The acting caller (None: the service's own work).
+    user_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    project_id: Mapped[str] = mapped_column(String(128))
+    resource_type: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    resource_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    resource_name: Mapped[str | None] = mapped_column(Text, nullable=True)
+    data: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+    __table_args__ = (
+        Index("ix_activity_events_project", "project_id", "id"),
+        Index("ix_activity_events_resource", "resource_type", "resource_id", "id"),
+    )

@@ -8,23 +8,35 @@ from typing import Any
 
 from pydantic import Field
 
-from server.pipeline.build import BuildOutcome, BuildRequest, WorkflowBuilder
+from server.errors import UnavailableError
+from server.instance.protocols import Workflows
+from server.pipeline.build import BuildIssue, BuildOutcome, BuildRequest, WorkflowBuilder
 from server.pipeline.work import WorkLoop
 from server.pipeline.work_item_machine import Remediation
 from server.runtime.hitl import Hitl
+from server.tools.approval_cards import APPROVAL_SUMMARY, one_line_summary, workflow_name
 from server.tools.scope import check_project
-from server.tools.spec import PLANNED_TASK_RUN, Suspend, ToolContext, ToolModel, ToolSpec
+from server.tools.spec import (
+    DIRECT_RUN,
+    PLANNED_TASK_RUN,
+    Suspend,
+    ToolContext,
+    ToolModel,
+    ToolSpec,
+)
 
 __all__ = ["TOOLS", "BuildIssueModel", "BuildTools", "BuildWorkflowOutput"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class BuildTools:
-    """What build-workflow may touch: the builder, the workflow loop and the permissions."""
+    """What build-workflow may touch: the builder, the workflow loop, the permissions and the
+    workflows (their names, for the approval card)."""
 
     builder: WorkflowBuilder
     loop: WorkLoop
     hitl: Hitl
+    workflows: Workflows
 
 
 class BuildWorkflowInput(ToolModel):
@@ -42,6 +54,7 @@ class BuildWorkflowInput(ToolModel):
     name: str | None = Field(None, description="Workflow name override")
     work_item_id: str | None = Field(None, alias="workItemId")
     is_supporting_workflow: bool = Field(False, alias="isSupportingWorkflow")
+    approval_summary: str | None = Field(None, alias="approvalSummary", **APPROVAL_SUMMARY)
 
 
 class BuildIssueModel(ToolModel):
@@ -78,6 +91,8 @@ class BuildWorkflowOutput(ToolModel):
     mocked_credential_types: list[str] = Field(default_factory=list, alias="mockedCredentialTypes")
     mocked_node_names: list[str] = Field(default_factory=list, alias="mockedNodeNames")
     credential_note: str | None = Field(None, alias="credentialNote")
+    denied: bool | None = Field(None, description="The person declined the save's card")
+    reason: str | None = None
     trigger_only: bool = Field(
         False,
         alias="triggerOnly",
@@ -122,7 +137,7 @@ async def build_workflow(
         await ctx.services.loop.load(ctx.thread_id, request.work_item_id)
     bound = await ctx.services.builder.bound_workflow(ctx.thread_id, args.file_path)
     target = request.workflow_id or bound
-    refused = await _save_permission(ctx, args, target, bound)
+    refused = await _save_permission(ctx, args, request, target, bound)
     if refused is not None:
         return refused
     # The file's work item is looked up while the build runs.
@@ -145,12 +160,19 @@ def update_grant(workflow_id: str) -> str:
 
 
 async def _save_permission(
-    ctx: ToolContext[BuildTools], args: BuildWorkflowInput, target: str | None, bound: str | None
+    ctx: ToolContext[BuildTools],
+    args: BuildWorkflowInput,
+    request: BuildRequest,
+    target: str | None,
+    bound: str | None,
 ) -> BuildWorkflowOutput | None:
     """createWorkflow (no `target`: a new workflow) and updateWorkflow (`target`, an existing
-    one) for this build: None to go ahead, else the refusal. Saving into a workflow the file
-    is not `bound` to asks the person first (an "always" answer covers that workflow in this
-    thread); a new workflow, or the file's own, is refused only when blocked."""
+    one) for this build: None to go ahead, else the refusal. Under require_approval the person
+    is asked before a new workflow is created (an approval covers that file's retries in this
+    thread; "always" covers every new workflow) and before saving into a workflow the file is
+    not `bound` to (an "always" answer covers that workflow). A planned task's build runs
+    under the plan's approval, as the reference's does; a direct call (no agent, no person to
+    ask) creating a workflow is its caller's explicit request and goes ahead."""
     hitl = ctx.services.hitl
     action = "updateWorkflow" if target else "createWorkflow"
     mode = await hitl.mode(ctx.thread_id, action)
@@ -162,48 +184,125 @@ async def _save_permission(
             f"Saving this workflow is blocked by the administrator ({action}: blocked in "
             "INSTANCE_AI_PERMISSIONS): nothing was saved. Do not retry; tell the user.",
         )
-    if target is None or target == bound or mode == "always_allow":
+    if mode == "always_allow" or ctx.run_kind == PLANNED_TASK_RUN or target == bound is not None:
         return None
-    key = update_grant(target)
-    if ctx.run_kind == PLANNED_TASK_RUN or await hitl.mode(ctx.thread_id, key) == "always_allow":
-        return None
-    if not await ctx.services.builder.saves_into(target, ctx.caller):
+    if target is None and ctx.run_kind == DIRECT_RUN:
+        return None  # a program's own request to build this file (Pipeline, CallTool, MCP)
+    if target is not None and not await ctx.services.builder.saves_into(target, ctx.caller):
         return None  # nothing to change: the build says why
+    key = update_grant(target) if target else create_grant(args.file_path)
+    if await hitl.mode(ctx.thread_id, key) == "always_allow":
+        return None
     if ctx.resume is None:
-        raise Suspend(
-            {
-                "inputType": "approval",
-                "severity": "warning",
-                "message": f"Save the changes from {args.file_path} into workflow {target}?",
-            }
-        )
+        question = await _save_question(ctx, args, request, target)
+        if question is None:
+            return None  # the source does not build: nothing will be saved, the build says why
+        raise Suspend(question)
     if not ctx.resume.get("approved"):
         return _refused(
             args,
             target,
             "user_denied",
-            "The user declined saving into this workflow: nothing was saved. Do not re-issue "
-            "the same save unprompted; tell them what remains unsaved and ask how to go on.",
+            "The user declined the save approval card: nothing was saved. Do not re-issue the "
+            "same save unprompted; acknowledge it, tell them what remains unsaved and ask how "
+            "they want to go on.",
+            denied=True,
         )
-    if ctx.resume.get("scope") == "session":
-        await hitl.always_allow(ctx.thread_id, key)
+    session = ctx.resume.get("scope") == "session"
+    await hitl.always_allow(ctx.thread_id, action if session and target is None else key)
     return None
 
 
+async def _save_question(
+    ctx: ToolContext[BuildTools],
+    args: BuildWorkflowInput,
+    request: BuildRequest,
+    target: str | None,
+) -> dict[str, Any] | None:
+    """The card for this save: the workflow's name and the nodes it creates, adds or removes,
+    read from the checked source (nothing saved); None when the source does not build.
+    Without a sandbox to check it in, the card names the file."""
+    try:
+        checked = (await ctx.services.builder.validate(request)).workflow
+    except UnavailableError:
+        checked = {}
+    if checked is None:
+        return None
+    nodes = [str(n.get("name")) for n in checked.get("nodes") or [] if isinstance(n, dict)]
+    if target is None:
+        name = args.name or str(checked.get("name") or "") or _file_title(args.file_path)
+        fallback = f'Create "{name}"' + (f" with {_count(nodes)}: {_names(nodes)}" if nodes else "")
+    else:
+        name = await workflow_name(ctx.services, target, ctx.caller)
+        existing = await ctx.services.workflows.get(target, ctx.caller)
+        before = {str(n.get("name")) for n in (existing.nodes if existing else [])}
+        added = [n for n in nodes if n not in before]
+        removed = sorted(before - set(nodes)) if nodes else []
+        changes = [
+            f"{verb} {_names(names)}"
+            for verb, names in (("adds", added), ("removes", removed))
+            if names
+        ]
+        fallback = "Save the changes to this workflow" + (
+            f": {'; '.join(changes)}" if changes else ""
+        )
+    details: dict[str, Any] = {"action": "edit-workflow"}
+    if args.approval_summary:
+        details["summary"] = args.approval_summary
+    question: dict[str, Any] = {
+        "inputType": "approval",
+        "severity": "warning",
+        "message": one_line_summary(args.approval_summary, fallback),
+        "resourceName": name,
+        "approvalDetails": details,
+    }
+    return question | ({"workflowId": target} if target else {})
+
+
+def _count(nodes: list[str]) -> str:
+    return f"{len(nodes)} node" + ("" if len(nodes) == 1 else "s")
+
+
+def _names(nodes: list[str], shown: int = 8) -> str:
+    more = len(nodes) - shown
+    return ", ".join(nodes[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
+def create_grant(file_path: str) -> str:
+    """An approved creation covers the file's own retries (a fix after a failed compile)."""
+    return f"createWorkflow:file:{file_path}"
+
+
+def _file_title(file_path: str) -> str:
+    stem = file_path.rsplit("/", 1)[-1].split(".", 1)[0]
+    return stem.replace("-", " ").replace("_", " ").strip() or file_path
+
+
 def _refused(
-    args: BuildWorkflowInput, target: str | None, reason: str, guidance: str
+    args: BuildWorkflowInput,
+    target: str | None,
+    reason: str,
+    guidance: str,
+    *,
+    denied: bool = False,
 ) -> BuildWorkflowOutput:
-    return BuildWorkflowOutput.of(
+    """A build that did not run; `denied`: the person said no (said as the reference says it)."""
+    said = "User denied the action" if denied else "Action blocked by admin"
+    output = BuildWorkflowOutput.of(
         BuildOutcome(
             success=False,
             file_path=args.file_path,
             workflow_id=target,
             work_item_id=args.work_item_id,
+            errors=[BuildIssue(message=said, source="permission")],
             remediation=Remediation(
                 category="blocked", should_edit=False, reason=reason, guidance=guidance
             ),
         )
     )
+    if denied:
+        output.denied, output.reason = True, said
+    return output
 
 
 TOOLS: list[ToolSpec[Any]] = [

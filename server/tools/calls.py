@@ -26,6 +26,7 @@ from server.errors import FailedPreconditionError, InstanceAIError, NotFoundErro
 from server.runtime.events import EventLog
 from server.runtime.hitl import Hitl
 from server.store.models import GRANT_KEY_MAX
+from server.tools.approval_cards import Card, card_for
 from server.tools.registry import ToolInputError, ToolRegistry, dump, for_event
 from server.tools.spec import (
     Orchestration,
@@ -305,8 +306,12 @@ class ToolCalls:
             return None
         if announce:
             await self._announce(site, spec.name, arguments)
-        question = {"inputType": "approval", "severity": spec.severity}
-        return Waiting(gate="approval", question=question | {"message": f"Allow {spec.name}?"})
+        card = await card_for(
+            spec.name, spec.hitl_action, self.registry.services_of(spec), args, site.caller
+        )
+        if card is None:
+            card = Card(message=f"Allow {spec.name}?", severity=spec.severity)
+        return Waiting(gate="approval", question=card.question())
 
     async def decide(self, thread_id: str, spec: ToolSpec[Any], args: Any = None) -> Decision:
         """The permission rule of a call (INSTANCE_AI_PERMISSIONS and the thread's answers:

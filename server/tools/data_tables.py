@@ -267,9 +267,26 @@ async def delete_rows(ctx: ToolContext[DataTableTools], args: DeleteRowsInput) -
     return DeleteRowsOutput(deleted_count=count)
 
 
+_OPERATIONS = {
+    "create-data-table": "create",
+    "delete-data-table": "delete",
+    "add-data-table-column": "add-column",
+    "delete-data-table-column": "delete-column",
+    "rename-data-table-column": "rename-column",
+    "insert-data-table-rows": "insert-rows",
+    "update-data-table-rows": "update-rows",
+    "delete-data-table-rows": "delete-rows",
+}
+
+
 def _tool(
     name: str, description: str, input_model: Any, output_model: Any, handler: Any, **gate: Any
 ) -> ToolSpec[Any]:
+    if "hitl_action" in gate:
+        # "Allow for this session" covers the operation on every table, as the reference's
+        # `data-tables:<operation>` grants do (a person approves inserting rows, not a table).
+        operation = _OPERATIONS[name]
+        gate["grant"] = lambda _args: f"data-tables:{operation}"
     return ToolSpec(
         name=name,
         description=description,

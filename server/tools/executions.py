@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -13,6 +14,7 @@ from server.errors import InvalidArgumentError, NotFoundError
 from server.instance import Executions, Workflows
 from server.instance.types import Execution
 from server.pipeline.runs import RunRequest, WorkflowRunner
+from server.tools.approval_cards import APPROVAL_SUMMARY
 from server.tools.scope import visible_execution
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
@@ -43,6 +45,7 @@ class RunWorkflowInput(ToolModel):
     timeout: int = Field(
         300_000, ge=1_000, le=600_000, description="Max wait in ms; the run is stopped after it"
     )
+    approval_summary: str | None = Field(None, alias="approvalSummary", **APPROVAL_SUMMARY)
 
 
 class ExecutionOutput(ToolModel):
@@ -427,3 +430,89 @@ TOOLS: list[ToolSpec[Any]] = [
         handler=stop_execution,
     ),
 ]
+
+
+class ResolvedParametersInput(NodeOutputInput):
+    item_index: int = Field(
+        0, alias="itemIndex", ge=0, description="The input item to resolve against (default 0)"
+    )
+    run_index: int | None = Field(
+        None,
+        alias="runIndex",
+        ge=0,
+        description="Which run of the node, if it ran more than once (default: its last, the "
+        "only one an execution keeps)",
+    )
+
+
+class FailedExpression(ToolModel):
+    path: str
+    raw: str
+    error: str
+    reason: Literal["expression-error", "unreconstructable-context"] | None = None
+
+
+class EmptyResolution(ToolModel):
+    path: str
+    raw: str
+    resolved: Literal[""] | None = Field(description='null (or undefined) or ""')
+    reason: Literal["unreconstructable-context"] | None = None
+
+
+class ResolvedParametersOutput(ToolModel):
+    node_name: str = Field(alias="nodeName")
+    run_index: int = Field(alias="runIndex")
+    item_index: int = Field(alias="itemIndex")
+    parameters: dict[str, Any] | None = Field(description="As configured, expressions raw")
+    resolved: str | None = Field(
+        description="The same tree as JSON text, each expression replaced by its value"
+    )
+    failed_expressions: list[FailedExpression] = Field(alias="failedExpressions")
+    empty_resolutions: list[EmptyResolution] = Field(
+        alias="emptyResolutions",
+        description="Expressions that came out null or empty: the usual silent cause of an "
+        "empty field downstream",
+    )
+
+
+async def get_resolved_parameters(
+    ctx: ToolContext[ExecutionTools], args: ResolvedParametersInput
+) -> ResolvedParametersOutput:
+    """Replay the node's expressions against the execution's record in the sandbox's engine
+    (nothing runs: what the nodes output is the record's)."""
+    execution = await visible_execution(
+        ctx.services.executions, ctx.services.workflows, ctx.caller, args.execution_id
+    )
+    found = await ctx.services.runner.resolve_parameters(
+        ctx.thread_id,
+        execution,
+        args.node_name,
+        item_index=args.item_index,
+        run_index=args.run_index,
+    )
+    resolved = found.get("resolved")
+    return ResolvedParametersOutput(
+        node_name=found["nodeName"],
+        run_index=found["runIndex"],
+        item_index=found["itemIndex"],
+        parameters=found.get("parameters"),
+        resolved=json.dumps(resolved, indent=2) if resolved is not None else None,
+        failed_expressions=[FailedExpression.model_validate(f) for f in found["failedExpressions"]],
+        empty_resolutions=[EmptyResolution.model_validate(e) for e in found["emptyResolutions"]],
+    )
+
+
+TOOLS.append(
+    ToolSpec(
+        name="get-resolved-parameters",
+        description="Replay a node's parameter expressions against a past execution: its raw "
+        "parameters, the resolved tree, the expressions that threw (failedExpressions) and "
+        "those that came out null or empty (emptyResolutions). Use it when a node got an "
+        "unexpected value; nothing runs again.",
+        group=GROUP,
+        services=ExecutionTools,
+        input_model=ResolvedParametersInput,
+        output_model=ResolvedParametersOutput,
+        handler=get_resolved_parameters,
+    )
+)

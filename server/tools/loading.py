@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from server.errors import NotFoundError
 from server.runtime.conversation import Conversation, Message
-from server.tools.skills import SkillLibrary
+from server.tools.skills import MAIN_FILE, SkillLibrary
 from server.tools.spec import ToolContext, ToolModel, ToolSpec
 
 __all__ = [
@@ -47,6 +47,8 @@ CORE_TOOLS = frozenset(
         LOAD_TOOL,
         "ask-user",
         "update-tasks",
+        # A planned checkpoint's run settles it with this (the reference offers it there).
+        "complete-checkpoint",
         "cancel-background-task",
         "correct-background-task",
         "workspace_read_file",
@@ -127,23 +129,88 @@ def _says_loaded(content: Any) -> bool:
 
 
 class LoadSkillInput(ToolModel):
-    name: str = Field(min_length=1, description="Skill name from the skill catalog")
+    skill_id: str | None = Field(
+        None, alias="skillId", min_length=1, description="Skill id from the skill catalog"
+    )
+    name: str | None = Field(None, min_length=1, description="Skill name from the skill catalog")
+    file_path: str | None = Field(
+        None,
+        alias="filePath",
+        description="Optional linked file path relative to the skill directory (one listed in "
+        "linkedFiles); omit it to load the main skill instructions",
+    )
+
+    @model_validator(mode="after")
+    def _names_a_skill(self) -> LoadSkillInput:
+        if self.skill_id is None and self.name is None:
+            raise ValueError("either skillId or name is required")
+        return self
+
+
+class LinkedFileEntry(ToolModel):
+    path: str
+    bytes: int
+    sha256: str
+
+
+class LinkedFiles(ToolModel):
+    references: list[LinkedFileEntry] = Field(default_factory=list)
+    templates: list[LinkedFileEntry] = Field(default_factory=list)
+    scripts: list[LinkedFileEntry] = Field(default_factory=list)
+    assets: list[LinkedFileEntry] = Field(default_factory=list)
+    examples: list[LinkedFileEntry] = Field(default_factory=list)
 
 
 class LoadSkillOutput(ToolModel):
     success: bool
+    skill_id: str = Field(alias="skillId")
     name: str
     description: str
+    hash: str
     content: str
+    linked_files: LinkedFiles | None = Field(None, alias="linkedFiles")
+    file_path: str | None = Field(None, alias="filePath")
+    bytes: int | None = None
+    sha256: str | None = None
 
 
 async def load_skill(ctx: ToolContext[ToolLoadingTools], args: LoadSkillInput) -> LoadSkillOutput:
-    skill = ctx.services.skills.get(args.name)
+    skills = ctx.services.skills
+    wanted = args.skill_id or args.name or ""
+    skill = skills.get(wanted) or (skills.get(args.name) if args.name else None)
     if skill is None:
-        names = ", ".join(ctx.services.skills.names())
-        raise NotFoundError(f"there is no skill {args.name!r}; the skills are: {names}")
+        names = ", ".join(skills.names())
+        raise NotFoundError(f"there is no skill {wanted!r}; the skills are: {names}")
+    base = {
+        "success": True,
+        "skill_id": skill.name,
+        "name": skill.name,
+        "description": skill.description,
+        "hash": skill.hash,
+    }
+    if args.file_path is not None and args.file_path.strip() not in ("", MAIN_FILE):
+        linked = skill.file(args.file_path)
+        if linked is None:
+            listed = ", ".join(file.path for file in skill.linked) or "none"
+            raise NotFoundError(
+                f"{args.file_path!r} is not a file of skill {skill.name!r} (its files: {listed}); "
+                "to load the main instructions, omit filePath"
+            )
+        return LoadSkillOutput(
+            **base,
+            content=linked.content,
+            file_path=linked.path,
+            bytes=linked.bytes,
+            sha256=linked.sha256,
+        )
+    groups: dict[str, list[LinkedFileEntry]] = {}
+    for file in skill.linked:
+        entry = LinkedFileEntry(path=file.path, bytes=file.bytes, sha256=file.sha256)
+        groups.setdefault(file.group, []).append(entry)
     return LoadSkillOutput(
-        success=True, name=skill.name, description=skill.description, content=skill.content
+        **base,
+        content=skill.content,
+        linked_files=LinkedFiles.model_validate(groups) if groups else None,
     )
 
 
@@ -242,8 +309,10 @@ async def load_tool(ctx: ToolContext[ToolLoadingTools], args: LoadToolInput) -> 
 TOOLS: list[ToolSpec[Any]] = [
     ToolSpec(
         name=LOAD_SKILL,
-        description="Load a skill from the skill catalog (the system prompt lists them) before "
-        "acting on what it covers; its guidance comes back as the result.",
+        description="Load a skill by skillId or name from the skill catalog (the system prompt "
+        "lists them) before acting on what it covers; its guidance comes back as the result. "
+        "Omit filePath to load the main instructions; pass filePath only for a path listed in "
+        "the result's linkedFiles.",
         group=GROUP,
         services=ToolLoadingTools,
         input_model=LoadSkillInput,

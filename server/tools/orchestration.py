@@ -35,13 +35,25 @@ class PlannedTask(ToolModel):
     deps: list[str] = Field(description="Task ids that must succeed before this one starts")
     workflow_id: str | None = Field(None, alias="workflowId")
     is_supporting_workflow: bool | None = Field(None, alias="isSupportingWorkflow")
+    claim: Literal["verified", "partial"] | None = Field(
+        None,
+        description="build-workflow only: the verification the built workflow must reach for "
+        "the task to succeed: verified (every node ran for real) or partial (passed with "
+        "side-effect nodes simulated; the default)",
+    )
 
 
 class PlanningContext(ToolModel):
     source: Literal["planning-skill", "replan"]
     summary: str = Field(min_length=1)
-    assumptions: list[str] | None = None
-    post_build_run_requested: bool | None = Field(None, alias="postBuildRunRequested")
+    assumptions: list[str] | None = Field(
+        None, description="Important assumptions behind the plan (shown with it, told to each task)"
+    )
+    post_build_run_requested: bool | None = Field(
+        None,
+        alias="postBuildRunRequested",
+        description="The user asked for the built workflows to be run once built",
+    )
 
 
 class CreateTasksInput(ToolModel):
@@ -87,16 +99,23 @@ async def create_tasks(
                 run_id=ctx.run_id or "",
                 message_group_id=ctx.message_group_id,
                 tasks=tasks,
+                context=args.planning_context.model_dump(by_alias=True, exclude_none=True),
             )
         except PlanValidationError as exc:
             raise PlanValidationError(
                 f"{exc}. Revise the plan and call create-tasks again."
             ) from None
+        assumptions = args.planning_context.assumptions or []
         raise Suspend(
             {
                 "inputType": "plan-review",
                 "severity": "info",
-                "message": f"Review the plan: {args.planning_context.summary}",
+                "message": f"Review the plan: {args.planning_context.summary}"
+                + (
+                    "\n\nAssumptions:\n" + "\n".join(f"- {a}" for a in assumptions)
+                    if assumptions
+                    else ""
+                ),
                 "tasks": {"tasks": plan.checklist},
                 "planItems": tasks,
             }
@@ -108,7 +127,9 @@ async def create_tasks(
         if ctx.orchestration is not None:
             started = await ctx.orchestration.schedule_plan(ctx.thread_id, ctx.run_id, ctx.caller)
         return CreateTasksOutput(
-            result=f"Plan approved. Started {started} tasks.", task_count=len(tasks)
+            result=f"Plan approved: {len(tasks)} {'task' if len(tasks) == 1 else 'tasks'}, "
+            f"{started} started.",
+            task_count=len(tasks),
         )
     if answer.get("denied"):
         await plans.set_status(ctx.thread_id, "cancelled", run_id=ctx.run_id)
@@ -124,6 +145,49 @@ async def create_tasks(
         "create-tasks again.",
         task_count=len(tasks),
     )
+
+
+class CompleteCheckpointInput(ToolModel):
+    task_id: str = Field(
+        alias="taskId",
+        min_length=1,
+        description="The checkpoint task id from the <planned-task-follow-up> block",
+    )
+    status: Literal["succeeded", "failed"] = Field(
+        description="Whether the check passed (succeeded) or not (failed)"
+    )
+    result: str | None = Field(
+        None, max_length=2000, description="A short note for the user on what the check found"
+    )
+    error: str | None = Field(None, max_length=2000, description="Why it failed (status failed)")
+    outcome: dict[str, Any] | None = Field(
+        None,
+        description="The evidence: executionId, failing node, a data excerpt ...",
+    )
+
+
+class CompleteCheckpointOutput(ToolModel):
+    ok: bool
+    result: str
+
+
+async def complete_checkpoint(
+    ctx: ToolContext[OrchestrationTools], args: CompleteCheckpointInput
+) -> CompleteCheckpointOutput:
+    """Settles a running checkpoint; a failed one fails (cancels) what depends on it, and the
+    plan goes to a replan when its run ends."""
+    changes: dict[str, Any] = {"status": args.status}
+    if args.outcome is not None:
+        changes["outcome"] = args.outcome
+    if args.status == "succeeded":
+        changes["result"] = args.result or "Checkpoint passed"
+    else:
+        changes["error"] = args.error or args.result or "Checkpoint failed"
+    await ctx.services.plans.settle_checkpoint(
+        ctx.thread_id, args.task_id, run_id=ctx.run_id, **changes
+    )
+    said = "passed" if args.status == "succeeded" else "failed; its dependants are cancelled"
+    return CompleteCheckpointOutput(ok=True, result=f"Checkpoint {args.task_id} {said}.")
 
 
 class ChecklistItem(ToolModel):
@@ -181,6 +245,11 @@ async def ask_user(ctx: ToolContext[OrchestrationTools], args: AskUserInput) -> 
 
 class DelegateInput(ToolModel):
     role: str = Field(min_length=1, max_length=64, description="Short role, e.g. researcher")
+    kind: Literal["builder", "data-table", "planner"] | None = Field(
+        None,
+        description="What the agent does, for its card: builder (workflows), data-table, "
+        "planner; omit for anything else (research, checks)",
+    )
     briefing: str = Field(min_length=1, description="Everything the agent needs to do the task")
     workflow_id: str | None = Field(None, alias="workflowId", description="Workflow it works on")
 
@@ -201,6 +270,8 @@ async def delegate(ctx: ToolContext[OrchestrationTools], args: DelegateInput) ->
         briefing=args.briefing,
         key=key,
         caller=ctx.caller,
+        kind=args.kind,
+        workflow_id=args.workflow_id,
     )
     status = spawned["status"]
     if status == "limit-reached":
@@ -253,6 +324,18 @@ TOOLS: list[ToolSpec[Any]] = [
         output_model=CreateTasksOutput,
         handler=create_tasks,
         asks_user=True,
+    ),
+    ToolSpec(
+        name="complete-checkpoint",
+        description="Report the outcome of a planned checkpoint task you just executed: call it "
+        'exactly once per <planned-task-follow-up type="checkpoint"> block, with status '
+        "succeeded or failed and the evidence. Only a running checkpoint task can be "
+        "completed; any other taskId is an error and changes nothing.",
+        group=GROUP,
+        services=OrchestrationTools,
+        input_model=CompleteCheckpointInput,
+        output_model=CompleteCheckpointOutput,
+        handler=complete_checkpoint,
     ),
     ToolSpec(
         name="update-tasks",

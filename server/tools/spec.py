@@ -13,6 +13,7 @@ from sandbox.protocol import Sandboxes
 from server.core.caller import LOCAL, Caller
 
 __all__ = [
+    "DIRECT_RUN",
     "PLANNED_TASK_ALLOWS",
     "PLANNED_TASK_RUN",
     "Orchestration",
@@ -30,6 +31,8 @@ __all__ = [
 S = TypeVar("S")
 S_co = TypeVar("S_co", covariant=True)
 
+# The run kind of a call from a front with no agent behind it (see calls.DirectPolicy).
+DIRECT_RUN = "direct"
 # The kind of the runs that execute an approved plan's tasks, and the actions they take
 # without asking again (the approved plan was the consent; blocked stays blocked).
 PLANNED_TASK_RUN = "planned-task"
@@ -82,6 +85,8 @@ class Orchestration(Protocol):
         briefing: str,
         key: str | None,
         caller: Caller,
+        kind: str | None = None,
+        workflow_id: str | None = None,
     ) -> dict[str, Any]:
         """Start a background agent; returns `{status, taskId?, agentId?}`."""
         ...
@@ -99,7 +104,7 @@ class ToolContext(Generic[S_co]):
     # The user message this run answers; a denied plan may not be resubmitted within it.
     message_group_id: str | None = None
     # chat | follow-up | replan | background: what started the run.
-    run_kind: str = "direct"
+    run_kind: str = DIRECT_RUN
     # The person's answer, when a suspended call is resumed (see hitl.parse_resume).
     resume: dict[str, Any] | None = None
     orchestration: Orchestration | None = None

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from server.instance import Workflows
 from server.pipeline.build import WorkflowBuilder
-from server.pipeline.verify import Verifier, VerifyRequest
+from server.pipeline.verify import MAX_PREVIEW_CHARS, Verifier, VerifyRequest
 from server.pipeline.work import WorkLoop
 from server.pipeline.work_item_machine import (
     MAX_POST_SUBMIT_REMEDIATION_SUBMITS,
@@ -50,9 +50,37 @@ class VerifyInput(ToolModel):
     )
     timeout: int = Field(300_000, ge=1_000, le=600_000, description="Per pass, in ms")
     fixture_overrides: dict[str, list[dict[str, Any]]] | None = Field(
-        None, alias="fixtureOverrides", description="Items for simulated nodes, by node name"
+        None,
+        alias="fixtureOverrides",
+        description="Items for simulated nodes, by node name (only nodes the build's plan "
+        "simulates); an empty list is refused unless the node is in allowZeroItemFixtures",
     )
-    allow_zero_item_fixtures: bool = Field(False, alias="allowZeroItemFixtures")
+    allow_zero_item_fixtures: list[str] | None = Field(
+        None,
+        alias="allowZeroItemFixtures",
+        description="Nodes whose fixtureOverrides entry may be empty. Zero items stop every "
+        "node below, so the run passes while verifying nothing: list a node only when the "
+        "empty branch is what you verify, and say so",
+    )
+    fix_target_node_names: list[str] | None = Field(
+        None,
+        alias="fixTargetNodeNames",
+        description="The nodes this change is about (the one the user reported failing, the "
+        "one you just repaired): the claim stays unproven unless each ran for real, so a green "
+        "run elsewhere is no proof for them. Pass them whenever you fix a specific node",
+    )
+    include_data: bool = Field(
+        False,
+        alias="includeData",
+        description="Also return each node's output (data). Only when you need it",
+    )
+    max_data_chars: int | None = Field(
+        None,
+        alias="maxDataChars",
+        ge=0,
+        le=20_000,
+        description=f"Characters of each node preview (default {MAX_PREVIEW_CHARS})",
+    )
 
 
 class VerifyOutput(ToolModel):
@@ -69,6 +97,9 @@ class VerifyOutput(ToolModel):
     node_errors: list[dict[str, Any]] = Field(default_factory=list, alias="nodeErrors")
     nodes_not_reached: list[str] = Field(default_factory=list, alias="nodesNotReached")
     claim: dict[str, Any] | None = None
+    data: dict[str, Any] | None = Field(
+        None, description="With includeData: each node's output (cut to fit)"
+    )
     remediation: dict[str, Any] | None = None
     failure_signature: str | None = Field(None, alias="failureSignature")
     failed_node_name: str | None = Field(None, alias="failedNodeName")
@@ -86,7 +117,12 @@ async def verify_built_workflow(ctx: ToolContext[VerifyTools], args: VerifyInput
             trigger_node_name=args.trigger_node_name,
             timeout_s=args.timeout / 1000,
             fixture_overrides=args.fixture_overrides,
-            allow_zero_item_fixtures=args.allow_zero_item_fixtures,
+            allow_zero_item_fixtures=tuple(args.allow_zero_item_fixtures or ()),
+            fix_target_node_names=tuple(args.fix_target_node_names or ()),
+            include_data=args.include_data,
+            max_data_chars=MAX_PREVIEW_CHARS
+            if args.max_data_chars is None
+            else args.max_data_chars,
             caller=ctx.caller,
         )
     )

@@ -11,13 +11,21 @@ from typing import Any, Literal
 from pydantic import Field
 
 from server.catalog import Catalog, CatalogService
-from server.errors import UnavailableError
+from server.errors import InvalidArgumentError, UnavailableError
 from server.instance import Credentials, Features, Workflows
 from server.instance.types import VersionInfo, Workflow
 from server.pipeline.build import WorkflowBuilder
-from server.pipeline.setup import NodeSetup, needed
+from server.pipeline.setup import (
+    TEMPLATED_AUTH,
+    NodeSetup,
+    hint_problems,
+    needed,
+    service_url,
+)
 from server.runtime.events import EventLog
 from server.runtime.hitl import Hitl
+from server.tools.approval_cards import APPROVAL_SUMMARY
+from server.tools.credentials import SetupHint
 from server.tools.scope import visible_workflow
 from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec
 
@@ -181,6 +189,7 @@ class PublishInput(WorkflowIdInput):
     version_id: str | None = Field(
         None, alias="versionId", description="Version to publish (default: the latest draft)"
     )
+    approval_summary: str | None = Field(None, alias="approvalSummary", **APPROVAL_SUMMARY)
 
 
 class PublishOutput(ToolModel):
@@ -395,18 +404,56 @@ TOOLS += [
 ]
 
 
+class CredentialHint(SetupHint):
+    """A recipe for the Simplified Custom Auth credential the user makes during setup."""
+
+    test_url: str | None = Field(
+        None,
+        alias="testUrl",
+        description="a side-effect-free GET of the same service that answers only with valid "
+        "credentials (an account or usage endpoint), never one the workflow's nodes call",
+    )
+    node_name: str | None = Field(
+        None,
+        alias="nodeName",
+        description="only this node's credential (when several nodes use Simplified Custom "
+        "Auth for different services)",
+    )
+
+
+class SetupWorkflowInput(WorkflowIdInput):
+    credential_hints: list[CredentialHint] | None = Field(
+        None,
+        alias="credentialHints",
+        description="recipes for the httpTemplatedCustomAuth credentials the user makes during "
+        "setup, from the provider's documentation: the card pre-fills the template and asks "
+        "only for the placeholder values",
+    )
+    prefer_new_credentials: list[str] | None = Field(
+        None,
+        alias="preferNewCredentials",
+        description='credential types (e.g. ["slackApi"]) the user asked to create anew, or to '
+        "replace because the secret is wrong: their cards preselect nothing (existing ones "
+        "stay listed). Never a default.",
+    )
+
+
 class SetupOutput(ToolModel):
     completed_nodes: list[str] = Field(alias="completedNodes")
     skipped_nodes: list[str] = Field(alias="skippedNodes")
     failed_nodes: list[dict[str, str]] = Field(alias="failedNodes")
 
 
-async def setup_workflow(ctx: ToolContext[WorkflowTools], args: WorkflowIdInput) -> SetupOutput:
+async def setup_workflow(ctx: ToolContext[WorkflowTools], args: SetupWorkflowInput) -> SetupOutput:
     """Walk the person through the workflow's nodes that still need something, one card per
     node (credentials to choose, placeholder values to fill). Each answer is applied as it
     comes, as a new version; the series is this call's answered cards, so it survives a
-    restart. Ends with the completed, skipped and failed nodes."""
+    restart. Ends with the completed, skipped and failed nodes. Credential recipes
+    (`credentialHints`) go on the cards of templated credentials; the types in
+    `preferNewCredentials` are asked for anew."""
     workflow = await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
+    hints = _checked_hints(args.credential_hints or [], workflow.as_json())
+    renew = set(args.prefer_new_credentials or [])
     catalog = await ctx.services.catalog.get()
     visible = {c.id: c for c in await ctx.services.credentials.all(sorted(ctx.caller.project_ids))}
     history = []
@@ -432,14 +479,19 @@ async def setup_workflow(ctx: ToolContext[WorkflowTools], args: WorkflowIdInput)
             )
     current = await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
     pending = [
-        p for p in needed(current.as_json(), catalog, set(visible)) if p.node_name not in outcomes
+        p
+        for p in needed(current.as_json(), catalog, set(visible), renew)
+        if p.node_name not in outcomes
     ]
     if pending and not stop:
         if not history:  # the first card: say everything the workflow still needs
             await ctx.services.events.append(
                 ctx.thread_id,
                 "setup-items",
-                {"workflowId": current.id, "items": _setup_items(pending)},
+                {
+                    "workflowId": current.id,
+                    "items": _setup_items(pending, current.as_json(), hints),
+                },
                 run_id=ctx.run_id,
                 agent_id=ctx.agent_id,
             )
@@ -451,7 +503,9 @@ async def setup_workflow(ctx: ToolContext[WorkflowTools], args: WorkflowIdInput)
                 "message": f"Set up {node.node_name} ({len(pending)} node(s) left in "
                 f"{current.name})",
                 "workflowId": current.id,
-                "setupRequests": _setup_requests(node, current.as_json(), catalog, visible),
+                "setupRequests": _setup_requests(
+                    node, current.as_json(), catalog, visible, hints, renew
+                ),
             }
         )
     skipped = [n for n, o in outcomes.items() if o == "skipped"] + [p.node_name for p in pending]
@@ -464,22 +518,27 @@ async def setup_workflow(ctx: ToolContext[WorkflowTools], args: WorkflowIdInput)
     )
 
 
-def _setup_items(pending: list[NodeSetup]) -> list[dict[str, Any]]:
-    """n8n's `setup-items`: one per credential type (with the nodes that need it), then one
-    per node with parameters left to fill."""
+def _setup_items(
+    pending: list[NodeSetup], workflow: dict[str, Any], hints: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """n8n's `setup-items`: one per credential type (with the nodes that need it and, for a
+    templated credential, its recipe), then one per node with parameters left to fill."""
     by_type: dict[str, list[str]] = {}
     for node in pending:
         for kind in node.credential_types:
             by_type.setdefault(kind, []).append(node.node_name)
-    credentials = [
-        {
+    credentials = []
+    for kind, names in by_type.items():
+        item: dict[str, Any] = {
             "id": f"credential:{kind}",
             "kind": "credential",
             "credentialType": kind,
             "nodeBindings": [{"nodeName": name} for name in names],
         }
-        for kind, names in by_type.items()
-    ]
+        hint = _hint_for(kind, names[0], workflow, hints)
+        if hint is not None:
+            item["setupHint"] = hint
+        credentials.append(item)
     parameters = [
         {
             "id": f"parameters:{node.node_name}",
@@ -493,13 +552,64 @@ def _setup_items(pending: list[NodeSetup]) -> list[dict[str, Any]]:
     return credentials + parameters
 
 
+def _checked_hints(hints: list[CredentialHint], workflow: dict[str, Any]) -> list[dict[str, Any]]:
+    """The recipes as the card carries them, or INVALID_ARGUMENT with every problem."""
+    nodes = {str(n.get("name")): n for n in workflow.get("nodes") or []}
+    urls = [(n.get("parameters") or {}).get("url") for n in nodes.values()]
+    problems = []
+    for hint in hints:
+        node = nodes.get(hint.node_name or "")
+        if hint.node_name is not None and node is None:
+            problems.append(f"nodeName {hint.node_name!r} is not a node of the workflow")
+        found = service_url((node.get("parameters") or {}).get("url")) if node else None
+        for problem in hint_problems(
+            hint.model_dump(by_alias=True, exclude_none=True),
+            node_urls=urls,
+            service_origin=found[1] if found else None,
+        ):
+            problems.append(f"{hint.node_name}: {problem}" if hint.node_name else problem)
+    if problems:
+        raise InvalidArgumentError(
+            "credentialHints: each recipe must be a secret-free template whose {{markers}} "
+            "match its placeholders one to one; fix it (or leave it out) and retry. Problems: "
+            + "; ".join(problems)
+        )
+    return [h.model_dump(by_alias=True, exclude_none=True) for h in hints]
+
+
+def _hint_for(
+    kind: str, node_name: str, workflow: dict[str, Any], hints: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The recipe for a node's templated credential (the node's own, else the general one),
+    with the service's host and origin from the node's URL."""
+    if kind != TEMPLATED_AUTH:
+        return None
+    hint = next((h for h in hints if h.get("nodeName") == node_name), None) or next(
+        (h for h in hints if not h.get("nodeName")), None
+    )
+    if hint is None:
+        return None
+    node: dict[str, Any] = next(
+        (n for n in workflow.get("nodes") or [] if n.get("name") == node_name), {}
+    )
+    found = service_url((node.get("parameters") or {}).get("url"))
+    shown = {k: v for k, v in hint.items() if k != "nodeName"}
+    return shown | ({"serviceHost": found[0], "serviceOrigin": found[1]} if found else {})
+
+
 def _setup_requests(
-    node: NodeSetup, workflow: dict[str, Any], catalog: Catalog, visible: dict[str, Any]
+    node: NodeSetup,
+    workflow: dict[str, Any],
+    catalog: Catalog,
+    visible: dict[str, Any],
+    hints: list[dict[str, Any]] | None = None,
+    renew: set[str] | None = None,
 ) -> list[dict[str, Any]]:
     """One node's card entries in n8n's shape (`workflowSetupNodeSchema`): one per credential
     type it needs (or one for its parameters alone), each with the node itself; every entry
     also carries this service's own description of the node (`NodeSetup.as_json`), which the
-    answered card is read back with."""
+    answered card is read back with. A type asked anew (`renew`) shows no bound credential
+    and says `preferNewCredential`; a templated one carries its recipe (`setupHint`)."""
     found = next(n for n in workflow.get("nodes") or [] if n.get("name") == node.node_name)
     shown = {
         "name": node.node_name,
@@ -530,17 +640,27 @@ def _setup_requests(
     }
     if not node.credential_types:
         return [common | {"credentialNeedsAction": False}]
-    return [
-        common
-        | {
+    renew = renew or set()
+    entries = []
+    for kind in node.credential_types:
+        entry = common | {
             "credentialType": kind,
             "credentialNeedsAction": True,
             "existingCredentials": [
                 {"id": c.id, "name": c.name} for c in visible.values() if c.type == kind
             ],
         }
-        for kind in node.credential_types
-    ]
+        if kind in renew:
+            kept = {k: v for k, v in bound.items() if k != kind}
+            entry["node"] = {k: v for k, v in shown.items() if k != "credentials"} | (
+                {"credentials": kept} if kept else {}
+            )
+            entry["preferNewCredential"] = True
+        hint = _hint_for(kind, node.node_name, workflow, hints or [])
+        if hint is not None:
+            entry["setupHint"] = hint
+        entries.append(entry)
+    return entries
 
 
 def _outcome(asked: NodeSetup, answer: dict[str, Any], visible: dict[str, Any]) -> str | None:
@@ -574,7 +694,7 @@ TOOLS.append(
         "reports completed, skipped and failed nodes.",
         group=GROUP,
         services=WorkflowTools,
-        input_model=WorkflowIdInput,
+        input_model=SetupWorkflowInput,
         output_model=SetupOutput,
         handler=setup_workflow,
         may_ask=True,

@@ -11,6 +11,9 @@
 //     runs one of a node type's listSearch / loadOptions methods (what a node's dropdowns
 //     list: spreadsheets, channels, ...) with the credential the host passed for this call;
 //     its requests leave only through HTTP_PROXY, the service's egress proxy.
+//   {kind: 'resolve', workflow, nodes, nodeName, runIndex?, itemIndex?, executionId, mode}
+//     a node's parameters with every expression evaluated as the engine would have in a past
+//     run (`nodes`: the run's record, each node's last run, as the host keeps it).
 //
 // What the run may not do, it cannot: the sandbox has no network, so an unpinned node with side
 // effects fails on its own; credentials do not exist here, so a node that needs them and is not
@@ -19,7 +22,7 @@
 const { parentPort } = require('node:worker_threads');
 const path = require('node:path');
 const vm = require('node:vm');
-const { Workflow, NodeHelpers } = require('n8n-workflow');
+const { Workflow, NodeHelpers, createEmptyRunExecutionData } = require('n8n-workflow');
 const { WorkflowExecute, ExecutionLifecycleHooks, LoadOptionsContext } = require('n8n-core');
 
 const BASE = 'n8n-nodes-base.';
@@ -332,13 +335,148 @@ async function resources({ node: json, lookup, method, credentials = {}, filter,
   return { lookup, value };
 }
 
+// -- a node's parameters resolved against a past run ------------------------------------
+
+// What a replay cannot rebuild (a paging HTTP request's state, the AI context, the instance's
+// secrets and variables): an expression naming one is reported with this reason.
+const UNRECONSTRUCTABLE = ['$ai', '$response', '$request', '$pageCount', '$secrets', '$vars'];
+const MAX_RESOLVED_CHARS = 8000;
+
+const mentionsUnreconstructable = (text) => UNRECONSTRUCTABLE.some((name) => text.includes(name));
+
+// A resolved value too long to show whole: its start, and how long it was.
+function capped(value) {
+  if (value === null || value === undefined) return value;
+  const text = typeof value === 'object' ? safeJson(value) : String(value);
+  if (text.length <= MAX_RESOLVED_CHARS) return value;
+  return { _truncated: true, preview: text.slice(0, MAX_RESOLVED_CHARS), originalLength: text.length };
+}
+
+// Where a node's input came from: the first of its parents that ran, on the output wired in.
+function sourceOf(workflow, name, runData) {
+  for (const parent of workflow.getParentNodes(name, 'main', 1)) {
+    const runs = runData[parent];
+    if (!runs || runs.length === 0) continue;
+    let output = 0;
+    for (const slot of workflow.connectionsByDestinationNode[name]?.main ?? []) {
+      const link = (slot ?? []).find((connection) => connection?.node === parent);
+      if (link) {
+        output = link.index ?? 0;
+        break;
+      }
+    }
+    return { previousNode: parent, previousNodeOutput: output, previousNodeRun: runs.length - 1 };
+  }
+  return undefined;
+}
+
+// The engine's run data rebuilt from the host's record of a run: each node's last run at its own
+// index (earlier runs are not kept: empty), its items paired by position with its input's (the
+// record keeps no pairing), its source the first parent that ran.
+function pastRunData(workflow, nodes) {
+  const runData = {};
+  for (const [name, node] of Object.entries(nodes)) {
+    const earlier = Array.from({ length: Math.max(0, (node.runs ?? 1) - 1) }, () => ({ startTime: 0, executionTime: 0, executionIndex: 0, source: [], data: { main: [] } }));
+    runData[name] = [...earlier, { name, node }];
+  }
+  for (const [name, runs] of Object.entries(runData)) {
+    const { node } = runs.at(-1);
+    const source = sourceOf(workflow, name, runData);
+    const parent = source ? runData[source.previousNode].at(-1) : undefined;
+    const fed = parent?.node?.outputs?.[source.previousNodeOutput]?.items?.length ?? 0;
+    const main = (node.outputs ?? []).map((output) =>
+      (output.items ?? []).map((json, index) => ({ json: json ?? {}, pairedItem: { item: fed > 0 ? Math.min(index, fed - 1) : index } })),
+    );
+    runs[runs.length - 1] = { startTime: 0, executionTime: 0, executionIndex: 0, source: source ? [source] : [], data: { main } };
+  }
+  return runData;
+}
+
+function resolveParameters({ workflow: json, nodes, nodeName, runIndex: askedRun, itemIndex = 0, executionId, mode }) {
+  // As saved: the engine fills in a known type's defaults, and empties a type it has no code for.
+  const saved = structuredClone((json.nodes ?? []).find((candidate) => candidate.name === nodeName)?.parameters ?? {});
+  const workflow = new Workflow({
+    id: json.id ?? 'resolve',
+    name: json.name,
+    nodes: json.nodes,
+    connections: json.connections,
+    active: false,
+    nodeTypes,
+    staticData: {},
+    settings: json.settings ?? {},
+  });
+  const node = workflow.getNode(nodeName);
+  if (!node) throw new Error(`node "${nodeName}" is not in the workflow this execution ran`);
+  const runData = pastRunData(workflow, nodes || {});
+  const ownRuns = runData[nodeName] ?? [];
+  const runIndex = askedRun ?? Math.max(ownRuns.length - 1, 0);
+  // The node's input as the engine handed it over: from its recorded source, else (it did
+  // not run) from the first parent that did.
+  const source = ownRuns[runIndex]?.source?.[0] ?? sourceOf(workflow, nodeName, runData);
+  const parentRun = source ? runData[source.previousNode]?.[source.previousNodeRun] : undefined;
+  const executeData = parentRun
+    ? { node, data: parentRun.data, source: { main: [source] } }
+    : { node, data: {}, source: null };
+  const input = parentRun?.data?.main?.[source.previousNodeOutput] ?? [];
+  const connectionInputData = input.map((item, index) => ({ ...item, pairedItem: { item: index, input: 0 } }));
+  const runExecutionData = createEmptyRunExecutionData();
+  runExecutionData.resultData.runData = runData;
+  runExecutionData.resultData.lastNodeExecuted = nodeName;
+  const additionalKeys = {
+    $execution: { id: executionId, mode: mode === 'manual' ? 'test' : 'production', resumeUrl: '', resumeFormUrl: '' },
+    $vars: {},
+  };
+  if (node.type === `${BASE}httpRequest`) {
+    additionalKeys.$pageCount = 0;
+    additionalKeys.$response = { statusCode: 200, headers: {}, body: {} };
+    additionalKeys.$request = { headers: {}, body: {}, qs: {} };
+  }
+  const failedExpressions = [];
+  const emptyResolutions = [];
+  const walk = (value, at) => {
+    if (typeof value === 'string' && value.startsWith('=')) {
+      try {
+        const resolved = workflow.expression.getParameterValue(value, runExecutionData, runIndex, itemIndex, nodeName, connectionInputData, 'manual', additionalKeys, executeData, false, {}, nodeName);
+        if (resolved === null || resolved === undefined || resolved === '') {
+          emptyResolutions.push({
+            path: at,
+            raw: value,
+            resolved: resolved === undefined ? null : resolved,
+            ...(mentionsUnreconstructable(value) ? { reason: 'unreconstructable-context' } : {}),
+          });
+        }
+        return capped(resolved);
+      } catch (error) {
+        const message = String((error && error.message) || error);
+        failedExpressions.push({
+          path: at,
+          raw: value,
+          error: message,
+          reason: mentionsUnreconstructable(value) || mentionsUnreconstructable(message) ? 'unreconstructable-context' : 'expression-error',
+        });
+        return null;
+      }
+    }
+    if (Array.isArray(value)) return value.map((item, index) => walk(item, `${at}[${index}]`));
+    if (value !== null && typeof value === 'object') {
+      return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, walk(item, at === '' ? key : `${at}.${key}`)]));
+    }
+    return value;
+  };
+  const known = node.type.startsWith(BASE) && KNOWN[node.type.slice(BASE.length)];
+  const parameters = known ? (node.parameters ?? {}) : saved;
+  const resolved = walk(parameters, '');
+  return { nodeName, runIndex, itemIndex, parameters, resolved: detached(resolved) ?? null, failedExpressions: detached(failedExpressions), emptyResolutions: detached(emptyResolutions) };
+}
+
 parentPort.on('message', async (message) => {
   if (message.kind === 'cancel') {
     running.get(message.executionId)?.cancel();
     return;
   }
   try {
-    const result = message.kind === 'resources' ? await resources(message) : await execute(message);
+    const result =
+      message.kind === 'resources' ? await resources(message) : message.kind === 'resolve' ? resolveParameters(message) : await execute(message);
     parentPort.postMessage({ id: message.id, ok: true, result });
   } catch (error) {
     parentPort.postMessage({ id: message.id, ok: false, error: { stage: 'run', message: String((error && error.message) || error) } });

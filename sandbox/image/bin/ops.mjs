@@ -2,8 +2,8 @@
 // lines over one exec stream) and the one-shot runner (run-op.mjs, for when no worker runs).
 //
 // Operations: ping, stats, warm, read, write, strReplace, list, grep, compile, diagnose, toCode,
-// definition, materialize, execute, cancelExecution, outputSchema, jobProcesses, and the fs*
-// operations of fsapi.mjs. File contents travel as
+// definition, materialize, execute, nodeResources, resolveParameters, cancelExecution,
+// outputSchema, jobProcesses, and the fs* operations of fsapi.mjs. File contents travel as
 // base64 so any bytes survive. Every path is confined to the workspace and walked one
 // component at a time through open directory descriptors, never following a symlink (see
 // openDirectory).
@@ -526,6 +526,14 @@ async function nodeResources({ node, lookup, method, credentials, filter, pagina
   return engine.call({ kind: 'resources', node, lookup, method, credentials, filter, paginationToken }, timeoutMs, 'loading the resources');
 }
 
+// A node's parameters with their expressions evaluated against a past run's record, in the
+// engine thread, under a deadline.
+async function resolveParameters({ workflow, nodes, nodeName, runIndex, itemIndex, executionId, mode, timeoutMs }) {
+  if (!workflow || !Array.isArray(workflow.nodes)) throw new WorkerError('invalid', 'give a WorkflowJSON with a "nodes" array');
+  if (!nodeName) throw new WorkerError('invalid', 'give the name of the node to resolve');
+  return engine.call({ kind: 'resolve', workflow, nodes: nodes || {}, nodeName, runIndex, itemIndex, executionId, mode }, timeoutMs, 'resolving the parameters');
+}
+
 async function cancelExecution({ executionId }) {
   engine.post({ kind: 'cancel', executionId });
   return { requested: true };
@@ -803,6 +811,7 @@ export const handlers = {
   outputSchema,
   execute,
   nodeResources,
+  resolveParameters,
   cancelExecution,
   diagnose,
   toCode,
