@@ -25,7 +25,7 @@ from server.pipeline.setup import (
 from server.runtime.events import EventLog
 from server.runtime.hitl import Hitl
 from server.tools.approval_cards import APPROVAL_SUMMARY
-from server.tools.credentials import SetupHint
+from server.tools.credential_setup import SetupHint
 from server.tools.scope import visible_workflow
 from server.tools.spec import Suspend, ToolContext, ToolModel, ToolSpec
 
