@@ -114,7 +114,10 @@ async def test_a_person_in_n8ns_editor_talks_to_our_assistant(
         # The card replaces the composer; approving it with n8n's own button goes on.
         panel = page.locator('[data-test-id="instance-ai-confirmation-panel"]')
         await expect(panel).to_be_visible(timeout=180_000)
-        await expect(panel).to_contain_text("Allow create-data-table?", timeout=SLOW_MS)
+        # It says what will change, as n8n's own cards do.
+        await expect(panel).to_contain_text(
+            'Create the table with 1 column: "total"', timeout=SLOW_MS
+        )
         await expect(page.locator('[data-test-id="instance-ai-panel-confirm-deny"]')).to_be_visible(
             timeout=SLOW_MS
         )
