@@ -130,12 +130,14 @@ async def _table_name(services: Any, table_id: str) -> str:
         return table_id
 
 
-async def _column_name(services: Any, table_id: str, column_id: str) -> str:
+async def _table_and_column(services: Any, table_id: str, column_id: str) -> tuple[str, str]:
+    """The table's and the column's names, from one read of the table."""
     try:
         table = await services.data_tables.get(table_id)
-    except Exception:  # a card never fails the call: the id stands in
-        return column_id
-    return next((c.name for c in table.columns if column_id in (c.id, c.name)), column_id)
+    except Exception:  # a card never fails the call: the ids stand in
+        return table_id, column_id
+    column = next((c.name for c in table.columns if column_id in (c.id, c.name)), column_id)
+    return str(table.name), column
 
 
 # -- data tables ----------------------------------------------------------------------------
@@ -230,21 +232,21 @@ async def _add_column(services: Any, args: Any, caller: Caller) -> Card:
 
 
 async def _delete_column(services: Any, args: Any, caller: Caller) -> Card:
-    column = await _column_name(services, args.data_table_id, args.column_id)
+    table, column = await _table_and_column(services, args.data_table_id, args.column_id)
     return Card(
         message=f'Delete column "{column}" and its values',
         severity="destructive",
-        resource_name=await _table_name(services, args.data_table_id),
+        resource_name=table,
         approval_details={"action": "delete-column", "column": column},
     )
 
 
 async def _rename_column(services: Any, args: Any, caller: Caller) -> Card:
-    column = await _column_name(services, args.data_table_id, args.column_id)
+    table, column = await _table_and_column(services, args.data_table_id, args.column_id)
     return Card(
         message=f'Rename column "{column}" to "{args.new_name}"',
         severity="warning",
-        resource_name=await _table_name(services, args.data_table_id),
+        resource_name=table,
         approval_details={"action": "rename-column", "column": column, "newName": args.new_name},
     )
 
