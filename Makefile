@@ -96,6 +96,7 @@ bench: setup n8n
 	mkdir -p $(dir $(BENCH_SUMMARY)) && rm -f $(BENCH_SUMMARY)
 	$(BIN)/python -m bench.events
 	$(BIN)/python -m bench.sandbox
+	$(BIN)/python -m bench.ready
 	$(BIN)/python -m bench.sandbox_service
 	$(BIN)/python -m bench.sandbox_runtimes
 	$(BIN)/python -m bench.build

@@ -2,7 +2,7 @@
 measured in the same run, and n8n's own published figures as the peer to beat.
 
 - create: a new sandbox from the warm pool (the API's `POST /sandboxes`) vs a cold create
-  (pool off) through the same API;
+  (pool off) through the same API; and create to its first command's exit (`true`) answered;
 - reconnect: `POST /sandboxes {id}` of an existing sandbox vs `GET /sandboxes/{id}`;
 - exec `true`: `POST .../executions` (the NDJSON stream to its exit) vs `docker exec true`;
 - wake + exec `true` after an idle stop vs `docker start` + `docker exec true`;
@@ -84,18 +84,29 @@ async def measure(rounds: int) -> list[str]:
     ):
         manager = app.parts.sandboxes.for_service(str(uuid.uuid4()))
 
-        async def create() -> None:
+        async def create(created: list[float], first_exec: list[float]) -> None:
+            """A new sandbox, then its first command `true`: the time to each."""
             await manager.fill_pool()  # refilled between rounds: a pool member each time
             started = time.perf_counter()
-            (await api.post("/sandboxes")).raise_for_status()
-            pooled.append((time.perf_counter() - started) * 1000)
+            answer = await api.post("/sandboxes")
+            answer.raise_for_status()
+            created.append((time.perf_counter() - started) * 1000)
+            await run(api, answer.json()["id"], "true")
+            first_exec.append((time.perf_counter() - started) * 1000)
 
         pooled: list[float] = []
+        pooled_exec: list[float] = []
         for _ in range(rounds):
-            await create()
+            await create(pooled, pooled_exec)
         manager.pool_size = 0
-        cold = await timed(lambda: api.post("/sandboxes"), rounds)
+        cold: list[float] = []
+        cold_exec: list[float] = []
+        for _ in range(rounds):
+            await create(cold, cold_exec)
         lines.append(row("create", pooled, cold, "cold create, pool off"))
+        lines.append(
+            row("create to first exec answered", pooled_exec, cold_exec, "the same, pool off")
+        )
 
         sandbox = (await api.post("/sandboxes")).json()["id"]
         await run(api, sandbox, "true")  # its worker and first exec warm

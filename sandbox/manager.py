@@ -45,6 +45,7 @@ from sandbox.identity import LABEL_IMAGE
 from sandbox.image.browser import BROWSER_ENVIRONMENT, browser_command
 from sandbox.image.rootfs import APP_DIR, WORKSPACE
 from sandbox.provider import SandboxInfo, SandboxProvider
+from sandbox.readiness import ENGINE_OPS, Claim, Readiness, ReadinessMix
 from sandbox.search import GrepQuery, GrepResult
 from sandbox.streams import ProcessStream
 from sandbox.worker import WorkerClient, WorkerGoneError, result_of
@@ -117,6 +118,9 @@ class _Entry:
     last_used: float
     running_commands: int = 0
     worker: WorkerClient | None = None
+    # A pool member's: what it was warmed for; once claimed, its claim in the readiness mix.
+    readiness: Readiness | None = None
+    claim: Claim | None = None
 
     def drop_worker(self) -> None:
         if self.worker is not None:
@@ -175,6 +179,8 @@ class SandboxManager:
         self._creating: dict[str, asyncio.Future[ContainerInfo]] = {}
         # Started, seeded sandboxes (with their worker) waiting for a thread.
         self._pool: list[_Entry] = []
+        # How many members are warmed with the engine: what claimed ones went on to use.
+        self.readiness = ReadinessMix()
         self._refill: asyncio.Task[None] | None = None
         # Whether unclaimed pool sandboxes left by an earlier process are taken over (not
         # when other live services of the owner may be using theirs).
@@ -246,12 +252,15 @@ class SandboxManager:
 
     async def state(self, thread_id: str) -> str | None:
         """The sandbox's container state (`running`, `exited`, ...; None when there is no
-        container) without starting anything; a live worker answers without an engine call."""
-        entry = self._entries.get(thread_id)
-        if entry is not None and entry.worker is not None and entry.worker.alive:
-            return "running"
+        container) without starting anything. The engine answers, never the worker's stream:
+        under gVisor a killed container's stream can stay open a while, and a caller asking
+        this is telling a crash from a running sandbox."""
         info = await _call(self.provider.get, thread_id)
-        return info.status if info is not None else None
+        status = info.status if info is not None else None
+        entry = self._entries.get(thread_id)
+        if status != "running" and entry is not None:
+            entry.drop_worker()  # it went with its container
+        return status
 
     async def stop(self, thread_id: str) -> None:
         """Stop the sandbox, its files kept (an idle stop); the next use starts it again."""
@@ -279,6 +288,7 @@ class SandboxManager:
             if claimed is not None:
                 pooled.container = claimed
                 pooled.last_used = time.monotonic()
+                pooled.claim = self.readiness.claimed()
                 self.refill_pool()
                 return pooled
             pooled.drop_worker()  # another process claimed it
@@ -312,19 +322,25 @@ class SandboxManager:
                 return  # the next claim tries the refill again
 
     async def _add_to_pool(self, container: ContainerInfo) -> bool:
-        """Warm `container` into the pool; one that does not get ready is discarded."""
+        """Warm `container` into the pool, as ready as the traffic needs (readiness.py); one
+        that does not get ready is discarded."""
+        readiness = self.readiness.next_member(
+            pool_size=self.pool_size,
+            ready_to_verify=sum(e.readiness == Readiness.VERIFY for e in self._pool),
+        )
         try:
-            self._pool.append(await _call(self._warm, container))
+            self._pool.append(await _call(self._warm, container, readiness))
         except SandboxError as exc:
             log.warning("discarding a pool sandbox that did not get ready", reason=str(exc))
             await _call(self.provider.discard, container)
             return False
         return True
 
-    def _warm(self, container: ContainerInfo) -> _Entry:
+    def _warm(self, container: ContainerInfo, readiness: Readiness) -> _Entry:
         """A pool member ready to work: started, initialised, and (with the image) its worker
-        running with the compiler and the engine loaded by one warm-up build and run, so a
-        thread's first build and verification cost what warm ones do."""
+        running with the compiler loaded by one warm-up build and, ready to verify, the
+        engine by a warm-up run, so a thread's first build (and verification) cost what warm
+        ones do."""
         if container.status != "running":
             container = self.provider.start(container)
         self._initialise(container)
@@ -337,12 +353,15 @@ class SandboxManager:
                     # (up to THREAD_LOAD_S, not charged to it): the host waits for both.
                     timeout_s=2 * (WARM_TIMEOUT_S + THREAD_LOAD_S) + HOST_GUARD_S,
                     timeoutMs=WARM_TIMEOUT_S * 1000,
+                    engine=readiness == Readiness.VERIFY,
                 )
             except SandboxError:
                 worker.close()
                 raise
             log.debug("pool sandbox warmed", container=container.name, **took)
-        return _Entry(container=container, last_used=time.monotonic(), worker=worker)
+        return _Entry(
+            container=container, last_used=time.monotonic(), worker=worker, readiness=readiness
+        )
 
     def pooled_count(self) -> int:
         return len(self._pool)
@@ -714,11 +733,16 @@ class SandboxManager:
                 "building and running workflows needs the sandbox image: use Docker sandboxes "
                 "(INSTANCE_AI_SANDBOX_PROVIDER=docker)"
             )
-        return await self._file_op(
-            thread_id,
-            lambda w: w.call(op, timeout_s=timeout_s + THREAD_LOAD_S + HOST_GUARD_S, **args),
-            lambda workspace: self._run_op(workspace, {"op": op, **args}),
-        )
+        try:
+            return await self._file_op(
+                thread_id,
+                lambda w: w.call(op, timeout_s=timeout_s + THREAD_LOAD_S + HOST_GUARD_S, **args),
+                lambda workspace: self._run_op(workspace, {"op": op, **args}),
+            )
+        finally:
+            entry = self._entries.get(thread_id)
+            if op in ENGINE_OPS and entry is not None and entry.claim is not None:
+                entry.claim.used_engine = True  # what the pool's next members are warmed for
 
     @staticmethod
     def _run_op(workspace: files.Workspace, request: dict[str, Any]) -> Any:

@@ -39,6 +39,7 @@ from sandbox.image.build import BIN_DIR, BuiltImage
 from sandbox.image.rootfs import WORKSPACE
 from sandbox.manager import MARKER, SandboxManager
 from sandbox.provider import SandboxInfo, SandboxProvider
+from sandbox.readiness import Readiness, ReadinessMix
 from sandbox.runtimes import GVISOR_JOB_TASKS, RUNSC
 from sandbox.search import GrepQuery
 from sandbox.worker import WorkerClient
@@ -546,37 +547,69 @@ async def test_a_new_thread_gets_a_warm_sandbox_from_the_pool(
     assert (await manager.acquire("t1")).id == container.id and manager.pooled_count() == 2
 
 
-async def test_a_pool_sandbox_is_ready_to_build_and_run_before_a_thread_claims_it(
+async def test_pool_members_are_as_ready_as_the_traffic_needs(
     provider: SandboxProvider,
 ) -> None:
-    """The warm-up loads the compiler and the engine in the pool member's worker (a sandbox
-    made for a thread on demand has neither until its first build), and leaves the
-    workspace as seeded."""
-    manager = SandboxManager(provider, pool_size=1)
+    """Before any claim, half the pool is warmed with the engine too (readiness.py: Laplace's
+    one half); the rest only to build. A member warmed to build runs a workflow all the same,
+    its engine loaded on the first run, and that claim counts as one that used the engine. A
+    sandbox made on demand has neither thread until its first build, and the warm-up leaves
+    the workspace as seeded."""
+    manager = SandboxManager(provider, pool_size=2)
     try:
         await manager.fill_pool()
-        pooled = manager._pool[0]
-        assert pooled.worker is not None
-        stats = await asyncio.to_thread(pooled.worker.call, "stats")
-        assert stats["threads"] == {"compiler": True, "engine": True}
-        cold = await manager.acquire("cold")  # the pool's member...
-        assert cold.id == pooled.container.id
-        seeded = {e.path for e in (await manager.list_files("cold", recursive=True))[0]}
+        assert [e.readiness for e in manager._pool] == [Readiness.VERIFY, Readiness.BUILD]
+        pids = {}
+        for entry in manager._pool:
+            assert entry.worker is not None
+            stats = await asyncio.to_thread(entry.worker.call, "stats")
+            verify = entry.readiness == Readiness.VERIFY
+            assert stats["threads"] == {"compiler": True, "engine": verify}
+            pids[entry.container.id] = stats["pid"]
+        manager.pool_size = 0  # claims take the members, nothing refills
+        verifier = await manager.acquire("verifier")
+        builder = await manager.acquire("builder")
+        assert {verifier.id, builder.id} == set(pids)
+        seeded = {e.path for e in (await manager.list_files("builder", recursive=True))[0]}
         assert not any("warm" in path for path in seeded)
-        manager.pool_size = 0  # ...and, with no pool left, one made on demand
-        fresh = await manager.acquire("fresh")
-        assert fresh.id != cold.id
+        # The build-only member builds at once, in the process the warm-up ran in, and runs.
+        await manager.write_file(
+            "builder", "src/a.workflow.ts", (BIN_DIR / "warm.workflow.ts").read_bytes()
+        )
+        built = await manager.compile("builder", "src/a.workflow.ts")
+        assert built["ok"], built
+        assert (await manager.operation("builder", "stats"))["threads"]["engine"] is False
+        ran = await manager.execute(
+            "builder", built["workflow"], execution_id="first", pin_data=built["fixtures"]
+        )
+        assert ran["status"] == "success", ran
+        after = await manager.operation("builder", "stats")
+        assert after["threads"]["engine"] is True and after["pid"] == pids[builder.id]
+        assert manager.readiness.snapshot() == {"claims": 2, "usedEngine": 1, "engineShare": 0.5}
+        fresh = await manager.acquire("fresh")  # no pool left: made on demand
+        assert fresh.id not in pids
         on_demand = await manager.operation("fresh", "stats")
         assert on_demand["threads"] == {"compiler": False, "engine": False}
-        # The claimed worker builds at once, in the same process the warm-up ran in.
-        await manager.write_file(
-            "cold", "src/a.workflow.ts", (BIN_DIR / "warm.workflow.ts").read_bytes()
-        )
-        built = await manager.compile("cold", "src/a.workflow.ts")
-        assert built["ok"], built
-        assert (await manager.operation("cold", "stats"))["pid"] == stats["pid"]
     finally:
         await manager.close()
+
+
+def test_the_pool_mix_follows_what_claimed_sandboxes_did() -> None:
+    """The share of members warmed with the engine is the claimed ones' (Laplace's rule over
+    the last `window` claims): all building only brings it toward none, all running toward
+    all, and only the last `window` claims count."""
+    mix = ReadinessMix(window=10)
+    assert mix.next_member(pool_size=4, ready_to_verify=1) == Readiness.VERIFY  # 2 of 4
+    assert mix.next_member(pool_size=4, ready_to_verify=2) == Readiness.BUILD
+    for _ in range(10):
+        mix.claimed()
+    assert mix.engine_share == 1 / 12
+    assert mix.next_member(pool_size=4, ready_to_verify=0) == Readiness.BUILD
+    for _ in range(10):
+        mix.claimed().used_engine = True
+    assert mix.engine_share == 11 / 12  # the building-only claims fell out of the window
+    assert mix.next_member(pool_size=4, ready_to_verify=3) == Readiness.VERIFY
+    assert mix.next_member(pool_size=4, ready_to_verify=4) == Readiness.BUILD
 
 
 async def test_a_worker_past_its_memory_bound_recycles_its_threads_and_keeps_building(

@@ -9,9 +9,12 @@
 4. **tools** (`instance-ai-sandbox-tools:<hash>`): what n8n's sandbox service offers its
    assistant (`tools.py`): Node 24 with npm at /opt/node24, `npm pack`ed at the versions and
    integrities pinned in `deps/node-runtime.json`, and this host's python3, rg and curl.
-5. **final** (`instance-ai-sandbox:<hash>`): the code in `bin/`, the workspace seed in `seed/`
-   (copied into a workspace on first use), plus the run-time config
-   (user, HOME, TMPDIR, n8n's folder), committed the same way. A code change rebuilds only this.
+5. **final** (`instance-ai-sandbox:<hash>`): the code in `bin/` with its threads' bundles
+   (`bundler/bundle.mjs`, made here on the host), the workspace seed in `seed/` (copied into a
+   workspace on first use), plus the run-time config (user, HOME, TMPDIR, n8n's folder, Node 24
+   first on PATH), committed the same way; then one warm-up build and run inside it fills
+   Node's compile cache (`/opt/app/compile-cache`), which is committed with it and read-only
+   from then on. A code change rebuilds only this.
 
 A layer whose tag exists is reused, so a second build does nothing. Copy-and-commit is used
 instead of `docker build`: the legacy builder re-sends and re-hashes the whole 600 MB context
@@ -58,6 +61,13 @@ __all__ = [
 IMAGE_DIR = Path(__file__).resolve().parent
 DEPS_DIR = IMAGE_DIR / "deps"
 BIN_DIR = IMAGE_DIR / "bin"
+BUNDLER = IMAGE_DIR / "bundler" / "bundle.mjs"
+FILL_COMPILE_CACHE = IMAGE_DIR / "bundler" / "fill-compile-cache.cjs"
+# Each thread's bundle (bin/bundles/<name>.cjs) and the packages it holds with all they reach.
+BUNDLES = {"compiler": ["@n8n/workflow-sdk"], "engine": ["n8n-workflow", "n8n-core"]}
+# Node's on-disk compile cache, filled at build by a warm-up and shipped in the image: a
+# thread's bundle starts from V8's cached code instead of parsing it.
+COMPILE_CACHE = f"{rootfs.APP_DIR}/compile-cache"
 SEED_DIR = IMAGE_DIR / "seed"
 REPOSITORY = "instance-ai-sandbox"
 # Packages whose node and credential catalogs (and node definitions) the image carries without
@@ -77,6 +87,10 @@ RUN_CONFIG = [
     "ENV N8N_USER_FOLDER=/tmp/n8n",
     "ENV N8N_LOG_LEVEL=silent",
     "ENV NODE_OPTIONS=--max-old-space-size=768",
+    # Node 24 (the tools layer's) is the sandbox's one `node`: the worker, its threads and
+    # every command run on it. The base's Node 20 is not on PATH.
+    f"ENV PATH={tools.NODE_DIR}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    f"ENV NODE_COMPILE_CACHE={COMPILE_CACHE}",
     'CMD ["sleep", "infinity"]',
 ]
 
@@ -119,6 +133,8 @@ def image_tags() -> tuple[str, str, str, str, str]:
     final = _digest(
         toolbox.encode(),
         Path(__file__).read_bytes(),  # it stages the layer (and makes the node type index)
+        _tree_bytes(BUNDLER.parent),
+        json.dumps(BUNDLES).encode(),
         _tree_bytes(BIN_DIR),
         _tree_bytes(SEED_DIR),
         "\n".join(RUN_CONFIG).encode(),
@@ -187,16 +203,20 @@ class ImageBuilder:
             self._commit_tools(browser_tag, tools_tag)
             built.append(tools_tag)
         if not self._exists(final_tag):
+            code_tag = final_tag.replace(f"{REPOSITORY}:", f"{REPOSITORY}-code:", 1)
             with tempfile.TemporaryDirectory() as staging:
+                self._log("bundling the compile and engine threads' modules (esbuild)")
                 _stage_code(node_modules, Path(staging))
                 self._commit_layer(
                     tools_tag,
-                    final_tag,
+                    code_tag,
                     rootfs.APP_DIR,
                     Path(staging),
                     ["bin", "seed"],
                     RUN_CONFIG,
                 )
+            self._fill_compile_cache(code_tag, final_tag)
+            self._client.images.remove(code_tag)
             built.append(final_tag)
         self._log(f"sandbox image {final_tag} ready" + (f" (built {built})" if built else ""))
         return BuiltImage(tag=final_tag, built_layers=built)
@@ -290,6 +310,47 @@ class ImageBuilder:
 
         self._commit_tar(parent, tag, destination, write, changes)
 
+    def _fill_compile_cache(self, parent: str, tag: str) -> None:
+        """Run one warm-up build and run in a container of `parent` (as the sandbox user, who
+        the cache is keyed to) with Node's compile cache on, and commit it as `tag` with the
+        cache made root's and read-only."""
+        self._log("filling Node's compile cache with a warm-up build and run")
+        container = self._client.containers.create(
+            parent,
+            command=[
+                "node",
+                "-e",
+                FILL_COMPILE_CACHE.read_text(),
+                COMPILE_CACHE,
+                str(rootfs.USER_UID),
+                f"{rootfs.APP_DIR}/bin/run-op.mjs",
+                json.dumps({"op": "warm", "engine": True, "timeoutMs": 120_000}),
+            ],
+            environment={"NODE_COMPILE_CACHE": ""},  # the root launcher's own: none
+            network_mode="none",
+            user="0:0",
+            tmpfs={"/tmp": ""},  # noqa: S108 (the container's own tmpfs, as a sandbox's)
+        )
+        try:
+            container.start()
+            status = container.wait(timeout=600)
+            output = container.logs().decode(errors="replace")
+            if status.get("StatusCode") != 0 or '"ok":true' not in output:
+                raise ImageBuildError(f"the compile cache's warm-up failed:\n{output[-4000:]}")
+            # Only the cache goes into the image (a warm-up that wrote elsewhere would ship it).
+            stray = [
+                change["Path"]
+                for change in container.diff() or []
+                if not change["Path"].startswith(COMPILE_CACHE)
+                and change["Path"] not in (rootfs.APP_DIR, "/opt")
+            ]
+            if stray:
+                raise ImageBuildError(f"the compile cache's warm-up also wrote {stray[:10]}")
+            repository, version = tag.split(":")
+            container.commit(repository=repository, tag=version, changes=RUN_CONFIG)
+        finally:
+            container.remove(force=True)
+
     def _commit_browser(self, parent: str, tag: str) -> None:
         self._log("adding this host's Chromium (the sandboxed browser)")
         files = browser.collect_files()
@@ -348,6 +409,13 @@ def _npm_inputs() -> bytes:
     return (DEPS_DIR / "package-lock.json").read_bytes() + b"\0" + CATALOG_ONLY.read_bytes()
 
 
+def _host_node() -> str:
+    node = shutil.which("node")
+    if node is None:
+        raise ImageBuildError("node is not installed: install Debian's nodejs")
+    return node
+
+
 def _host_npm() -> str:
     npm = shutil.which("npm")
     if npm is None:
@@ -387,8 +455,19 @@ def _unpack_pinned(npm: str, name: str, pin: dict[str, Any], target: Path) -> No
 
 
 def _stage_code(node_modules: Path, staging: Path) -> None:
-    """bin/ and seed/ as committed, plus the seed's node type index made from the catalog."""
+    """bin/ and seed/ as committed, plus the threads' bundles and the seed's node type index
+    made from the catalog."""
     shutil.copytree(BIN_DIR, staging / "bin")
+    specs = [f"{name}={','.join(packages)}" for name, packages in BUNDLES.items()]
+    bundles = staging / "bin" / "bundles"
+    image_modules = f"{rootfs.APP_DIR}/node_modules"
+    result = subprocess.run(
+        [_host_node(), str(BUNDLER), str(node_modules), str(bundles), image_modules, *specs],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise ImageBuildError(f"bundling the threads' modules failed:\n{result.stderr[-4000:]}")
     shutil.copytree(SEED_DIR, staging / "seed")
     index = staging / "seed" / "node-types" / "index.txt"
     index.parent.mkdir()

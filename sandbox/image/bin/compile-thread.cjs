@@ -13,6 +13,9 @@ const { parentPort, workerData } = require('node:worker_threads');
 const { createRequire } = require('node:module');
 const path = require('node:path');
 const vm = require('node:vm');
+// The SDK and all it reaches from one bundle (bundle-loader.cjs): the user's source, which
+// requires the SDK by name, gets the same instance.
+require('./bundle-loader.cjs').serveFromBundle('compiler');
 const sdk = require('@n8n/workflow-sdk');
 
 const { definitionDirs } = workerData;

@@ -22,6 +22,9 @@
 const { parentPort } = require('node:worker_threads');
 const path = require('node:path');
 const vm = require('node:vm');
+// n8n-workflow, n8n-core and all they reach from one bundle (bundle-loader.cjs): the node
+// classes, loaded from n8n-nodes-base, get the same n8n-workflow and the same shared packages.
+require('./bundle-loader.cjs').serveFromBundle('engine');
 const { Workflow, NodeHelpers, createEmptyRunExecutionData } = require('n8n-workflow');
 const { WorkflowExecute, ExecutionLifecycleHooks, LoadOptionsContext } = require('n8n-core');
 

@@ -541,22 +541,26 @@ async function cancelExecution({ executionId }) {
 
 // -- warming up ------------------------------------------------------------------------------
 
-// Compile and run the warm-up workflow (bin/warm.workflow.ts, read from the image, never the
-// workspace) once: the compile thread, the engine thread and esbuild's service start and load
-// what every build and run needs, so a pool sandbox's first real call costs a warm one.
+// Make the sandbox ready: compile the warm-up workflow (bin/warm.workflow.ts, read from the
+// image, never the workspace), so the compile thread and esbuild's service have started and
+// loaded what every build needs; with `engine`, run it too, so the engine thread has loaded
+// what every run needs. A sandbox warmed without the engine loads it on its first run: a
+// thread that only edits and builds never pays for it.
 const WARM_SOURCE = path.join(path.dirname(fileURLToPath(import.meta.url)), 'warm.workflow.ts');
 
-async function warm({ timeoutMs }) {
+async function warm({ timeoutMs, engine: withEngine = true }) {
   const started = performance.now();
   const source = await fs.readFile(WARM_SOURCE, 'utf8');
   const compiled = await compileSource(WARM_SOURCE, 'warm.workflow.ts', source, timeoutMs);
   if (!compiled.ok) throw new WorkerError('internal', `the warm-up build failed: ${compiled.message}`);
   const compiledMs = performance.now() - started;
-  const ran = await execute({ executionId: 'warm-up', workflow: compiled.workflow, pinData: compiled.fixtures, timeoutMs });
-  if (!ran.ok || ran.status !== 'success') {
-    throw new WorkerError('internal', `the warm-up run failed: ${ran.message || ran.status}`);
+  if (withEngine) {
+    const ran = await execute({ executionId: 'warm-up', workflow: compiled.workflow, pinData: compiled.fixtures, timeoutMs });
+    if (!ran.ok || ran.status !== 'success') {
+      throw new WorkerError('internal', `the warm-up run failed: ${ran.message || ran.status}`);
+    }
   }
-  return { compileMs: Math.round(compiledMs), totalMs: Math.round(performance.now() - started) };
+  return { compileMs: Math.round(compiledMs), totalMs: Math.round(performance.now() - started), engine: withEngine };
 }
 
 // -- TypeScript diagnostics ------------------------------------------------------------------
