@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import os
 import uuid
 
 import docker
@@ -150,6 +151,11 @@ async def main(rounds: int, wanted: RuntimeSetting) -> None:
         floor = f"{runtime}; a bare started container: {bare_cpu:.2f} CPU-s, {bare_mb:.1f} MB"
         old = "baseline: modules file by file, no compile cache"
         build, verify = Readiness.BUILD, Readiness.VERIFY
+        total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+
+        def fit(figures: list[float]) -> str:
+            return f"{total_mb / p50(figures):.0f} fit in {total_mb / 1024:.0f} GB"
+
         as_before = "baseline: a pool member as before (both threads, modules file by file)"
         # name, ours, baseline, unit, note
         table = [
@@ -158,9 +164,9 @@ async def main(rounds: int, wanted: RuntimeSetting) -> None:
             ("CPU-s to make a sandbox ready to build and verify", ours.cpu[verify],
              base.cpu[verify], "CPU-s, p50", old),
             ("idle sandbox ready to build", ours.idle_mb[build], base.idle_mb[verify],
-             "MB, p50", f"{as_before}; {floor}"),
+             "MB, p50", f"{as_before}; {floor}; {fit(ours.idle_mb[build])}"),
             ("idle sandbox ready to build and verify", ours.idle_mb[verify],
-             base.idle_mb[verify], "MB, p50", old),
+             base.idle_mb[verify], "MB, p50", f"{old}; {fit(ours.idle_mb[verify])}"),
             ("a sandbox after its first verification", ours.verified_mb, base.verified_mb,
              "MB, p50", f"{old}; five nodes built and run once"),
         ]  # fmt: skip

@@ -5,8 +5,7 @@
   upload / `docker exec cat` path; a warm compile vs the same compile in a one-shot
   `run-op.mjs` process (bench/build.py compares a whole build with `build.mjs`);
 - 20 threads acquiring at once: warm pool vs cold;
-- the memory of an idle ready pool sandbox (worker running, compiler and engine loaded and
-  warmed) vs a bare started sandbox, and how many ready ones fit in this machine's memory;
+- (an idle ready sandbox's memory, by readiness, is bench/ready.py's;)
 - the worker's memory after 1,000 builds of a source edited before each vs after 100 (flat
   is 1.0; the worker recycles its threads past a bound).
 
@@ -20,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import time
 import uuid
@@ -123,37 +121,6 @@ async def burst_figures(provider: SandboxProvider, threads: int) -> tuple[float,
     return pooled, unpooled
 
 
-async def memory_figures(provider: SandboxProvider, count: int) -> str:
-    """Median memory of `count` idle ready pool sandboxes vs `count` bare started ones."""
-    ready = SandboxManager(provider, pool_size=count)
-    await ready.fill_pool()
-    bare = SandboxManager(provider, use_worker=False)
-    bare_ids = [(await bare.acquire(f"bare-{n}")).id for n in range(count)]
-    await asyncio.sleep(2)  # let the warm-up's garbage go before sampling
-    client = docker.from_env()
-    try:
-        ready_mb = p50([container_mb(client, e.container.id) for e in ready._pool])
-        bare_mb = p50([container_mb(client, cid) for cid in bare_ids])
-    finally:
-        client.close()
-        await ready.close()
-    total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
-    record(
-        "sandbox",
-        "idle ready sandbox's memory, p50",
-        ready_mb,
-        None,
-        "MB",
-        note=f"a bare started one: {bare_mb:.1f} MB; {total_mb / ready_mb:.0f} ready ones "
-        f"fit in {total_mb / 1024:.0f} GB",
-    )
-    return (
-        f"{'idle sandbox memory: ready vs bare':<40} {ready_mb:>10.1f} {bare_mb:>10.1f} "
-        f"  (MB, p50; {total_mb / ready_mb:.0f} ready ones fit in this machine's "
-        f"{total_mb / 1024:.0f} GB)"
-    )
-
-
 async def worker_growth(provider: SandboxProvider, builds: int) -> str:
     """The worker's RSS after `builds` builds vs after the first 100 (each of an edited
     source, as an agent's edits make them)."""
@@ -211,7 +178,6 @@ async def main(rounds: int, burst: int) -> None:
         lines.append(
             row(f"{burst} threads at once: pool vs cold", burst_pooled, burst_cold, "ms wall")
         )
-        lines.append(await memory_figures(provider, 3))
         lines.append(await worker_growth(provider, 1000))
     finally:
         cleanup(engine, owner)
