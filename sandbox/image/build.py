@@ -215,8 +215,10 @@ class ImageBuilder:
                     ["bin", "seed"],
                     RUN_CONFIG,
                 )
-            self._fill_compile_cache(code_tag, final_tag)
-            self._client.images.remove(code_tag)
+            try:
+                self._fill_compile_cache(code_tag, final_tag)
+            finally:
+                self._client.images.remove(code_tag)  # a step, never an image to run
             built.append(final_tag)
         self._log(f"sandbox image {final_tag} ready" + (f" (built {built})" if built else ""))
         return BuiltImage(tag=final_tag, built_layers=built)
@@ -242,7 +244,7 @@ class ImageBuilder:
         for name in ("package.json", "package-lock.json"):
             shutil.copy2(DEPS_DIR / name, staging / name)
         self._log("installing the sandbox's npm dependencies (npm ci --ignore-scripts)")
-        npm = _host_npm()
+        npm = _host_program("npm")
         result = subprocess.run(
             [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"],
             cwd=staging,
@@ -267,7 +269,7 @@ class ImageBuilder:
         staging = target.with_name(target.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        npm = _host_npm()
+        npm = _host_program("npm")
         for name, pin in json.loads(NODE_RUNTIME.read_text()).items():
             self._log(f"adding {name}@{pin['version']} to {tools.NODE_DIR} (npm pack)")
             _unpack_pinned(npm, name, pin, staging / pin["into"])
@@ -409,18 +411,12 @@ def _npm_inputs() -> bytes:
     return (DEPS_DIR / "package-lock.json").read_bytes() + b"\0" + CATALOG_ONLY.read_bytes()
 
 
-def _host_node() -> str:
-    node = shutil.which("node")
-    if node is None:
-        raise ImageBuildError("node is not installed: install Debian's nodejs")
-    return node
-
-
-def _host_npm() -> str:
-    npm = shutil.which("npm")
-    if npm is None:
-        raise ImageBuildError("npm is not installed: install Debian's nodejs and npm")
-    return npm
+def _host_program(name: str) -> str:
+    """This host's `node` or `npm`, which the build runs."""
+    found = shutil.which(name)
+    if found is None:
+        raise ImageBuildError(f"{name} is not installed: install Debian's nodejs and npm")
+    return found
 
 
 def _unpack_pinned(npm: str, name: str, pin: dict[str, Any], target: Path) -> None:
@@ -461,8 +457,9 @@ def _stage_code(node_modules: Path, staging: Path) -> None:
     specs = [f"{name}={','.join(packages)}" for name, packages in BUNDLES.items()]
     bundles = staging / "bin" / "bundles"
     image_modules = f"{rootfs.APP_DIR}/node_modules"
+    node = _host_program("node")
     result = subprocess.run(
-        [_host_node(), str(BUNDLER), str(node_modules), str(bundles), image_modules, *specs],
+        [node, str(BUNDLER), str(node_modules), str(bundles), image_modules, *specs],
         capture_output=True,
         text=True,
     )
