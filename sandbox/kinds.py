@@ -36,7 +36,7 @@ __all__ = [
 SERVICE_KEY_PREFIX = "sandbox-api/"
 
 # n8n's service puts the user's own tool folders first (docs/API.md of n8n-sandbox-service);
-# Node 24 comes before the image's Node 20, which only the in-sandbox worker uses.
+# Node 24 is the image's one `node` (the base's Node 20 is off PATH).
 SERVICE_PATH = (
     f"{HOME_DIR}/venv/bin:{HOME_DIR}/.npm-global/bin:/opt/node24/bin:"
     "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -1,8 +1,9 @@
 """The tools layer: what n8n's own sandbox service offers its AI assistant beyond the base's
 shell tools. Node 24 with npm at `/opt/node24`, laid out like a Node distribution, from the
-npm registry at pinned integrities (`deps/node-runtime.json`, unpacked by build.py): the base's
-Node 20 at /usr/bin/node stays for the in-sandbox worker, and service sandboxes put
-/opt/node24/bin first on `PATH` (sandbox/kinds.py). And from this host, like the base layer:
+npm registry at pinned integrities (`deps/node-runtime.json`, unpacked by build.py): the
+image's `PATH` puts /opt/node24/bin first, so it is the sandbox's one `node` (the worker's and
+every command's; the base's Node 20 at /usr/bin/node is off `PATH`), and service sandboxes put
+only their home's tool folders before it (sandbox/kinds.py). And from this host, like the base:
 Debian's python3 with its standard library (and the wheels `python3 -m venv` installs pip
 from), ripgrep, curl, and the CA bundle that python3 and curl verify TLS against; each binary
 with the shared libraries `ldd` says it needs, in a merged-/usr layout.
