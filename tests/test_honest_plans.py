@@ -154,6 +154,15 @@ async def settled_plan(app: Any, thread: str, *, within: float) -> Any:
         await asyncio.sleep(0.2)
 
 
+def checklist_settled(event: dict[str, Any]) -> bool:
+    """A checklist update with no task left to do or in progress."""
+    if event["type"] != "tasks-update":
+        return False
+    return all(
+        t["status"] in ("done", "failed", "cancelled") for t in event["payload"]["tasks"]["tasks"]
+    )
+
+
 async def test_a_plan_settles_each_task_from_its_evidence(
     make_docker_settings: Callable[..., Settings], model: FakeMessagesAPI
 ) -> None:
@@ -171,6 +180,7 @@ async def test_a_plan_settles_each_task_from_its_evidence(
         )
         # The first failure asks for the replan; a task running beside it settles after.
         plan = await settled_plan(app, "t1", within=600)
+        events = await chat.until("t1", checklist_settled, within=600)
     tasks = {t["id"]: t for t in plan.tasks}
     intake = tasks["intake"]
     assert intake["status"] == "succeeded", intake
