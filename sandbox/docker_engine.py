@@ -3,7 +3,7 @@
 Every docker SDK type and error stays in this module: callers get the seam's values, and
 `SandboxUnavailableError` / `ContainerGoneError` with what to check. Jobs are uids: a job's
 process runs as `<job>:1000`, and `kill -9 -1` run as that uid reaches all of its processes,
-`setsid` escapees included, and nothing of other uids (see `_KILL_ALL`).
+`setsid` escapees included, and nothing of other uids (see `job_kill.py`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ from sandbox.errors import SandboxUnavailableError
 from sandbox.image.build import require_image
 from sandbox.image.catalog import extract_catalog
 from sandbox.image.rootfs import USER_UID, WORKSPACE
-from sandbox.runtimes import RUNSC
+from sandbox.job_kill import LIST_UIDS, jobs_listed, kill_job_argv
+from sandbox.runtimes import GVISOR_HOST_PIDS_FACTOR, GVISOR_KERNEL_MEMORY, RUNSC
 
 __all__ = ["DockerEngine", "DockerHost", "connect"]
 
@@ -50,11 +51,6 @@ DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 # The sandbox user, and the home directory every process starts with.
 USER = f"{USER_UID}:{USER_UID}"
 HOME = {"HOME": HOME_DIR}
-# Under gVisor (`_gvisor_limits`): the host's pids limit is this many times the sandbox's (512
-# sandboxed processes held ~715 host threads, docs/security.md), and its memory limit has
-# this much room for the sandbox's kernel above the sandbox's own.
-GVISOR_HOST_PIDS_FACTOR = 4
-GVISOR_KERNEL_MEMORY = 256 * 1024 * 1024
 # How long a killed sandbox may take to be down.
 KILL_WAIT_S = 30.0
 # What the engine says when a kill finds the container's first process a zombie.
@@ -63,31 +59,6 @@ ZOMBIE = "is zombie and can not be killed"
 REMOVE_WAIT_S = 120.0
 # Where a sandbox's own volume may be mounted: a thread's workspace, or a service sandbox's home.
 VOLUME_MOUNTS = (WORKSPACE, HOME_DIR)
-
-# Run as the job uid ($1). Each round stops, then kills, every process of the uid but this
-# script (`kill -1` reaches every process the caller may signal, and Linux lets a process
-# signal its own uid's alone), then counts what is left of the uid that is not a zombie.
-# Stopping first matters under gVisor, whose kill(-1) lets a child forked meanwhile escape:
-# stopped processes fork no more, so a fork bomb dies within a round or two. No fork in the
-# loop (the count reads /proc with shell builtins): a uid at its process limit must still be
-# killable. The pause lets exiting processes finish.
-_KILL_ALL = """me=$1; round=0
-while [ $round -lt 40 ]; do
-  round=$((round + 1))
-  kill -STOP -1 2>/dev/null; kill -KILL -1 2>/dev/null
-  left=0
-  for status in /proc/[0-9]*/status; do
-    [ "$status" = "/proc/$$/status" ] && continue
-    uid=; state=
-    while read -r key value _; do
-      case $key in State:) state=$value ;; Uid:) uid=$value; break ;; esac
-    done 2>/dev/null <"$status"
-    [ "$uid" = "$me" ] && [ "$state" != Z ] && left=$((left + 1))
-  done
-  [ $left -eq 0 ] && exit 0
-  sleep 0.05 2>/dev/null
-done
-exit 1"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -448,16 +419,14 @@ class DockerEngine:
 
     def kill_job(self, container_id: str, job: int) -> bool:
         try:
-            argv = ["sh", "-c", _KILL_ALL, "kill-job", str(job)]
-            result = self.exec(container_id, argv, workdir="/", job=job)
+            result = self.exec(container_id, kill_job_argv(job), workdir="/", job=job)
         except SandboxUnavailableError:
             return False
         return result.exit_code == 0
 
     def running_jobs(self, container_id: str, jobs: range) -> list[int]:
-        listing = self.exec(container_id, ["ps", "-eo", "uid="], workdir="/")
-        uids = {int(word) for word in listing.stdout.split() if word.isdigit()}
-        return sorted(u for u in uids if u in jobs)
+        listing = self.exec(container_id, LIST_UIDS, workdir="/")
+        return jobs_listed(listing.stdout, jobs)
 
     def out_of_memory_since(self, container_id: str, since: float) -> bool:
         # The engine's events up to now (an `until` ahead would wait for it), filtered there.

@@ -27,33 +27,23 @@ which children inherit).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import io
-import json
 import os
 import re
-import shutil
 import signal
-import socket
 import subprocess
 import tarfile
-import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 import structlog
 
+from sandbox.container_records import ContainerRecord, RecordStore
 from sandbox.egress import MOUNT_POINT
 from sandbox.engine import (
-    STDERR,
-    STDOUT,
     Attached,
-    ContainerGoneError,
     ContainerInfo,
     ContainerSpec,
     ExecResult,
@@ -62,6 +52,7 @@ from sandbox.engine import (
 from sandbox.errors import SandboxUnavailableError
 from sandbox.image.build import IMAGE_DIR
 from sandbox.image.rootfs import APP_DIR, WORKSPACE
+from sandbox.process_streams import ProcessStreams, exit_code_of
 
 __all__ = ["JOB_MARKER", "LocalEngine"]
 
@@ -69,10 +60,6 @@ log = structlog.get_logger(__name__)
 
 JOB_MARKER = "INSTANCE_AI_JOB"
 HOME = "/home/user"
-# After the main process exits, how long its output may still drain (a child that keeps the
-# pipe open does not hold the stream: it is killed with its job).
-DRAIN_S = 0.2
-_HEADER_LENGTH = 8
 
 # The first process of a PID namespace ignores every signal it has no handler for (a command
 # could not kill itself), so it runs the command as its child and exits with its status. The
@@ -85,26 +72,6 @@ _NAMESPACE_COMMANDS = (
 )
 
 
-@dataclass(kw_only=True)
-class _Record:
-    id: str
-    name: str
-    labels: dict[str, str]
-    status: str
-    workspace_volume: str | None
-    binds: dict[str, str] = field(default_factory=dict)
-    environment: dict[str, str] = field(default_factory=dict)
-
-    def info(self) -> ContainerInfo:
-        return ContainerInfo(
-            id=self.id,
-            name=self.name,
-            labels=dict(self.labels),
-            status=self.status,
-            workspace_volume=self.workspace_volume,
-        )
-
-
 class LocalEngine:
     """`ContainerEngine` over directories under `root` and subprocesses."""
 
@@ -112,10 +79,7 @@ class LocalEngine:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self._containers = root / "containers"
-        self._volumes = root / "volumes"
-        for directory in (self._containers, self._volumes):
-            directory.mkdir(parents=True, exist_ok=True)
+        self._store = RecordStore(root)
         self._namespace = _namespace_command()
         if not self._namespace:
             log.warning(
@@ -148,12 +112,12 @@ class LocalEngine:
     # -- containers -------------------------------------------------------------------------
 
     def create(self, spec: ContainerSpec) -> ContainerInfo:
-        with self._locked():
-            existing = self._by_name(spec.name)
+        with self._store.locked():
+            existing = self._store.by_name(spec.name)
             if existing is not None:
                 return existing.info()
-            record = _Record(
-                id=uuid.uuid4().hex,
+            record = ContainerRecord(
+                id=self._store.new_id(),
                 name=spec.name,
                 labels=dict(spec.labels),
                 status="created",
@@ -161,40 +125,30 @@ class LocalEngine:
                 binds={path: host for host, path in spec.binds.items()},
                 environment=dict(spec.environment),
             )
-            self._save(record)
+            self._store.save(record)
         return record.info()
 
     def start(self, container_id: str) -> ContainerInfo:
-        with self._locked():
-            record = self._require(container_id)
+        with self._store.locked():
+            record = self._store.require(container_id)
             record.status = "running"
-            self._save(record)
+            self._store.save(record)
         return record.info()
 
     def inspect(self, name_or_id: str) -> ContainerInfo | None:
-        record = self._load(name_or_id) or self._by_name(name_or_id)
+        record = self._store.find(name_or_id)
         return record.info() if record is not None else None
 
     def containers(self, labels: Mapping[str, str | None]) -> list[ContainerInfo]:
-        return [
-            r.info()
-            for r in self._records()
-            if all(k in r.labels and (v is None or r.labels[k] == v) for k, v in labels.items())
-        ]
+        return [r.info() for r in self._store.matching(labels)]
 
     def rename(self, container_id: str, name: str) -> bool:
-        with self._locked():
-            record = self._load(container_id)
-            if record is None or self._by_name(name) is not None:
-                return False
-            record.name = name
-            self._save(record)
-        return True
+        return self._store.rename(container_id, name)
 
     def remove(self, container_id: str) -> None:
         self.kill(container_id)
-        with self._locked():
-            (self._containers / f"{container_id}.json").unlink(missing_ok=True)
+        with self._store.locked():
+            self._store.delete(container_id)
 
     def kill(self, container_id: str) -> None:
         for started in self._started(container_id):
@@ -220,7 +174,7 @@ class LocalEngine:
         process, started = self._launch(container_id, job, command, directory, environment)
         stdout, stderr = process.communicate()
         started.forget()
-        return ExecResult(exit_code=_exit_code(process.returncode), stdout=stdout, stderr=stderr)
+        return ExecResult(exit_code=exit_code_of(process.returncode), stdout=stdout, stderr=stderr)
 
     def exec_attached(
         self,
@@ -236,8 +190,7 @@ class LocalEngine:
         process, started = self._launch(
             container_id, job, command, directory, environment, stdin=stdin
         )
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        return _Process(process, ours, theirs, on_exit=started.forget)
+        return ProcessStreams(process, on_exit=started.forget)
 
     def kill_job(self, container_id: str, job: int) -> bool:
         for started in self._started(container_id):
@@ -259,14 +212,14 @@ class LocalEngine:
         return sorted(j for j in found if j in jobs)
 
     def copy_in(self, container_id: str, directory: str, archive: bytes) -> None:
-        target = Path(self._host(self._require(container_id), directory))
+        target = Path(self._host(self._store.require(container_id), directory))
         target.mkdir(parents=True, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             # The data filter refuses members that would land outside the target.
             tar.extractall(target, filter="data")
 
     def copy_out(self, container_id: str, path: str) -> bytes:
-        source = Path(self._host(self._require(container_id), path))
+        source = Path(self._host(self._store.require(container_id), path))
         if not source.exists():
             raise SandboxUnavailableError(f"{path} does not exist in the sandbox")
         archive = io.BytesIO()
@@ -277,41 +230,18 @@ class LocalEngine:
     # -- volumes ----------------------------------------------------------------------------
 
     def volume(self, name: str) -> VolumeInfo | None:
-        meta = self._volumes / f"{name}.json"
-        try:
-            data = json.loads(meta.read_text())
-        except (OSError, ValueError):
-            return None
-        return VolumeInfo(
-            name=name,
-            labels=dict(data.get("labels") or {}),
-            created_at=datetime.fromisoformat(data["created"]),
-            mountpoint=self._volumes / name,
-        )
+        return self._store.volume(name)
 
     def create_volume(self, name: str, labels: Mapping[str, str]) -> VolumeInfo:
-        (self._volumes / name).mkdir(parents=True, exist_ok=True)
-        meta = {"labels": dict(labels), "created": datetime.now(UTC).isoformat()}
-        (self._volumes / f"{name}.json").write_text(json.dumps(meta))
-        found = self.volume(name)
-        assert found is not None
-        return found
+        return self._store.create_volume(name, labels)
 
     def volumes(
         self, *, labels: Mapping[str, str] | None = None, name_prefix: str | None = None
     ) -> list[VolumeInfo]:
-        found = [self.volume(meta.stem) for meta in self._volumes.glob("*.json")]
-        return [
-            v
-            for v in found
-            if v is not None
-            and (not name_prefix or v.name.startswith(name_prefix))
-            and all(v.labels.get(k) == value for k, value in (labels or {}).items())
-        ]
+        return self._store.volumes(labels=labels, name_prefix=name_prefix)
 
     def remove_volume(self, name: str) -> None:
-        shutil.rmtree(self._volumes / name, ignore_errors=True)
-        (self._volumes / f"{name}.json").unlink(missing_ok=True)
+        self._store.remove_volume(name)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -323,7 +253,7 @@ class LocalEngine:
         env: Mapping[str, str] | None,
         job: int | None,
     ) -> tuple[list[str], str, dict[str, str]]:
-        record = self._require(container_id)
+        record = self._store.require(container_id)
         directory = self._host(record, workdir)
         if not Path(directory).is_dir():
             raise SandboxUnavailableError(f"{workdir} does not exist in the sandbox")
@@ -369,7 +299,7 @@ class LocalEngine:
         return process, started
 
     def _processes_dir(self, container_id: str) -> Path:
-        return self._containers / container_id / "processes"
+        return self._store.container_dir(container_id) / "processes"
 
     def _started(self, container_id: str) -> list[_Started]:
         directory = self._processes_dir(container_id)
@@ -377,19 +307,19 @@ class LocalEngine:
             [_Started.read(path) for path in directory.glob("*.pid")] if directory.is_dir() else []
         )
 
-    def _host(self, record: _Record, text: str) -> str:
+    def _host(self, record: ContainerRecord, text: str) -> str:
         """`text` with the container's paths as this host's (one pass: nothing rewritten is
         rewritten again)."""
         workspace = (
-            str(self._volumes / record.workspace_volume)
+            str(self._store.volumes_dir / record.workspace_volume)
             if record.workspace_volume
-            else str(self._containers / record.id / "workspace")
+            else str(self._store.container_dir(record.id) / "workspace")
         )
         roots = {
             WORKSPACE: workspace,
             HOME: workspace,
             APP_DIR: str(IMAGE_DIR),
-            MOUNT_POINT: str(self._containers / record.id / "run"),
+            MOUNT_POINT: str(self._store.container_dir(record.id) / "run"),
             **record.binds,
         }
         pattern = "|".join(re.escape(p) for p in sorted(roots, key=len, reverse=True))
@@ -413,46 +343,6 @@ class LocalEngine:
                 return True
             time.sleep(0.02)
         return False
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        """Creating and renaming are claims: one at a time, across processes."""
-        with (self.root / ".lock").open("a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-
-    def _records(self) -> list[_Record]:
-        records = []
-        for path in self._containers.glob("*.json"):
-            with contextlib.suppress(OSError, ValueError, TypeError):
-                records.append(_Record(**json.loads(path.read_text())))
-        return records
-
-    def _load(self, container_id: str) -> _Record | None:
-        if not re.fullmatch(r"[0-9a-f]{32}", container_id):
-            return None
-        try:
-            return _Record(**json.loads((self._containers / f"{container_id}.json").read_text()))
-        except (OSError, ValueError, TypeError):
-            return None
-
-    def _by_name(self, name: str) -> _Record | None:
-        return next((r for r in self._records() if r.name == name), None)
-
-    def _require(self, container_id: str) -> _Record:
-        record = self._load(container_id)
-        if record is None:
-            raise ContainerGoneError(f"local sandbox {container_id} is gone")
-        return record
-
-    def _save(self, record: _Record) -> None:
-        path = self._containers / f"{record.id}.json"
-        partial = path.with_suffix(".partial")
-        partial.write_text(json.dumps(asdict(record)))
-        partial.replace(path)
 
 
 @dataclass(frozen=True)
@@ -499,98 +389,8 @@ class _Started:
         self.path.unlink(missing_ok=True)
 
 
-class _Process:
-    """A subprocess's streams on a socket, framed as the seam says (see engine.py)."""
-
-    def __init__(
-        self,
-        process: subprocess.Popen[bytes],
-        ours: socket.socket,
-        theirs: socket.socket,
-        *,
-        on_exit: Callable[[], None],
-    ):
-        self._process = process
-        self._on_exit = on_exit
-        self._ours = ours
-        self._theirs = theirs
-        self._send = threading.Lock()
-        self._closed = False
-        if process.stdin is not None:
-            threading.Thread(target=self._feed_stdin, daemon=True).start()
-        for stream_id, pipe in ((STDOUT, process.stdout), (STDERR, process.stderr)):
-            threading.Thread(target=self._forward, args=(stream_id, pipe), daemon=True).start()
-        threading.Thread(target=self._end_with_process, daemon=True).start()
-
-    @property
-    def socket(self) -> socket.socket:
-        return self._ours
-
-    def frames(self) -> Iterator[tuple[int, bytes]]:
-        reader = self._ours.makefile("rb")
-        try:
-            while header := reader.read(_HEADER_LENGTH):
-                if len(header) < _HEADER_LENGTH:
-                    return
-                length = int.from_bytes(header[4:], "big")
-                data = reader.read(length)
-                if data:
-                    yield header[0], data
-        except OSError:
-            return
-        finally:
-            reader.close()
-
-    def exit_code(self) -> int | None:
-        code = self._process.poll()
-        return None if code is None else _exit_code(code)
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        for sock in (self._ours, self._theirs):
-            with contextlib.suppress(OSError):
-                sock.close()
-
-    def _feed_stdin(self) -> None:
-        stdin = self._process.stdin
-        assert stdin is not None
-        try:
-            while data := self._theirs.recv(65536):
-                stdin.write(data)
-                stdin.flush()
-        except OSError:
-            pass
-        finally:
-            with contextlib.suppress(OSError):
-                stdin.close()
-
-    def _forward(self, stream_id: int, pipe: IO[bytes] | None) -> None:
-        if pipe is None:
-            return
-        with pipe, contextlib.suppress(OSError, ValueError):
-            while data := pipe.read1(65536):  # type: ignore[attr-defined]
-                header = bytes([stream_id, 0, 0, 0]) + len(data).to_bytes(4, "big")
-                with self._send:
-                    self._theirs.sendall(header + data)
-
-    def _end_with_process(self) -> None:
-        """The stream ends when the main process does (after a moment to drain)."""
-        self._process.wait()
-        self._on_exit()
-        time.sleep(DRAIN_S)
-        with contextlib.suppress(OSError), self._send:
-            self._theirs.shutdown(socket.SHUT_WR)
-
-
 def _marker(container_id: str, job: int | None) -> str:
     return f"{JOB_MARKER}={container_id}:{'' if job is None else job}"
-
-
-def _exit_code(code: int) -> int:
-    """A process killed by a signal as a shell reports it (128 + the signal)."""
-    return 128 - code if code < 0 else code
 
 
 def _namespace_command() -> list[str]:

@@ -16,7 +16,9 @@ from sandbox.errors import SandboxUnavailableError
 
 __all__ = [
     "AUTO",
+    "GVISOR_HOST_PIDS_FACTOR",
     "GVISOR_JOB_TASKS",
+    "GVISOR_KERNEL_MEMORY",
     "RUNC",
     "RUNSC",
     "RuntimeChoice",
@@ -36,6 +38,12 @@ RuntimeSetting = Literal["auto", "runc", "runsc"]
 # sandbox answering at once after, at 256 in ~21 s with the sandbox taking 6-37 s to answer,
 # at 512 not within minutes.
 GVISOR_JOB_TASKS: Final = 128
+# The host's limits of a gVisor sandbox (docker_engine.py `_gvisor_limits`, oci.py): its pids
+# limit is this many times the sandbox's (512 sandboxed processes held ~715 host threads,
+# docs/security.md), and its memory limit has this much room for the sandbox's kernel above
+# the sandbox's own.
+GVISOR_HOST_PIDS_FACTOR: Final = 4
+GVISOR_KERNEL_MEMORY: Final = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,9 @@ class RuntimeChoice:
     name: str  # RUNC | RUNSC
     # Why a weaker runtime than asked for (auto without gVisor); None when all is as wanted.
     warning: str | None = None
+    # What drives the sandboxes: "docker" (the engine's own runtime) or RUNSC (runsc itself,
+    # sandbox/runsc_engine.py).
+    driver: str = "docker"
 
 
 def choose_runtime(

@@ -248,6 +248,18 @@ class Settings(BaseSettings):
         "between model-written code and the host's), runc (the host's kernel), or auto: runsc "
         "where the engine has it registered, else runc with a warning at start-up and in health",
     )
+    sandbox_engine: Literal["auto", "docker", "runsc"] = Field(
+        "docker",
+        description="what drives sandboxes under gVisor: docker (Docker's runsc runtime), "
+        "runsc (runsc itself, over OCI bundles: an exec in ~30 ms instead of ~200, "
+        "checkpoint and restore), or auto: runsc where it can be driven here (this host's "
+        "engine, as root, the runtime runsc), else Docker, said in the log and in health",
+    )
+    sandbox_runsc_root: Path = Field(
+        Path("/var/lib/instance-ai/runsc"),
+        description="where the runsc engine keeps its containers' records, bundles and state, "
+        "and each image's exported root filesystem (one per host, as Docker's own directory)",
+    )
     sandbox_owner: str | None = Field(
         None,
         min_length=1,

@@ -21,6 +21,7 @@ from tests.sandbox_fixtures import (
     docker_engine,
     owner,
     provider,
+    runsc_engine,
     sandbox_image,
     sandbox_limits,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "docker_engine",
     "owner",
     "provider",
+    "runsc_engine",
     "sandbox_image",
     "sandbox_limits",
 ]  # fixtures, shared

@@ -19,12 +19,16 @@ from sandbox.docker_engine import DockerEngine, connect
 from sandbox.engine import ContainerEngine, ContainerInfo, SandboxLimits
 from sandbox.image.build import BuiltImage, ImageBuilder
 from sandbox.provider import SandboxProvider, remove_owner
+from sandbox.runsc_engine import RunscEngine
 from sandbox.runtimes import AUTO, RUNC, RUNSC, RuntimeSetting, choose_runtime
+from server.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 # Shared with `make sandbox-image`, so the suite reuses what the set-up step built.
 BUILD_CACHE = Path(os.environ.get("INSTANCE_AI_SANDBOX_CACHE", ROOT / ".cache" / "sandbox"))
 EGRESS_ROOTS = "instance-ai-egress-*"  # server/runtime/egress.py, for deep data directories
+# The runsc engine's root that servers the tests start use (the setting's default).
+RUNSC_ROOT: Path = Settings.model_fields["sandbox_runsc_root"].default
 
 
 @pytest.fixture(scope="session")
@@ -53,6 +57,10 @@ def remove_owned(docker_client: docker.DockerClient, name: str) -> None:
     /tmp, EGRESS_ROOTS; one in the test's own directory goes with it.)"""
     roots = sorted(Path(tempfile.gettempdir()).glob(EGRESS_ROOTS))
     remove_owner(DockerEngine(docker_client), name, roots)
+    runsc = RunscEngine(docker_client, RUNSC_ROOT)
+    remove_owner(runsc, name, roots)
+    assert not runsc.containers({identity.LABEL_OWNER: name})
+    assert not runsc.volumes(name_prefix=identity.volume_name(name, ""))
     for root in roots:  # emptied: nothing else of that server is left
         with contextlib.suppress(OSError):
             root.rmdir()
@@ -76,6 +84,13 @@ def docker_env(owner: str) -> dict[str, str]:
 def docker_engine(docker_client: docker.DockerClient) -> DockerEngine:
     """The engine seam over the session's client (closed with it)."""
     return DockerEngine(docker_client)
+
+
+@pytest.fixture(scope="session")
+def runsc_engine(docker_client: docker.DockerClient) -> RunscEngine:
+    """The runsc engine on the service's default root (its exported images shared with
+    servers the tests start), the image kept by the session's Docker engine."""
+    return RunscEngine(docker_client, RUNSC_ROOT)
 
 
 @pytest.fixture(scope="session")

@@ -18,9 +18,10 @@ from sandbox.image.build import BuiltImage
 from sandbox.image.rootfs import WORKSPACE
 from sandbox.local_engine import LocalEngine
 from sandbox.provider import remove_owner
+from sandbox.runsc_engine import RunscEngine
 
 
-@pytest.fixture(params=["docker", "local"])
+@pytest.fixture(params=["docker", "runsc", "local"])
 def engine(
     request: pytest.FixtureRequest, tmp_path: Path, docker_engine: DockerEngine, owner: str
 ) -> Iterator[tuple[ContainerEngine, str]]:
@@ -28,6 +29,11 @@ def engine(
     if request.param == "docker":
         image: BuiltImage = request.getfixturevalue("sandbox_image")
         yield docker_engine, image.tag
+    elif request.param == "runsc":
+        image = request.getfixturevalue("sandbox_image")
+        runsc: RunscEngine = request.getfixturevalue("runsc_engine")
+        yield runsc, image.tag
+        remove_owner(runsc, owner)
     else:
         local = LocalEngine(tmp_path / "local")
         yield local, "local"

@@ -18,12 +18,7 @@ import pytest
 
 from sandbox import files, identity
 from sandbox.commands import CommandRunner, JobLimits
-from sandbox.docker_engine import (
-    GVISOR_HOST_PIDS_FACTOR,
-    GVISOR_KERNEL_MEMORY,
-    DockerEngine,
-    connect,
-)
+from sandbox.docker_engine import DockerEngine, connect
 from sandbox.egress import EgressProxy
 from sandbox.engine import ContainerInfo, SandboxLimits
 from sandbox.errors import (
@@ -40,7 +35,7 @@ from sandbox.image.rootfs import WORKSPACE
 from sandbox.manager import MARKER, SandboxManager
 from sandbox.provider import SandboxInfo, SandboxProvider
 from sandbox.readiness import Readiness, ReadinessMix
-from sandbox.runtimes import GVISOR_JOB_TASKS, RUNSC
+from sandbox.runtimes import GVISOR_HOST_PIDS_FACTOR, GVISOR_JOB_TASKS, GVISOR_KERNEL_MEMORY, RUNSC
 from sandbox.search import GrepQuery
 from sandbox.worker import WorkerClient
 from sandbox.workspace_disk import WorkspaceDisks

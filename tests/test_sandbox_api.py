@@ -22,10 +22,9 @@ import httpx
 import pytest
 
 from sandbox import identity
-from sandbox.docker_engine import GVISOR_HOST_PIDS_FACTOR, GVISOR_KERNEL_MEMORY
 from sandbox.engine import SandboxLimits
 from sandbox.kinds import service_key
-from sandbox.runtimes import RUNSC
+from sandbox.runtimes import GVISOR_HOST_PIDS_FACTOR, GVISOR_KERNEL_MEMORY, RUNSC
 from server.settings import DATABASE_FILE_NAME
 from tests.engine_proxy import engine_proxy
 from tests.sandbox_api_fixtures import STATIC_KEY, SandboxApiServer, sandbox_api

@@ -116,6 +116,10 @@ ENGINE_HEALTH_PREFIX = "sandbox-engine/"
 # and the runtime (runsc or runc). NOT_SERVING: runc because the engine has no gVisor (the
 # runtime setting's `auto` fell back), so sandboxes there share the host's kernel.
 RUNTIME_HEALTH_PREFIX = "sandbox-runtime/"
+# The health entry saying what drives each engine's sandboxes: this prefix, the engine's
+# address, "/" and the driver: docker (its runtime through the engine) or runsc (runsc
+# itself, sandbox/runsc_engine.py). SERVING while the engine answers.
+DRIVER_HEALTH_PREFIX = "sandbox-driver/"
 # The services that cannot answer anything useful without the container engine.
 ENGINE_SERVICES = (
     workspace_pb2.DESCRIPTOR.services_by_name["Workspace"].full_name,
@@ -162,8 +166,9 @@ async def follow_engine(
     sandboxes: SandboxService, health_servicer: health.aio.HealthServicer
 ) -> None:
     """Health of the engine's services follows the engines: NOT_SERVING while none answers.
-    Each engine has its own entry, `sandbox-engine/<its address>`, and one for the runtime
-    its sandboxes run under (RUNTIME_HEALTH_PREFIX)."""
+    Each engine has its own entry, `sandbox-engine/<its address>`, one for the runtime its
+    sandboxes run under (RUNTIME_HEALTH_PREFIX) and one for what drives them
+    (DRIVER_HEALTH_PREFIX)."""
     if not sandboxes.engine_needed:
         return
 
@@ -173,6 +178,9 @@ async def follow_engine(
         if runtime is not None:
             entry = f"{RUNTIME_HEALTH_PREFIX}{engine}/{runtime.name}"
             await health_servicer.set(entry, _status(runtime.warning is None))
+            await health_servicer.set(
+                f"{DRIVER_HEALTH_PREFIX}{engine}/{runtime.driver}", _status(up)
+            )
         for name in ENGINE_SERVICES:
             await health_servicer.set(name, _status(sandboxes.engine_up))
 

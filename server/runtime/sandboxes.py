@@ -8,6 +8,7 @@ not isolate.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -21,7 +22,7 @@ from sandbox.commands import CommandRunner
 from sandbox.docker_engine import DockerEngine, DockerHost
 from sandbox.egress import EgressProxy
 from sandbox.engine import ContainerEngine, SandboxLimits
-from sandbox.errors import SandboxError, SandboxOwnerInUseError
+from sandbox.errors import SandboxError, SandboxOwnerInUseError, SandboxUnavailableError
 from sandbox.identity import sandbox_id
 from sandbox.kinds import SERVICE, THREAD, SandboxKind, service_key, service_sandbox_id
 from sandbox.lease import OwnerLease
@@ -30,7 +31,8 @@ from sandbox.manager import SandboxManager, ThreadPredicate
 from sandbox.placement import rank
 from sandbox.protocol import Sandboxes
 from sandbox.provider import SandboxProvider
-from sandbox.runtimes import RuntimeChoice, choose_runtime
+from sandbox.runsc_engine import RunscEngine, runsc_usable
+from sandbox.runtimes import RUNSC, RuntimeChoice, choose_runtime
 from sandbox.workspace_disk import WorkspaceDisks
 from server.errors import FailedPreconditionError, NotFoundError, UnavailableError
 from server.runtime.egress import egress_root
@@ -50,6 +52,7 @@ __all__ = [
     "SandboxService",
     "build_local",
     "build_manager",
+    "connect_engine",
     "connect_manager",
     "docker_hosts",
     "engine_name",
@@ -134,14 +137,13 @@ class SandboxService:
         self, host: DockerHost | None, owner: str, deployment: str, alone: bool
     ) -> Connected:
         """Connect to one engine and set it up (blocking)."""
-        engine = DockerEngine.connect(host)
-        lease = None
         name = engine_name(host)
+        engine, runtime = connect_engine(self.settings, host, name)
+        lease = None
         try:
             image = engine.require_image()
             # A remote engine cannot mount this host's egress sockets or workspace images.
             local = host is None or host.local
-            runtime = engine_runtime(self.settings, engine, name)
             manager = build_manager(
                 self.settings,
                 engine,
@@ -378,9 +380,16 @@ def connect_manager(
     """Connect to a Docker engine (None: DOCKER_HOST's) and set up the manager (blocking),
     for one-off commands. Raises SandboxError with what to do when the engine or the image
     is missing."""
-    engine = DockerEngine.connect(host)
+    engine, runtime = connect_engine(settings, host, engine_name(host))
     try:
-        return build_manager(settings, engine, image=engine.require_image(), owner=owner, **options)
+        return build_manager(
+            settings,
+            engine,
+            image=engine.require_image(),
+            owner=owner,
+            runtime=runtime,
+            **options,
+        )
     except SandboxError:
         engine.close()
         raise
@@ -460,6 +469,38 @@ def build_manager(
             **shared,
         )
     return _manager_over(s, provider, pool_size=s.sandbox_pool_size, is_busy=is_busy, **shared)
+
+
+def connect_engine(
+    settings: Settings, host: DockerHost | None, name: str
+) -> tuple[DockerEngine | RunscEngine, RuntimeChoice]:
+    """The engine that drives sandboxes for Docker host `host` and the runtime they run
+    under: runsc itself where the setting asks for it (or, with `auto`, where it can be
+    driven: this host's engine, as root, the runtime runsc), else Docker. Which one is logged
+    and kept on the runtime choice (health says it)."""
+    docker = DockerEngine.connect(host)
+    try:
+        runtime = engine_runtime(settings, docker, name)
+        driver = settings.sandbox_engine
+        if driver == "docker" or runtime.name != RUNSC:
+            return docker, runtime
+        why_not = runsc_usable() or (
+            None if host is None or host.local else "the Docker engine is on another host"
+        )
+        if why_not is not None:
+            if driver == "runsc":
+                raise SandboxUnavailableError(
+                    f"INSTANCE_AI_SANDBOX_ENGINE=runsc, but runsc cannot be driven here: "
+                    f"{why_not}. Set it to auto or docker"
+                )
+            log.info("sandboxes driven through Docker", engine=name, reason=why_not)
+            return docker, runtime
+    except SandboxError:
+        docker.close()
+        raise
+    log.info("sandboxes driven by runsc itself", engine=name, root=str(settings.sandbox_runsc_root))
+    engine = RunscEngine(docker.client, settings.sandbox_runsc_root)
+    return engine, dataclasses.replace(runtime, driver=RUNSC)
 
 
 def engine_runtime(settings: Settings, engine: ContainerEngine, name: str = "") -> RuntimeChoice:

@@ -1,0 +1,48 @@
+"""Ending a job, inside the sandbox: engines that run processes in a container (Docker, runsc)
+run a job's processes as a uid of its own (`<job>:1000`), and this script, run as that uid,
+reaches all of them, `setsid` escapees included, and nothing of other uids.
+"""
+
+from __future__ import annotations
+
+__all__ = ["LIST_UIDS", "jobs_listed", "kill_job_argv"]
+
+# Run as the job uid ($1). Each round stops, then kills, every process of the uid but this
+# script (`kill -1` reaches every process the caller may signal, and Linux lets a process
+# signal its own uid's alone), then counts what is left of the uid that is not a zombie.
+# Stopping first matters under gVisor, whose kill(-1) lets a child forked meanwhile escape:
+# stopped processes fork no more, so a fork bomb dies within a round or two. No fork in the
+# loop (the count reads /proc with shell builtins): a uid at its process limit must still be
+# killable. The pause lets exiting processes finish.
+_KILL_ALL = """me=$1; round=0
+while [ $round -lt 40 ]; do
+  round=$((round + 1))
+  kill -STOP -1 2>/dev/null; kill -KILL -1 2>/dev/null
+  left=0
+  for status in /proc/[0-9]*/status; do
+    [ "$status" = "/proc/$$/status" ] && continue
+    uid=; state=
+    while read -r key value _; do
+      case $key in State:) state=$value ;; Uid:) uid=$value; break ;; esac
+    done 2>/dev/null <"$status"
+    [ "$uid" = "$me" ] && [ "$state" != Z ] && left=$((left + 1))
+  done
+  [ $left -eq 0 ] && exit 0
+  sleep 0.05 2>/dev/null
+done
+exit 1"""
+
+# Every process's uid, one a line.
+LIST_UIDS = ["ps", "-eo", "uid="]
+
+
+def kill_job_argv(job: int) -> list[str]:
+    """The command that kills every process of `job`, run as the job's uid; it exits 0 once
+    none is left."""
+    return ["sh", "-c", _KILL_ALL, "kill-job", str(job)]
+
+
+def jobs_listed(listing: bytes, jobs: range) -> list[int]:
+    """The jobs of `jobs` that LIST_UIDS's output shows a process of."""
+    uids = {int(word) for word in listing.split() if word.isdigit()}
+    return sorted(u for u in uids if u in jobs)

@@ -1,0 +1,593 @@
+"""The runsc engine: sandboxes under gVisor with `runsc` driven directly, over OCI bundles, no
+Docker in the path of a container's life (Docker keeps the image, which is exported once per
+image: oci.py). It fits the container-engine seam (`engine.py`), so the one manager runs on it.
+
+Why not Docker's runsc runtime: a `docker exec` costs ~200 ms under gVisor where `runsc exec`
+costs ~30 ms, and Docker can neither checkpoint to a directory of ours nor restore into a new
+container, which idle sandboxes and templates need (docs/performance.md).
+
+- A container is a record (container_records.py), a bundle directory (`config.json`, its own
+  `/etc/hosts` and `/etc/hostname`) and, once started, a runsc sandbox in the state root of
+  its owner (`state/<owner digest>/`, so one owner's listing never reads another's).
+- A volume is a directory (the workspace disk mounts its ext4 there, as on Docker); on its
+  first mount it gets what the image holds at the mount point, owner and mode included, as a
+  new Docker volume does.
+- Processes are `runsc exec` with a process spec of their own: the container's environment,
+  `HOME`, the sandbox user or a job's uid, the container's limits, no capabilities.
+- A container whose stdin is kept open (the owner lease's `cat`) runs `runsc run` in the
+  foreground with its streams on the attach: it ends when the attaching process does.
+- Its state is asked of runsc each time (`runsc state`, `runsc list`): a sandbox killed from
+  outside, or whose kernel died, is seen as exited at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import structlog
+
+from sandbox.container_records import ContainerRecord, RecordStore
+from sandbox.engine import (
+    HOME_DIR,
+    Attached,
+    ContainerGoneError,
+    ContainerInfo,
+    ContainerSpec,
+    ExecResult,
+    VolumeInfo,
+)
+from sandbox.errors import SandboxUnavailableError
+from sandbox.identity import LABEL_LEASE, LABEL_OWNER
+from sandbox.image.build import require_image
+from sandbox.image.catalog import extract_catalog
+from sandbox.image.rootfs import USER_UID
+from sandbox.job_kill import LIST_UIDS, jobs_listed, kill_job_argv
+from sandbox.oci import ExportedImage, bundle_config, export_image
+from sandbox.process_streams import ProcessStreams
+from sandbox.runtimes import RUNSC
+
+__all__ = ["RunscEngine", "runsc_usable"]
+
+log = structlog.get_logger(__name__)
+
+# What every runsc call is given: no network inside gVisor either (only loopback), and host
+# Unix sockets openable (the egress proxy's socket is bind-mounted into each sandbox).
+RUNSC_FLAGS = ("--network=none", "--host-uds=open")
+# The cgroup parent of every sandbox (one per container below it).
+CGROUP_PARENT = "/instance-ai"
+MEMORY_CGROUPS = Path("/sys/fs/cgroup/memory")
+# How long a runsc call that manages a container (not a process in it) may take.
+RUNSC_CALL_S = 120.0
+# The volume flag of one that got the image's files at its mount point (`_prepare_volume`).
+FILLED = "filled"
+# What runsc says when the container it was asked about does not exist or does not run.
+_GONE = ("loading container", "loading sandbox", "not running", "is not running", "stopped")
+
+
+def runsc_usable(runsc: str = RUNSC) -> str | None:
+    """None when `runsc` can be driven here, else why not."""
+    path = shutil.which(runsc)
+    if path is None:
+        return f"{runsc} is not installed (`make setup`: scripts/install-runsc)"
+    if os.geteuid() != 0:
+        return "driving runsc directly needs root (its sandboxes' cgroups and namespaces)"
+    return None
+
+
+class RunscEngine:
+    """`ContainerEngine` over `runsc`, with its state under `root`; `docker` keeps the image."""
+
+    runs_image = True
+
+    def __init__(self, docker_client: docker.DockerClient, root: Path) -> None:
+        self.client = docker_client
+        self.root = root
+        self._store = RecordStore(root / "records", data_subdir="_data")
+        self._bundles = root / "bundles"
+        self._state = root / "state"
+        self._rootfs = root / "rootfs"
+        for directory in (self._bundles, self._state, self._rootfs):
+            directory.mkdir(parents=True, exist_ok=True)
+        self._images: dict[str, ExportedImage] = {}
+        self._images_lock = threading.Lock()
+        # Attaches made before their container started (the lease's), by container id.
+        self._attaches: dict[str, ProcessStreams] = {}
+        # Per container: (when, the OOM kills its cgroup had counted then), taken as each
+        # process starts, so `out_of_memory_since` can tell a kill after a moment from one
+        # before it.
+        self._oom_marks: dict[str, list[tuple[float, int]]] = {}
+
+    def ping(self) -> None:
+        why = runsc_usable()
+        if why is not None:
+            raise SandboxUnavailableError(why)
+        try:
+            self.client.ping()
+        except docker.errors.DockerException as exc:
+            raise SandboxUnavailableError(
+                f"the Docker engine that keeps the sandbox image does not answer: {exc}"
+            ) from exc
+
+    def close(self) -> None:
+        self.client.close()
+
+    def runtimes(self) -> frozenset[str]:
+        return frozenset({RUNSC})
+
+    # -- the image (kept by Docker) ---------------------------------------------------------
+
+    def require_image(self) -> str:
+        return require_image(self.client)
+
+    def extract_catalog(self, image: str, cache_dir: Path) -> Path:
+        return extract_catalog(self.client, image, cache_dir)
+
+    def exported(self, image: str) -> ExportedImage:
+        """The image's root filesystem on this host (exported once per image)."""
+        with self._images_lock:
+            found = self._images.get(image)
+            if found is None:
+                found = export_image(self.client, image, self._rootfs)
+                self._images[image] = found
+            return found
+
+    # -- containers -------------------------------------------------------------------------
+
+    def create(self, spec: ContainerSpec) -> ContainerInfo:
+        image = self.exported(spec.image)
+        with self._store.locked():
+            existing = self._store.by_name(spec.name)
+            if existing is not None:
+                return self._info(existing)
+            record = ContainerRecord(
+                id=self._store.new_id(),
+                name=spec.name,
+                labels=dict(spec.labels),
+                status="created",
+                workspace_volume=spec.workspace_volume,
+                binds={path: host for host, path in spec.binds.items()},
+                environment=dict(spec.environment),
+                runtime=RUNSC,
+                engine={
+                    "state": str(self._state_root(spec.labels)),
+                    "stdinOpen": spec.stdin_open,
+                    "autoRemove": spec.auto_remove,
+                    "volumeMount": spec.volume_mount,
+                    "rootfs": str(image.rootfs),
+                },
+            )
+            self._write_bundle(record, spec, image)
+            self._store.save(record)
+        return self._info(record)
+
+    def _write_bundle(
+        self, record: ContainerRecord, spec: ContainerSpec, image: ExportedImage
+    ) -> None:
+        bundle = self._bundles / record.id
+        etc = bundle / "etc"
+        etc.mkdir(parents=True, exist_ok=True)
+        hostname = record.id[:12]
+        loopback = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+        (etc / "hosts").write_text(f"{loopback}127.0.1.1\t{hostname}\n")
+        (etc / "hostname").write_text(hostname + "\n")
+        volume = self._store.volume(spec.workspace_volume) if spec.workspace_volume else None
+        if spec.workspace_volume and volume is None:  # as Docker: a missing volume is made
+            volume = self._store.create_volume(spec.workspace_volume, {})
+        config = bundle_config(
+            spec,
+            image,
+            hostname=hostname,
+            cgroups_path=f"{CGROUP_PARENT}/{record.id}",
+            etc_dir=etc,
+            volume_dir=volume.mountpoint if volume is not None else None,
+        )
+        (bundle / "config.json").write_text(json.dumps(config))
+
+    def start(self, container_id: str) -> ContainerInfo:
+        record = self._store.require(container_id)
+        if self._status(record) == "running":
+            return self._info(record)
+        self._delete_sandbox(record)  # a stopped one: started anew, as Docker restarts it
+        self._prepare_volume(record)
+        attach = self._attaches.pop(record.id, None)
+        if attach is not None:
+            run = [*self._runsc(record), "run", "--bundle", str(self._bundles / record.id)]
+            process = self._popen([*run, record.id], stdin=True)
+            attach.run(process, on_exit=lambda: self._ended(record.id))
+        else:
+            self._launch(record, ["run"], "start")
+        return self._started(record)
+
+    def checkpoint(self, container_id: str, image_dir: Path, *, leave_running: bool) -> None:
+        """Save the running sandbox (its memory, its processes, its /tmp) to `image_dir`;
+        with `leave_running` it runs on, else it ends. Uncompressed: a restore then reads the
+        pages as they are (runsc's default, flate, costs each restore its inflation). A
+        sandbox with a process whose streams are the host's (one started by `exec`) is saved
+        but cannot be restored: those streams are not in the image."""
+        record = self._store.require(container_id)
+        image_dir.mkdir(parents=True, exist_ok=True)
+        argv = [*self._runsc(record), "checkpoint", f"--image-path={image_dir}"]
+        argv += ["--compression=none", *(["--leave-running"] if leave_running else [])]
+        done = subprocess.run(
+            [*argv, record.id], capture_output=True, timeout=RUNSC_CALL_S, check=False
+        )
+        if done.returncode != 0:
+            raise SandboxUnavailableError(
+                f"runsc could not checkpoint the sandbox: {_said(done.stderr)}"
+            )
+        if not leave_running:
+            self._delete_sandbox(record)
+
+    def restore(self, container_id: str, image_dir: Path) -> ContainerInfo:
+        """Start a created container from a checkpoint instead of afresh: the image's
+        processes, memory and /tmp, with this container's own mounts (its volume, its
+        egress directory, its /etc files) at the same places. Any number of containers can
+        be restored from one image: it is read, not consumed."""
+        record = self._store.require(container_id)
+        self._delete_sandbox(record)
+        self._prepare_volume(record)
+        self._launch(record, ["restore", f"--image-path={image_dir}"], "restore")
+        return self._started(record)
+
+    def _launch(self, record: ContainerRecord, command: list[str], what: str) -> None:
+        """`runsc <command> --detach` of the record's bundle. Its stdio go to a file, never a
+        pipe: the sandbox keeps them open as long as it runs, so a pipe would never end."""
+        bundle = self._bundles / record.id
+        log_path = bundle / "runsc.log"
+        with log_path.open("wb") as output:
+            done = subprocess.run(
+                [*self._runsc(record), *command, "--detach", f"--bundle={bundle}", record.id],
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
+                timeout=RUNSC_CALL_S,
+                check=False,
+            )
+        if done.returncode != 0:
+            with contextlib.suppress(SandboxUnavailableError):
+                self._delete_sandbox(record, even_unstarted=True)
+            reason = _first_line(log_path.read_bytes())
+            raise SandboxUnavailableError(f"runsc could not {what} the sandbox: {reason}")
+
+    def _started(self, record: ContainerRecord) -> ContainerInfo:
+        with self._store.locked():
+            record = self._store.require(record.id)
+            record.status = "running"
+            self._store.save(record)
+        self._mark_memory(record)
+        return self._info(record)
+
+    def _ended(self, container_id: str) -> None:
+        """The foreground `runsc run` of an attached container returned."""
+        record = self._store.load(container_id)
+        if record is not None and record.engine.get("autoRemove"):
+            self.remove(container_id)
+
+    def inspect(self, name_or_id: str) -> ContainerInfo | None:
+        record = self._store.find(name_or_id)
+        if record is None:
+            return None
+        info = self._info(record)
+        if (
+            info.status != "running"
+            and record.engine.get("autoRemove")
+            and record.status != "created"
+        ):
+            # Its holder died before it could remove it (the lease's `cat` ended with it).
+            self.remove(record.id)
+            return None
+        return info
+
+    def containers(self, labels: Mapping[str, str | None]) -> list[ContainerInfo]:
+        records = self._store.matching(labels)
+        running = self._running_ids({r.engine.get("state", "") for r in records})
+        found = []
+        for record in records:
+            status = self._status(record, running)
+            if (
+                status != "running"
+                and record.engine.get("autoRemove")
+                and record.status != "created"
+            ):
+                self.remove(record.id)
+                continue
+            found.append(record.info(status))
+        return found
+
+    def rename(self, container_id: str, name: str) -> bool:
+        return self._store.rename(container_id, name)
+
+    def remove(self, container_id: str) -> None:
+        record = self._store.load(container_id)
+        if record is None:
+            return
+        self._delete_sandbox(record)
+        with self._store.locked():
+            self._store.delete(container_id)
+        shutil.rmtree(self._bundles / container_id, ignore_errors=True)
+        self._oom_marks.pop(container_id, None)
+
+    def kill(self, container_id: str) -> None:
+        record = self._store.load(container_id)
+        if record is not None:
+            self._delete_sandbox(record)
+
+    def attach(self, container_id: str) -> Attached:
+        record = self._store.require(container_id)
+        if not record.engine.get("stdinOpen") or record.status != "created":
+            raise SandboxUnavailableError(
+                "only a created container whose stdin is kept open can be attached to"
+            )
+        streams = ProcessStreams()
+        self._attaches[container_id] = streams
+        return streams
+
+    # -- processes --------------------------------------------------------------------------
+
+    def exec(
+        self,
+        container_id: str,
+        argv: list[str],
+        *,
+        workdir: str,
+        env: Mapping[str, str] | None = None,
+        job: int | None = None,
+    ) -> ExecResult:
+        record, command = self._exec_command(container_id, argv, workdir, env, job)
+        try:
+            done = subprocess.run(
+                command, stdin=subprocess.DEVNULL, capture_output=True, check=False
+            )
+        finally:
+            Path(command[-2]).unlink(missing_ok=True)
+        self._raise_if_gone(record, done.returncode, done.stderr)
+        return ExecResult(exit_code=done.returncode, stdout=done.stdout, stderr=done.stderr)
+
+    def exec_attached(
+        self,
+        container_id: str,
+        argv: list[str],
+        *,
+        workdir: str,
+        env: Mapping[str, str] | None = None,
+        job: int | None = None,
+        stdin: bool = False,
+    ) -> Attached:
+        record, command = self._exec_command(container_id, argv, workdir, env, job)
+        self._mark_memory(record)
+        process_file = Path(command[-2])
+        process = self._popen(command, stdin=stdin)
+        return ProcessStreams(process, on_exit=lambda: process_file.unlink(missing_ok=True))
+
+    def kill_job(self, container_id: str, job: int) -> bool:
+        try:
+            result = self.exec(container_id, kill_job_argv(job), workdir="/", job=job)
+        except SandboxUnavailableError:
+            return False
+        return result.exit_code == 0
+
+    def running_jobs(self, container_id: str, jobs: range) -> list[int]:
+        listing = self.exec(container_id, LIST_UIDS, workdir="/")
+        return jobs_listed(listing.stdout, jobs)
+
+    def out_of_memory_since(self, container_id: str, since: float) -> bool:
+        """Whether the host's OOM killer struck in the sandbox's cgroup after `since`: its
+        count now against the count taken when a process started at or before `since`."""
+        now = _oom_kills(container_id)
+        if now is None:
+            return False
+        before = [count for when, count in self._oom_marks.get(container_id, []) if when <= since]
+        return now > (before[-1] if before else 0)
+
+    def copy_in(self, container_id: str, directory: str, archive: bytes) -> None:
+        """Unpacked by the sandbox user inside the sandbox (its kernel confines the paths);
+        an existing file is replaced, never followed if it is a link."""
+        record, command = self._exec_command(
+            container_id, ["tar", "-x", "-p", "-f", "-", "-C", directory], directory, None, None
+        )
+        try:
+            done = subprocess.run(command, input=archive, capture_output=True, check=False)
+        finally:
+            Path(command[-2]).unlink(missing_ok=True)
+        self._raise_if_gone(record, done.returncode, done.stderr)
+        if done.returncode != 0:
+            raise SandboxUnavailableError(f"copying into {directory} failed: {_said(done.stderr)}")
+
+    def copy_out(self, container_id: str, path: str) -> bytes:
+        parent, name = os.path.split(path.rstrip("/")) if path != "/" else ("/", ".")
+        argv = ["tar", "-c", "-f", "-", "-C", parent or "/", name]
+        result = self.exec(container_id, argv, workdir="/")
+        if result.exit_code != 0:
+            raise SandboxUnavailableError(f"{path} could not be read: {_said(result.stderr)}")
+        return result.stdout
+
+    # -- volumes ----------------------------------------------------------------------------
+
+    def volume(self, name: str) -> VolumeInfo | None:
+        return self._store.volume(name)
+
+    def create_volume(self, name: str, labels: Mapping[str, str]) -> VolumeInfo:
+        return self._store.create_volume(name, labels)
+
+    def volumes(
+        self, *, labels: Mapping[str, str] | None = None, name_prefix: str | None = None
+    ) -> list[VolumeInfo]:
+        return self._store.volumes(labels=labels, name_prefix=name_prefix)
+
+    def remove_volume(self, name: str) -> None:
+        self._store.remove_volume(name)
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _runsc(self, record: ContainerRecord) -> list[str]:
+        state = Path(str(record.engine["state"]))
+        state.mkdir(parents=True, exist_ok=True)
+        return [RUNSC, "--root", str(state), *RUNSC_FLAGS]
+
+    def _state_root(self, labels: Mapping[str, str]) -> Path:
+        owner = labels.get(LABEL_OWNER) or labels.get(LABEL_LEASE) or ""
+        return self._state / hashlib.sha256(owner.encode()).hexdigest()[:16]
+
+    def _status(self, record: ContainerRecord, running: set[str] | None = None) -> str:
+        if record.status == "created":
+            return "created"
+        if running is None:
+            running = self._running_ids({record.engine.get("state", "")})
+        return "running" if record.id in running else "exited"
+
+    def _running_ids(self, state_roots: set[Any]) -> set[str]:
+        """The containers runsc says run, in the given state roots."""
+        found: set[str] = set()
+        for root in state_roots:
+            if not root or not Path(str(root)).is_dir():
+                continue
+            done = subprocess.run(
+                [RUNSC, "--root", str(root), "list", "--format=json"],
+                capture_output=True,
+                timeout=RUNSC_CALL_S,
+                check=False,
+            )
+            if done.returncode != 0:
+                raise SandboxUnavailableError(
+                    f"runsc could not list sandboxes: {_said(done.stderr)}"
+                )
+            for entry in json.loads(done.stdout or b"[]") or []:
+                if entry.get("status") == "running":
+                    found.add(str(entry.get("id")))
+        return found
+
+    def _info(self, record: ContainerRecord) -> ContainerInfo:
+        return record.info(self._status(record))
+
+    def _delete_sandbox(self, record: ContainerRecord, *, even_unstarted: bool = False) -> None:
+        """Kill and forget the record's runsc sandbox, if any (its cgroup goes with it); one
+        never started has none, unless a start of it failed half-way (`even_unstarted`)."""
+        if record.status == "created" and not even_unstarted:
+            return
+        done = subprocess.run(
+            [*self._runsc(record), "delete", "--force", record.id],
+            capture_output=True,
+            timeout=RUNSC_CALL_S,
+            check=False,
+        )
+        if done.returncode != 0 and not _is_gone(done.stderr):
+            raise SandboxUnavailableError(f"runsc could not stop the sandbox: {_said(done.stderr)}")
+
+    def _prepare_volume(self, record: ContainerRecord) -> None:
+        """A volume's first mount gets what the image holds at its mount point (as Docker
+        fills a new volume); later mounts find the volume as it was left."""
+        if record.workspace_volume is None:
+            return
+        volume = self._store.volume(record.workspace_volume)
+        if volume is None or volume.mountpoint is None:
+            raise ContainerGoneError(f"the volume {record.workspace_volume} is gone")
+        if self._store.volume_flag(volume.name, FILLED):
+            return
+        mount = str(record.engine.get("volumeMount", ""))
+        source = Path(str(record.engine["rootfs"])) / mount.lstrip("/")
+        if source.is_dir():
+            subprocess.run(
+                ["cp", "-a", "--no-clobber", f"{source}/.", str(volume.mountpoint)],
+                capture_output=True,
+                check=True,
+            )
+            stat = source.stat()
+            os.chown(volume.mountpoint, stat.st_uid, stat.st_gid)
+            volume.mountpoint.chmod(stat.st_mode & 0o7777)
+        self._store.set_volume_flag(volume.name, FILLED)
+
+    def _exec_command(
+        self,
+        container_id: str,
+        argv: list[str],
+        workdir: str,
+        env: Mapping[str, str] | None,
+        job: int | None,
+    ) -> tuple[ContainerRecord, list[str]]:
+        """`runsc exec --process <file> <id>`, with the process spec in a file of its own
+        (the caller removes it: `command[-2]`)."""
+        record = self._store.require(container_id)
+        config = json.loads((self._bundles / container_id / "config.json").read_text())
+        spec = config["process"]
+        environment = dict(e.split("=", 1) for e in spec["env"])
+        environment |= {"HOME": HOME_DIR, **(env or {})}
+        uid = USER_UID if job is None else job
+        process = {
+            **spec,
+            "user": {"uid": uid, "gid": USER_UID, "additionalGids": [USER_UID]},
+            "args": argv,
+            "env": [f"{k}={v}" for k, v in environment.items()],
+            "cwd": workdir,
+            "rlimits": spec["rlimits"],
+        }
+        directory = self._bundles / container_id / "processes"
+        directory.mkdir(exist_ok=True)
+        process_file = directory / f"{os.urandom(8).hex()}.json"
+        process_file.write_text(json.dumps(process))
+        return record, [*self._runsc(record), "exec", "--process", str(process_file), record.id]
+
+    def _raise_if_gone(self, record: ContainerRecord, code: int, stderr: bytes) -> None:
+        if code == 128 and _is_gone(stderr) and self._status(record) != "running":
+            raise ContainerGoneError(
+                "the sandbox went away during the call; it was removed or stopped from outside. "
+                "The next call makes it again, with the same workspace"
+            )
+
+    @staticmethod
+    def _popen(argv: list[str], *, stdin: bool) -> subprocess.Popen[bytes]:
+        try:
+            return subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise SandboxUnavailableError(f"could not start runsc: {exc}") from exc
+
+    def _mark_memory(self, record: ContainerRecord) -> None:
+        count = _oom_kills(record.id)
+        if count is not None:
+            marks = self._oom_marks.setdefault(record.id, [])
+            marks.append((time.time(), count))
+            del marks[:-64]
+
+
+def _oom_kills(container_id: str) -> int | None:
+    """How many processes the host's OOM killer took in the sandbox's memory cgroup."""
+    path = MEMORY_CGROUPS / CGROUP_PARENT.strip("/") / container_id / "memory.oom_control"
+    with contextlib.suppress(OSError, ValueError):
+        for line in path.read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+    return None
+
+
+def _is_gone(stderr: bytes) -> bool:
+    text = stderr.decode(errors="replace")
+    return any(word in text for word in _GONE)
+
+
+def _first_line(output: bytes) -> str:
+    """The first line of what runsc said (a failed restore adds a Go panic's stack)."""
+    lines = output.decode(errors="replace").strip().splitlines()
+    return lines[0][:500] if lines else "no reason given"
+
+
+def _said(stderr: bytes) -> str:
+    text = stderr.decode(errors="replace").strip()
+    return text[-500:] if text else "no reason given"

@@ -1,0 +1,219 @@
+"""The runsc engine (sandbox/runsc_engine.py): sandboxes under gVisor with runsc driven
+directly. The seam's own calls are in test_engines.py (every engine); here, what the manager
+gets from it (hardening seen from inside and from the host, builds and runs on the real n8n
+packages, deadlines killing whole trees) and what only it can do: checkpoint and restore into
+new containers."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sandbox import identity
+from sandbox.engine import ContainerInfo, ContainerSpec, SandboxLimits
+from sandbox.errors import SandboxUnavailableError
+from sandbox.image.build import BuiltImage
+from sandbox.image.rootfs import WORKSPACE
+from sandbox.manager import SandboxManager
+from sandbox.provider import SandboxProvider
+from sandbox.runsc_engine import CGROUP_PARENT, RunscEngine
+from sandbox.runtimes import GVISOR_HOST_PIDS_FACTOR, GVISOR_KERNEL_MEMORY, RUNSC
+
+ORDER_ROUTER = "knowledge-base/templates/order-router.workflow.ts"
+GVISOR = SandboxLimits(runtime=RUNSC)
+
+
+@pytest.fixture
+def runsc_provider(
+    runsc_engine: RunscEngine, sandbox_image: BuiltImage, owner: str
+) -> SandboxProvider:
+    return SandboxProvider(runsc_engine, image=sandbox_image.tag, owner=owner, limits=GVISOR)
+
+
+# A main process whose state moves on: it writes the time to /tmp/tick 20 times a second.
+TICKER = ["sh", "-c", "while :; do date +%s%N > /tmp/t; mv /tmp/t /tmp/tick; sleep 0.05; done"]
+
+
+def new_container(
+    engine: RunscEngine, image: str, owner: str, command: list[str] | None = None
+) -> ContainerInfo:
+    """A container made straight through the engine, with a volume of its own (the owner's
+    clean-up removes both)."""
+    labels = {identity.LABEL_OWNER: owner}
+    volume = identity.volume_name(owner, uuid.uuid4().hex)
+    engine.create_volume(volume, labels)
+    container = engine.create(
+        ContainerSpec(
+            name=f"runsc-{uuid.uuid4().hex[:8]}",
+            image=image,
+            labels=labels,
+            limits=GVISOR,
+            workspace_volume=volume,
+            working_dir=WORKSPACE,
+            command=command,
+        )
+    )
+    return container
+
+
+def run(engine: RunscEngine, container: ContainerInfo, script: str) -> str:
+    result = engine.exec(container.id, ["sh", "-c", script], workdir=WORKSPACE)
+    assert result.exit_code == 0, result
+    return result.stdout.decode()
+
+
+@pytest.mark.attack
+def test_a_runsc_sandbox_is_hardened_inside_and_limited_on_the_host(
+    runsc_provider: SandboxProvider, runsc_engine: RunscEngine
+) -> None:
+    container = runsc_provider.ensure("thread-hardening")
+    info = runsc_provider.get("thread-hardening")
+    assert info is not None and info.runtime == RUNSC and container.status == "running"
+    inside = run(
+        runsc_engine,
+        container,
+        "grep -E '^CapEff' /proc/self/status; id -u; "
+        "grep 'Max processes' /proc/self/limits | tr -s ' ' | cut -d' ' -f3; "
+        "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; "
+        "touch /home/user/x 2>&1 || true; "
+        "python3 -c 'import ctypes; print(ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))'",
+    )
+    lines = inside.splitlines()
+    assert lines[0] == "CapEff:\t0000000000000000"
+    assert lines[1:3] == ["1000", "1024"]  # the sandbox user; nproc counted inside gVisor
+    assert lines[3] == "lo"  # no network but loopback
+    # The user's own home, outside the workspace: writable by permissions, not by the mount.
+    assert "Read-only file system" in lines[4]
+    assert lines[5] == "1"  # no-new-privileges
+    # Its init reaps orphans; the workspace is the volume's, writable by the sandbox user.
+    assert run(runsc_engine, container, "cat /proc/1/cmdline | tr '\\0' ' '").startswith(
+        "/sbin/docker-init -- sleep infinity"
+    )
+    run(runsc_engine, container, "echo kept > note.txt")
+    # The host's cgroup holds the sandbox's kernel to the limits (a backstop above its own).
+    cgroup = Path("/sys/fs/cgroup")
+    path = f"{CGROUP_PARENT.strip('/')}/{container.id}"
+    memory = int((cgroup / "memory" / path / "memory.limit_in_bytes").read_text())
+    assert memory == 1024**3 + GVISOR_KERNEL_MEMORY
+    assert int((cgroup / "pids" / path / "pids.max").read_text()) == 512 * GVISOR_HOST_PIDS_FACTOR
+    assert int((cgroup / "cpu" / path / "cpu.cfs_quota_us").read_text()) == 100_000
+
+
+async def test_the_manager_builds_runs_and_cuts_off_commands_on_runsc(
+    runsc_provider: SandboxProvider, runsc_engine: RunscEngine
+) -> None:
+    manager = SandboxManager(runsc_provider)
+    try:
+        built = await manager.compile("t1", ORDER_ROUTER, timeout_s=20)
+        assert built["ok"], built
+        ran = await manager.execute(
+            "t1", built["workflow"], execution_id="e1", pin_data=built["fixtures"]
+        )
+        assert ran["status"] == "success", ran
+        assert ran["order"][0] == "Start"
+        assert ran["nodes"]["Start"]["outputs"][0]["count"] == 2
+        # A deadline takes the whole tree, setsid escapees included; the sandbox lives on.
+        started = time.monotonic()
+        result = await manager.run_command(
+            "t1",
+            "setsid sh -c 'sleep 300' & nohup sleep 301 >/dev/null 2>&1 & echo up; wait",
+            timeout_s=1.5,
+        )
+        assert result.timed_out and result.stdout == "up\n"
+        assert time.monotonic() - started < 30
+        container = await manager.acquire("t1")
+        processes = run(runsc_engine, container, "ps -eo args=")
+        assert "sleep 300" not in processes and "sleep 301" not in processes
+        # Stopped from outside: the next call starts it again, with the same workspace.
+        await manager.write_file("t1", "kept.txt", b"still here")
+        runsc_engine.kill(container.id)
+        assert runsc_engine.inspect(container.id).status == "exited"  # type: ignore[union-attr]
+        assert await manager.read_file("t1", "kept.txt") == b"still here"
+    finally:
+        await manager.close()
+
+
+def test_restores_of_one_checkpoint_are_new_sandboxes_with_their_own_mounts(
+    runsc_engine: RunscEngine,
+    sandbox_image: BuiltImage,
+    owner: str,
+    tmp_path: Path,
+) -> None:
+    template = new_container(runsc_engine, sandbox_image.tag, owner, TICKER)
+    runsc_engine.start(template.id)
+    # State that lives in the sandbox's memory: a file in its /tmp, and its main process,
+    # which keeps ticking. A process that `exec` started is not of the main process's tree:
+    # it does not come back in a restore (the worker of a template must be the main one's).
+    run(
+        runsc_engine,
+        template,
+        "echo from-the-template > /tmp/state; echo template-only > in-volume.txt; "
+        "setsid sleep 4404 </dev/null >/dev/null 2>&1 &",
+    )
+    while "sleep 4404" not in run(runsc_engine, template, "ps -eo args=; cat /tmp/tick"):
+        time.sleep(0.05)
+    image_dir = tmp_path / "checkpoint"
+    runsc_engine.checkpoint(template.id, image_dir, leave_running=True)
+    assert (image_dir / "checkpoint.img").is_file()
+
+    clones = [new_container(runsc_engine, sandbox_image.tag, owner, TICKER) for _ in range(2)]
+    for clone in clones:
+        restored = runsc_engine.restore(clone.id, image_dir)
+        assert restored.status == "running" and restored.id == clone.id
+    for index, clone in enumerate(clones):
+        assert run(runsc_engine, clone, "cat /tmp/state") == "from-the-template\n"
+        assert "sleep 4404" not in run(runsc_engine, clone, "ps -eo args=")
+        # The volume is the clone's own (the template's file is not in it), its /etc its own.
+        assert run(runsc_engine, clone, "ls -A") == ""
+        assert run(runsc_engine, clone, "cat /etc/hostname").strip() == clone.id[:12]
+        run(runsc_engine, clone, f"echo clone-{index} > mine.txt")
+        first = int(run(runsc_engine, clone, "cat /tmp/tick"))
+        time.sleep(0.3)
+        assert int(run(runsc_engine, clone, "cat /tmp/tick")) > first  # its processes run on
+    assert run(runsc_engine, clones[0], "cat mine.txt") == "clone-0\n"
+    assert run(runsc_engine, clones[1], "cat mine.txt") == "clone-1\n"
+    assert run(runsc_engine, template, "ls -A") == "in-volume.txt\n"
+    # A checkpoint that does not leave it running ends the sandbox; its files stay.
+    runsc_engine.checkpoint(clones[0].id, tmp_path / "idle", leave_running=False)
+    assert runsc_engine.inspect(clones[0].id).status == "exited"  # type: ignore[union-attr]
+    assert runsc_engine.restore(clones[0].id, tmp_path / "idle").status == "running"
+    assert run(runsc_engine, clones[0], "cat mine.txt /tmp/state") == (
+        "clone-0\nfrom-the-template\n"
+    )
+
+
+def test_a_restore_that_fails_says_why_and_leaves_the_container_as_it_was(
+    runsc_engine: RunscEngine,
+    sandbox_image: BuiltImage,
+    owner: str,
+    tmp_path: Path,
+) -> None:
+    """A checkpoint that is not there (or not whole) fails the restore whole, with runsc's
+    reason, and leaves the container created: removable, or startable afresh (the cold start
+    a caller falls back to)."""
+    clone = new_container(runsc_engine, sandbox_image.tag, owner)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SandboxUnavailableError, match="could not restore the sandbox: "):
+        runsc_engine.restore(clone.id, tmp_path / "empty")
+    assert runsc_engine.inspect(clone.id).status == "created"  # type: ignore[union-attr]
+    runsc_engine.start(clone.id)
+    assert run(runsc_engine, clone, "echo fresh") == "fresh\n"
+
+
+def test_the_engine_lists_only_what_runs_and_forgets_what_was_removed(
+    runsc_engine: RunscEngine, sandbox_image: BuiltImage, owner: str
+) -> None:
+    a = new_container(runsc_engine, sandbox_image.tag, owner)
+    b = new_container(runsc_engine, sandbox_image.tag, owner)
+    runsc_engine.start(a.id)
+    listed = {c.id: c.status for c in runsc_engine.containers({identity.LABEL_OWNER: owner})}
+    assert listed == {a.id: "running", b.id: "created"}
+    runsc_engine.remove(a.id)
+    assert runsc_engine.inspect(a.id) is None
+    bundle = json.loads((runsc_engine.root / "bundles" / b.id / "config.json").read_text())
+    assert bundle["root"]["readonly"] is True and bundle["process"]["capabilities"] == {}
+    assert not (runsc_engine.root / "bundles" / a.id).exists()
