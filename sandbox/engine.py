@@ -37,7 +37,9 @@ __all__ = [
     "ContainerSpec",
     "ExecResult",
     "SandboxLimits",
+    "Snapshots",
     "VolumeInfo",
+    "WorkerHost",
     "is_running",
 ]
 
@@ -244,6 +246,28 @@ class ContainerEngine(Protocol):
     def remove_volume(self, name: str) -> None:
         """Remove it (gone already is fine)."""
         ...
+
+
+@runtime_checkable
+class WorkerHost(Protocol):
+    """An engine whose sandboxes run the worker as their main process, which connects out to
+    a socket of the host's (worker.mjs `--connect`): the runsc engine, whose checkpoints
+    must hold no stream of the host's. Other engines start the worker with `exec_attached`."""
+
+    def worker_channel(self, container_id: str, timeout_s: float) -> Attached:
+        """Listen on the container's worker socket until its worker connects (then listen no
+        more: a worker that loses its connection waits for the next call); its replies come
+        back as STDOUT frames."""
+        ...
+
+
+@runtime_checkable
+class Snapshots(Protocol):
+    """An engine that can save a running sandbox and start new ones from the save."""
+
+    def checkpoint(self, container_id: str, image_dir: Path, *, leave_running: bool) -> None: ...
+
+    def restore(self, container_id: str, image_dir: Path) -> ContainerInfo: ...
 
 
 def is_running(engine: ContainerEngine, container_id: str) -> bool:

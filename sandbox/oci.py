@@ -117,9 +117,11 @@ def bundle_config(
     cgroups_path: str,
     etc_dir: Path,
     volume_dir: Path | None,
+    extra_binds: Mapping[Path, str] | None = None,
 ) -> dict[str, Any]:
     """The OCI runtime spec of a container made from `spec`: `etc_dir` holds its own
-    `hosts` and `hostname` files, `volume_dir` is its volume's directory on this host."""
+    `hosts` and `hostname` files, `volume_dir` is its volume's directory on this host,
+    `extra_binds` the engine's own host directories (read-write) by where they go."""
     limits = spec.limits
     uid, gid = (int(part) for part in limits.user.split(":"))
     args = list(spec.command if spec.command is not None else image.command)
@@ -134,6 +136,7 @@ def bundle_config(
     if volume_dir is not None:
         mounts.append(_bind(spec.volume_mount, volume_dir))
     mounts += [_bind(path, Path(host)) for host, path in spec.binds.items()]
+    mounts += [_bind(path, host) for host, path in (extra_binds or {}).items()]
     return {
         "ociVersion": "1.0.2-dev",
         "process": {

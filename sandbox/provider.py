@@ -31,10 +31,13 @@ from sandbox.engine import (
     ContainerInfo,
     ContainerSpec,
     SandboxLimits,
+    Snapshots,
+    WorkerHost,
 )
 from sandbox.errors import SandboxNotFoundError, SandboxUnavailableError
 from sandbox.kinds import THREAD, SandboxKind
 from sandbox.runtimes import GVISOR_JOB_TASKS, RUNSC
+from sandbox.worker import worker_environment, worker_main_command
 from sandbox.workspace_disk import WorkspaceDisks
 
 __all__ = [
@@ -161,6 +164,21 @@ class SandboxProvider:
         if container.status == "running":
             return container, False
         return self.start(container), True
+
+    def restore(self, thread_id: str, image_dir: Path) -> ContainerInfo:
+        """The thread's sandbox made from a checkpoint rather than started afresh: its own
+        container, volume, labels and way out, the checkpoint's processes and memory (the
+        engine must keep snapshots). A restore that fails leaves the container created: the
+        next `ensure` starts it cold."""
+        if not isinstance(self.engine, Snapshots):
+            raise SandboxUnavailableError("this engine keeps no snapshots (the runsc engine does)")
+        sid = identity.sandbox_id(thread_id)
+        container = self._find(sid) or self._create_container(
+            identity.container_name(self.owner, sid),
+            identity.volume_name(self.owner, sid),
+            self._labels(thread_id, sid),
+        )
+        return self.engine.restore(container.id, image_dir)
 
     def start(self, container: ContainerInfo) -> ContainerInfo:
         """Start a created or stopped sandbox, its workspace filesystem mounted first (after
@@ -371,6 +389,11 @@ class SandboxProvider:
             if self.engine.volume(volume) is None:  # else kept from earlier: reattach
                 self.engine.create_volume(volume, labels)
             self._attach_disk(volume)
+            # Where the engine reaches the worker through a socket (runsc), the worker is the
+            # main process: then it is in a checkpoint, and comes back in a restore.
+            main, worker_env = None, {}
+            if isinstance(self.engine, WorkerHost):
+                main, worker_env = worker_main_command(), worker_environment()
             return self.engine.create(
                 ContainerSpec(
                     name=name,
@@ -380,8 +403,9 @@ class SandboxProvider:
                     workspace_volume=volume,
                     volume_mount=self.kind.volume_mount,
                     binds=binds,
-                    environment={**self.kind.environment, **environment},
+                    environment={**self.kind.environment, **environment, **worker_env},
                     working_dir=self.kind.working_dir,
+                    command=main,
                 )
             )
         except BaseException:

@@ -27,10 +27,11 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ import structlog
 from sandbox.container_records import ContainerRecord, RecordStore
 from sandbox.engine import (
     HOME_DIR,
+    STDOUT,
     Attached,
     ContainerGoneError,
     ContainerInfo,
@@ -57,6 +59,7 @@ from sandbox.job_kill import LIST_UIDS, jobs_listed, kill_job_argv
 from sandbox.oci import ExportedImage, bundle_config, export_image
 from sandbox.process_streams import ProcessStreams
 from sandbox.runtimes import RUNSC
+from sandbox.worker import WORKER_SOCKET, WORKER_SOCKET_DIR
 
 __all__ = ["RunscEngine", "runsc_usable"]
 
@@ -70,6 +73,10 @@ CGROUP_PARENT = "/instance-ai"
 MEMORY_CGROUPS = Path("/sys/fs/cgroup/memory")
 # How long a runsc call that manages a container (not a process in it) may take.
 RUNSC_CALL_S = 120.0
+# Each container's own directory for the worker's socket (in its bundle), and how often a wait
+# for the worker to connect checks the sandbox still runs.
+CONTROL_DIR = "control"
+CHANNEL_POLL_S = 0.5
 # The volume flag of one that got the image's files at its mount point (`_prepare_volume`).
 FILLED = "filled"
 # What runsc says when the container it was asked about does not exist or does not run.
@@ -102,6 +109,8 @@ class RunscEngine:
             directory.mkdir(parents=True, exist_ok=True)
         self._images: dict[str, ExportedImage] = {}
         self._images_lock = threading.Lock()
+        # One wait for a container's worker at a time (each makes its socket anew).
+        self._channel_locks: dict[str, threading.Lock] = {}
         # Attaches made before their container started (the lease's), by container id.
         self._attaches: dict[str, ProcessStreams] = {}
         # Per container: (when, the OOM kills its cgroup had counted then), taken as each
@@ -141,7 +150,22 @@ class RunscEngine:
             if found is None:
                 found = export_image(self.client, image, self._rootfs)
                 self._images[image] = found
+                self._forget_other_images(found)
             return found
+
+    def _forget_other_images(self, current: ExportedImage) -> None:
+        """Remove the exports of other images that no container uses any more (an image is
+        ~1.6 GB on disk; each new image would otherwise leave its predecessor behind)."""
+        used = {str(r.engine.get("rootfs", "")) for r in self._store.records()}
+        for directory in self._rootfs.iterdir():
+            rootfs = directory / "rootfs"
+            if (
+                rootfs != current.rootfs
+                and str(rootfs) not in used
+                and not directory.name.startswith(".")
+            ):
+                log.info("removing an unused image export", directory=str(directory))
+                shutil.rmtree(directory, ignore_errors=True)
 
     # -- containers -------------------------------------------------------------------------
 
@@ -185,6 +209,11 @@ class RunscEngine:
         volume = self._store.volume(spec.workspace_volume) if spec.workspace_volume else None
         if spec.workspace_volume and volume is None:  # as Docker: a missing volume is made
             volume = self._store.create_volume(spec.workspace_volume, {})
+        # The worker's socket: made by the host in the container's own control directory,
+        # reached by the sandbox user (worker_channel).
+        control = bundle / CONTROL_DIR
+        control.mkdir(exist_ok=True)
+        control.chmod(0o755)
         config = bundle_config(
             spec,
             image,
@@ -192,6 +221,7 @@ class RunscEngine:
             cgroups_path=f"{CGROUP_PARENT}/{record.id}",
             etc_dir=etc,
             volume_dir=volume.mountpoint if volume is not None else None,
+            extra_binds={control: WORKER_SOCKET_DIR},
         )
         (bundle / "config.json").write_text(json.dumps(config))
 
@@ -318,6 +348,7 @@ class RunscEngine:
             self._store.delete(container_id)
         shutil.rmtree(self._bundles / container_id, ignore_errors=True)
         self._oom_marks.pop(container_id, None)
+        self._channel_locks.pop(container_id, None)
 
     def kill(self, container_id: str) -> None:
         record = self._store.load(container_id)
@@ -333,6 +364,38 @@ class RunscEngine:
         streams = ProcessStreams()
         self._attaches[container_id] = streams
         return streams
+
+    def worker_channel(self, container_id: str, timeout_s: float) -> Attached:
+        """The container's main worker, connected: listen on its socket (made anew, for the
+        sandbox user) until the worker connects or `timeout_s` runs out, then no more."""
+        record = self._store.require(container_id)
+        path = self._bundles / container_id / CONTROL_DIR / Path(WORKER_SOCKET).name
+        deadline = time.monotonic() + timeout_s
+        with self._images_lock:
+            lock = self._channel_locks.setdefault(container_id, threading.Lock())
+        with lock:
+            path.unlink(missing_ok=True)
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                listener.bind(str(path))
+                path.chmod(0o666)
+                listener.listen(1)
+                listener.settimeout(CHANNEL_POLL_S)
+                while True:
+                    with contextlib.suppress(TimeoutError):
+                        connection, _ = listener.accept()
+                        break
+                    if self._status(record) != "running":
+                        raise ContainerGoneError("the sandbox stopped before its worker connected")
+                    if time.monotonic() >= deadline:
+                        raise SandboxUnavailableError(
+                            f"the sandbox's worker did not connect within {timeout_s:.0f} s"
+                        )
+            finally:
+                listener.close()
+                path.unlink(missing_ok=True)
+        connection.settimeout(None)
+        return SocketChannel(connection)
 
     # -- processes --------------------------------------------------------------------------
 
@@ -580,6 +643,31 @@ def _oom_kills(container_id: str) -> int | None:
 def _is_gone(stderr: bytes) -> bool:
     text = stderr.decode(errors="replace")
     return any(word in text for word in _GONE)
+
+
+class SocketChannel:
+    """A worker's connection as the seam's `Attached`: what it sends is its STDOUT."""
+
+    def __init__(self, connection: socket.socket) -> None:
+        self._socket = connection
+
+    @property
+    def socket(self) -> socket.socket:
+        return self._socket
+
+    def frames(self) -> Iterator[tuple[int, bytes]]:
+        with contextlib.suppress(OSError):
+            while data := self._socket.recv(65536):
+                yield STDOUT, data
+
+    def exit_code(self) -> int | None:
+        return None  # the worker outlives its channel
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._socket.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self._socket.close()
 
 
 def _first_line(output: bytes) -> str:

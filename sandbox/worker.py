@@ -27,6 +27,7 @@ from sandbox.engine import (
     STDOUT,
     Attached,
     ContainerEngine,
+    WorkerHost,
     is_running,
 )
 from sandbox.files import FileEntry
@@ -45,13 +46,21 @@ __all__ = [
     "FILE_OPERATION_CODES",
     "HEARTBEAT_S",
     "RECYCLE_MB",
+    "WORKER_SOCKET",
+    "WORKER_SOCKET_DIR",
     "WorkerClient",
     "WorkerGoneError",
     "result_of",
+    "worker_environment",
+    "worker_main_command",
 ]
 
 log = structlog.get_logger(__name__)
 
+WORKER_SCRIPT = f"{APP_DIR}/bin/worker.mjs"
+# Where a sandbox whose main process is the worker finds the host's socket (WorkerHost).
+WORKER_SOCKET_DIR = "/run/instance-ai-worker"
+WORKER_SOCKET = f"{WORKER_SOCKET_DIR}/worker.sock"
 HEARTBEAT_S = 20.0
 CALL_TIMEOUT_S = 30.0
 # The worker's memory (RSS) past which it ends its compile and engine threads for fresh ones.
@@ -73,6 +82,15 @@ FILE_OPERATION_CODES = frozenset({"exists", "not_empty", "is_dir", "not_dir", "i
 
 class WorkerGoneError(errors.SandboxUnavailableError):
     """The worker process or its stream is gone; start another."""
+
+
+def worker_environment(recycle_mb: int = RECYCLE_MB) -> dict[str, str]:
+    return {"WORKER_RECYCLE_MB": str(recycle_mb)}
+
+
+def worker_main_command() -> list[str]:
+    """The main process of a sandbox on a WorkerHost engine: the worker, connecting out."""
+    return ["node", WORKER_SCRIPT, "--connect", WORKER_SOCKET]
 
 
 def result_of(reply: dict[str, Any]) -> Any:
@@ -116,13 +134,16 @@ class WorkerClient:
 
     def _open(self) -> None:
         try:
-            self._attached = self._engine.exec_attached(
-                self._container_id,
-                ["node", f"{APP_DIR}/bin/worker.mjs"],
-                workdir=WORKSPACE,
-                env={"WORKER_RECYCLE_MB": str(self._recycle_mb)},
-                stdin=True,
-            )
+            if isinstance(self._engine, WorkerHost):  # the sandbox's main process
+                self._attached = self._engine.worker_channel(self._container_id, CALL_TIMEOUT_S)
+            else:
+                self._attached = self._engine.exec_attached(
+                    self._container_id,
+                    ["node", WORKER_SCRIPT],
+                    workdir=WORKSPACE,
+                    env=worker_environment(self._recycle_mb),
+                    stdin=True,
+                )
         except errors.SandboxUnavailableError as exc:
             raise WorkerGoneError(f"the worker could not start: {exc}") from exc
         self._alive = True
@@ -264,7 +285,8 @@ class WorkerClient:
                 future.set_exception(WorkerGoneError(reason))
 
     def close(self) -> None:
-        """End the worker (stdin EOF makes it exit) and release the stream."""
+        """End the worker (stdin EOF makes it exit; a sandbox's main worker waits for the next
+        channel instead) and release the stream."""
         self._alive = False
         self._release()
 

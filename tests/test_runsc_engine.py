@@ -22,6 +22,7 @@ from sandbox.manager import SandboxManager
 from sandbox.provider import SandboxProvider
 from sandbox.runsc_engine import CGROUP_PARENT, RunscEngine
 from sandbox.runtimes import GVISOR_HOST_PIDS_FACTOR, GVISOR_KERNEL_MEMORY, RUNSC
+from sandbox.worker import worker_main_command
 
 ORDER_ROUTER = "knowledge-base/templates/order-router.workflow.ts"
 GVISOR = SandboxLimits(runtime=RUNSC)
@@ -89,10 +90,9 @@ def test_a_runsc_sandbox_is_hardened_inside_and_limited_on_the_host(
     # The user's own home, outside the workspace: writable by permissions, not by the mount.
     assert "Read-only file system" in lines[4]
     assert lines[5] == "1"  # no-new-privileges
-    # Its init reaps orphans; the workspace is the volume's, writable by the sandbox user.
-    assert run(runsc_engine, container, "cat /proc/1/cmdline | tr '\\0' ' '").startswith(
-        "/sbin/docker-init -- sleep infinity"
-    )
+    # An init that reaps orphans, under it the worker (which a checkpoint then holds).
+    main = run(runsc_engine, container, "cat /proc/1/cmdline | tr '\\0' ' '").split()
+    assert main == ["/sbin/docker-init", "--", *worker_main_command()]
     run(runsc_engine, container, "echo kept > note.txt")
     # The host's cgroup holds the sandbox's kernel to the limits (a backstop above its own).
     cgroup = Path("/sys/fs/cgroup")
@@ -135,6 +135,42 @@ async def test_the_manager_builds_runs_and_cuts_off_commands_on_runsc(
         assert await manager.read_file("t1", "kept.txt") == b"still here"
     finally:
         await manager.close()
+
+
+async def test_a_warm_worker_comes_back_in_each_sandbox_restored_from_its_checkpoint(
+    runsc_provider: SandboxProvider, runsc_engine: RunscEngine, tmp_path: Path
+) -> None:
+    """The worker is the sandbox's main process and holds nothing of the host's between two
+    channels: a checkpoint of a warm one restores, compiler loaded, into new sandboxes that
+    each work on their own workspace."""
+    template = SandboxManager(runsc_provider)
+    built = await template.compile("template", ORDER_ROUTER, timeout_s=20)
+    assert built["ok"], built
+    before = await template.operation("template", "stats")
+    assert before["threads"]["compiler"] is True
+    container = await template.acquire("template")
+    await template.close()  # its channel ends: the worker waits for the next one
+    runsc_engine.checkpoint(container.id, tmp_path / "warm", leave_running=True)
+
+    clones = SandboxManager(runsc_provider)
+    try:
+        for thread in ("clone-1", "clone-2"):
+            assert runsc_provider.restore(thread, tmp_path / "warm").status == "running"
+            after = await clones.operation(thread, "stats")
+            # The same process, its compiler still loaded, its clock running on.
+            assert after["pid"] == before["pid"] and after["threads"]["compiler"] is True
+            assert after["uptime"] > before["uptime"]
+            # Its own workspace, seeded anew: the template's sources are there, its own file
+            # is its alone, and it builds.
+            await clones.write_file(thread, "mine.txt", thread.encode())
+            rebuilt = await clones.compile(thread, ORDER_ROUTER, timeout_s=20)
+            assert rebuilt["ok"] and rebuilt["sourceHash"] == built["sourceHash"]
+        assert await clones.read_file("clone-1", "mine.txt") == b"clone-1"
+        assert await clones.read_file("clone-2", "mine.txt") == b"clone-2"
+        listing, _cut = await clones.list_files("template")
+        assert "mine.txt" not in {entry.path for entry in listing}
+    finally:
+        await clones.close()
 
 
 def test_restores_of_one_checkpoint_are_new_sandboxes_with_their_own_mounts(
