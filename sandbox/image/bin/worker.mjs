@@ -20,10 +20,12 @@ import { handle } from './ops.mjs';
 process.umask(0o002);
 
 // How often a worker without a connection tries again: quickly at first (a restore, a host
-// that is opening the channel), then rarely (an idle sandbox nobody talks to).
+// that is opening the channel), then rarely (an idle sandbox nobody talks to). Counted in
+// attempts, not on the clock: a checkpoint taken just after a disconnect restores, however
+// much later, into a worker that still tries quickly.
 const RETRY_FAST_MS = 20;
 const RETRY_SLOW_MS = 250;
-const FAST_FOR_MS = 5000;
+const FAST_ATTEMPTS = 250;
 
 function serve(input, write, onClose) {
   const reply = (message) => write(JSON.stringify(message) + '\n');
@@ -46,22 +48,22 @@ function serve(input, write, onClose) {
 }
 
 function connectLoop(path) {
-  let since = Date.now();
+  let failed = 0;
   const attempt = () => {
     const socket = createConnection(path);
     const retry = () => {
       socket.destroy();
-      const wait = Date.now() - since < FAST_FOR_MS ? RETRY_FAST_MS : RETRY_SLOW_MS;
-      setTimeout(attempt, wait);
+      failed += 1;
+      setTimeout(attempt, failed < FAST_ATTEMPTS ? RETRY_FAST_MS : RETRY_SLOW_MS);
     };
     socket.once('error', retry);
     socket.once('connect', () => {
       // Connected: an error now ends the lines, and their end starts the next attempt.
       socket.off('error', retry);
       socket.on('error', () => {});
+      failed = 0;
       serve(socket, (text) => socket.writable && socket.write(text), () => {
         socket.destroy();
-        since = Date.now();
         setTimeout(attempt, RETRY_FAST_MS);
       });
     });
