@@ -173,6 +173,63 @@ async def test_a_warm_worker_comes_back_in_each_sandbox_restored_from_its_checkp
         await clones.close()
 
 
+# A run that draws randomness where workflows do: a UUID (n8n-nodes-base's Crypto node, through
+# the `uuid` package), an expression's Math.random (the engine's realm) and a Code node's (a
+# node:vm context of its own).
+RANDOM_DRAWS = {
+    "name": "draws",
+    "nodes": [
+        {"name": "Start", "type": "n8n-nodes-base.manualTrigger", "typeVersion": 1,
+         "position": [0, 0], "parameters": {}},
+        {"name": "Id", "type": "n8n-nodes-base.crypto", "typeVersion": 2, "position": [200, 0],
+         "parameters": {"action": "generate", "encodingType": "uuid", "dataPropertyName": "id"}},
+        {"name": "Roll", "type": "n8n-nodes-base.set", "typeVersion": 3.4, "position": [400, 0],
+         "parameters": {"includeOtherFields": True, "assignments": {"assignments": [
+             {"id": "r", "name": "expression", "value": "={{ Math.random() }}", "type": "number"}
+         ]}}},
+        {"name": "Code", "type": "n8n-nodes-base.code", "typeVersion": 2, "position": [600, 0],
+         "parameters": {"jsCode": "return $input.all().map((item) => "
+                        "({json: {...item.json, code: Math.random()}}));"}},
+    ],
+    "connections": {
+        "Start": {"main": [[{"node": "Id", "type": "main", "index": 0}]]},
+        "Id": {"main": [[{"node": "Roll", "type": "main", "index": 0}]]},
+        "Roll": {"main": [[{"node": "Code", "type": "main", "index": 0}]]},
+    },
+}  # fmt: skip
+
+
+async def drawn(manager: SandboxManager, thread: str, run: str) -> dict[str, object]:
+    ran = await manager.execute(thread, RANDOM_DRAWS, execution_id=run)
+    assert ran["status"] == "success", ran
+    item = ran["nodes"]["Code"]["outputs"][0]["items"][0]
+    assert isinstance(item, dict) and {"id", "expression", "code"} <= set(item), item
+    return item
+
+
+async def test_sandboxes_restored_from_one_checkpoint_draw_different_random_values(
+    runsc_provider: SandboxProvider, runsc_engine: RunscEngine, tmp_path: Path
+) -> None:
+    """A restore clones the template's processes with their memory (V8's generator state,
+    OpenSSL's, a UUID package's): each clone must still draw its own values."""
+    template = SandboxManager(runsc_provider)
+    before = await drawn(template, "template", "warm")  # every module loaded, generators used
+    container = await template.acquire("template")
+    await template.close()
+    runsc_engine.checkpoint(container.id, tmp_path / "warm", leave_running=True)
+    clones = SandboxManager(runsc_provider)
+    try:
+        draws = []
+        for thread in ("clone-1", "clone-2"):
+            runsc_provider.restore(thread, tmp_path / "warm")
+            draws.append(await drawn(clones, thread, "after"))
+        for key in ("id", "expression", "code"):
+            values = {str(before[key]), *(str(d[key]) for d in draws)}
+            assert len(values) == 3, f"{key} repeated across clones: {values}"
+    finally:
+        await clones.close()
+
+
 def test_restores_of_one_checkpoint_are_new_sandboxes_with_their_own_mounts(
     runsc_engine: RunscEngine,
     sandbox_image: BuiltImage,

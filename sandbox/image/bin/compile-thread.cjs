@@ -9,6 +9,8 @@
 //   {kind: 'module', code, file, source}  a source bundled to CommonJS, and its original text
 //   {kind: 'json', workflow, file}        a WorkflowJSON source
 //   {kind: 'generate', workflow}          WorkflowJSON to SDK code
+// Randomness from the kernel at each call: this thread may be a restored clone's.
+require('./fresh-random.cjs').install();
 const { parentPort, workerData } = require('node:worker_threads');
 const { createRequire } = require('node:module');
 const path = require('node:path');

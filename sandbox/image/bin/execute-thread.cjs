@@ -19,6 +19,9 @@
 // effects fails on its own; credentials do not exist here, so a node that needs them and is not
 // pinned fails with an error naming them. The Code node runs here too (node:vm, under a
 // per-call timeout): the container is the isolation boundary.
+// Randomness from the kernel at each call: this thread may be a restored clone's.
+const freshRandom = require('./fresh-random.cjs');
+freshRandom.install();
 const { parentPort } = require('node:worker_threads');
 const path = require('node:path');
 const vm = require('node:vm');
@@ -96,7 +99,7 @@ function codeRunner(logs) {
     ]),
   );
   const run = (code, context) =>
-    vm.runInContext(`(async () => {\n${code}\n})()`, vm.createContext({ ...context, console: sandboxConsole }), {
+    vm.runInContext(`(async () => {\n${code}\n})()`, freshRandom.seedMathRandom(vm.createContext({ ...context, console: sandboxConsole })), {
       timeout: CODE_TIMEOUT_MS,
     });
   return async (_additionalData, jobType, settings, functions, _input, _node, _workflow, _runData, _runIndex, itemIndex) => {

@@ -13,6 +13,8 @@
 //   connects again as soon as the host listens there once more. So it holds nothing of the
 //   host's between two connections, and a checkpoint taken then restores into any new sandbox
 //   whose own socket is at the same path: the restored worker connects to that one.
+// Randomness from the kernel at each call (this process may be a restored clone's): first.
+import './fresh-random-first.mjs';
 import { createConnection } from 'node:net';
 import { createInterface } from 'node:readline';
 import { handle } from './ops.mjs';
