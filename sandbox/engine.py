@@ -265,6 +265,10 @@ class WorkerHost(Protocol):
 class Snapshots(Protocol):
     """An engine that can save a running sandbox and start new ones from the save."""
 
+    # Where templates of this engine's sandboxes are kept (templates.py).
+    @property
+    def template_root(self) -> Path: ...
+
     def checkpoint(self, container_id: str, image_dir: Path, *, leave_running: bool) -> None: ...
 
     def restore(self, container_id: str, image_dir: Path) -> ContainerInfo: ...

@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 import structlog
@@ -39,15 +40,16 @@ import structlog
 from sandbox import files
 from sandbox.commands import CommandResult, CommandRunner, JobCounter, OutputCallback
 from sandbox.egress import BRIDGE_PORT, MOUNT_POINT, EgressProxy
-from sandbox.engine import ContainerInfo
+from sandbox.engine import ContainerInfo, Snapshots
 from sandbox.errors import SandboxError, SandboxUnavailableError, WorkspaceFullError
 from sandbox.identity import LABEL_IMAGE
 from sandbox.image.browser import BROWSER_ENVIRONMENT, browser_command
 from sandbox.image.rootfs import APP_DIR, WORKSPACE
-from sandbox.provider import SandboxInfo, SandboxProvider
+from sandbox.provider import RestoreFailedError, SandboxInfo, SandboxProvider
 from sandbox.readiness import ENGINE_OPS, Claim, Readiness, ReadinessMix
 from sandbox.search import GrepQuery, GrepResult
 from sandbox.streams import ProcessStream
+from sandbox.templates import Templates
 from sandbox.worker import WorkerClient, WorkerGoneError, result_of
 
 __all__ = [
@@ -67,8 +69,11 @@ MARKER = ".sandbox-initialized"
 # The egress bridge (127.0.0.1:3128 → the mounted proxy socket) runs once per container
 # start, detached from this exec; then the workspace is seeded once.
 BRIDGE_PID = "/tmp/egress-bridge.pid"  # noqa: S108 - the container's private /tmp
+# The pid file is checked to name the bridge itself: a sandbox restored from a template has the
+# template's /tmp, and that pid may be another process there (or none).
 _START_BRIDGE = (
-    f'if [ -d {MOUNT_POINT} ] && ! kill -0 "$(cat {BRIDGE_PID} 2>/dev/null)" 2>/dev/null; then '
+    f"if [ -d {MOUNT_POINT} ] && "
+    f'! grep -qs egress-bridge "/proc/$(cat {BRIDGE_PID} 2>/dev/null)/cmdline"; then '
     f"setsid node {APP_DIR}/bin/egress-bridge.mjs </dev/null >/dev/null 2>&1 & "
     f"echo $! > {BRIDGE_PID}; fi; "
 )
@@ -186,6 +191,14 @@ class SandboxManager:
         # when other live services of the owner may be using theirs).
         self._adopted = not adopt_pool
         self._closing = False
+        # Where the engine keeps snapshots (runsc): new sandboxes and pool members are restored
+        # from a warm template (templates.py), made in the background at first need.
+        self.templates: Templates | None = None
+        if isinstance(self.engine, Snapshots) and use_worker:
+            self.templates = Templates(
+                self.engine.template_root, image=provider.image, kind=provider.kind
+            )
+        self._template_tasks: dict[Readiness, asyncio.Task[None]] = {}
 
     # -- acquisition --------------------------------------------------------------------
 
@@ -215,7 +228,8 @@ class SandboxManager:
         try:
             new_entry = await self._claim_pooled(thread_id)
             if new_entry is None:
-                container = await _call(self._prepare, thread_id)
+                template = self._template(self._next_readiness())
+                container = await _call(self._prepare, thread_id, template)
                 new_entry = _Entry(container=container, last_used=time.monotonic())
             await self._open_egress(thread_id, new_entry.container)
             self._entries[thread_id] = new_entry
@@ -233,8 +247,12 @@ class SandboxManager:
         if self.egress is not None and directory is not None:
             await self.egress.listen(thread_id, directory)
 
-    def _prepare(self, thread_id: str) -> ContainerInfo:
-        container, started_now = self.provider.ensure_started(thread_id)
+    def _prepare(self, thread_id: str, template: Path | None = None) -> ContainerInfo:
+        try:
+            container, started_now = self.provider.ensure_started(thread_id, template)
+        except RestoreFailedError as exc:
+            self._restore_failed(template, exc)
+            container, started_now = self.provider.ensure_started(thread_id)
         if self.reap_leftovers and not started_now:
             killed = self.runner.kill_leftovers(container.id)
             if killed:
@@ -317,35 +335,47 @@ class SandboxManager:
                     continue
                 await self._add_to_pool(container)
         while len(self._pool) < self.pool_size and not self._closing:
-            container = await _call(self.provider.create_pooled)
-            if not await self._add_to_pool(container):
+            readiness = self._next_readiness()
+            template = self._template(readiness)
+            try:
+                container = await _call(self.provider.create_pooled, template)
+            except RestoreFailedError as exc:
+                self._restore_failed(template, exc)
+                container, template = await _call(self.provider.start, exc.container), None
+            if not await self._add_to_pool(container, readiness, warm=template is None):
                 return  # the next claim tries the refill again
 
-    async def _add_to_pool(self, container: ContainerInfo) -> bool:
-        """Warm `container` into the pool, as ready as the traffic needs (readiness.py); one
-        that does not get ready is discarded."""
-        readiness = self.readiness.next_member(
-            pool_size=self.pool_size,
+    def _next_readiness(self) -> Readiness:
+        """What the next sandbox is warmed for, as the traffic needs (readiness.py)."""
+        return self.readiness.next_member(
+            pool_size=max(self.pool_size, 1),
             ready_to_verify=sum(e.readiness == Readiness.VERIFY for e in self._pool),
         )
+
+    async def _add_to_pool(
+        self, container: ContainerInfo, readiness: Readiness | None = None, *, warm: bool = True
+    ) -> bool:
+        """Warm `container` into the pool (unless restored warm: `warm` false), as ready as
+        the traffic needs; one that does not get ready is discarded."""
+        readiness = readiness or self._next_readiness()
         try:
-            self._pool.append(await _call(self._warm, container, readiness))
+            self._pool.append(await _call(self._warm, container, readiness, warm))
         except SandboxError as exc:
             log.warning("discarding a pool sandbox that did not get ready", reason=str(exc))
             await _call(self.provider.discard, container)
             return False
         return True
 
-    def _warm(self, container: ContainerInfo, readiness: Readiness) -> _Entry:
+    def _warm(self, container: ContainerInfo, readiness: Readiness, warm: bool = True) -> _Entry:
         """A pool member ready to work: started, initialised, and (with the image) its worker
         running with the compiler loaded by one warm-up build and, ready to verify, the
         engine by a warm-up run, so a thread's first build (and verification) cost what warm
-        ones do."""
+        ones do. One restored from a warm template (`warm` false) needs no warm-up."""
         if container.status != "running":
             container = self.provider.start(container)
         self._initialise(container)
         worker = WorkerClient.start(self.engine, container.id) if self.use_worker else None
-        if worker is not None and self.runs_image and self.provider.kind.warm_toolchain:
+        if worker is not None and warm and self.runs_image and self.provider.kind.warm_toolchain:
             try:
                 took = worker.call(
                     "warm",
@@ -362,6 +392,48 @@ class SandboxManager:
         return _Entry(
             container=container, last_used=time.monotonic(), worker=worker, readiness=readiness
         )
+
+    # -- templates (engines with snapshots) ---------------------------------------------
+
+    def _template(self, readiness: Readiness) -> Path | None:
+        """The template new sandboxes of this readiness are restored from; None (a cold
+        start) until it is made, which starts in the background now."""
+        if self.templates is None:
+            return None
+        found = self.templates.ready(readiness)
+        if found is None and not self._closing:
+            task = self._template_tasks.get(readiness)
+            if task is None or task.done():
+                self._template_tasks[readiness] = asyncio.create_task(
+                    _call(self._make_template, readiness), name=f"sandbox-template-{readiness}"
+                )
+        return found
+
+    def _make_template(self, readiness: Readiness) -> None:
+        """Warm a sandbox made cold, close its worker's channel (the worker then holds
+        nothing of the host's), checkpoint it as the template, remove it."""
+        assert self.templates is not None and isinstance(self.engine, Snapshots)
+        engine = self.engine
+        container = self.provider.create_pooled()
+        try:
+            entry = self._warm(container, readiness)
+            entry.drop_worker()
+            self.templates.save(
+                readiness, lambda path: engine.checkpoint(container.id, path, leave_running=False)
+            )
+        except SandboxError as exc:
+            log.warning("making a sandbox template failed", readiness=readiness, reason=str(exc))
+        finally:
+            self.provider.discard(container)
+
+    def _restore_failed(self, template: Path | None, exc: RestoreFailedError) -> None:
+        """A restore that failed: counted, logged, its template made again at the next need
+        (the sandbox is then started cold)."""
+        assert self.templates is not None
+        log.warning("restoring a sandbox failed; starting it cold", reason=str(exc))
+        for readiness in Readiness:
+            if self.templates.path(readiness) == template:
+                self.templates.discard(readiness)
 
     def pooled_count(self) -> int:
         return len(self._pool)
@@ -903,6 +975,9 @@ class SandboxManager:
             # at the next sandbox instead.
             with contextlib.suppress(SandboxError):
                 await self._refill
+        for task in self._template_tasks.values():
+            with contextlib.suppress(SandboxError):
+                await task
         for pooled in self._pool:
             pooled.drop_worker()
             if self.ephemeral:

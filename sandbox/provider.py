@@ -42,6 +42,7 @@ from sandbox.workspace_disk import WorkspaceDisks
 
 __all__ = [
     "ORPHAN_GRACE",
+    "RestoreFailedError",
     "SandboxInfo",
     "SandboxProvider",
     "remove_egress_dir",
@@ -54,6 +55,15 @@ EGRESS_NAME = re.compile(r"[0-9a-f]{16}")
 # A volume is made (and its filesystem formatted) before the container that mounts it: one
 # younger than this is being set up, not left behind.
 ORPHAN_GRACE = timedelta(minutes=2)
+
+
+class RestoreFailedError(SandboxUnavailableError):
+    """A sandbox could not be restored from its template; it is left created, to be started
+    cold."""
+
+    def __init__(self, message: str, container: ContainerInfo) -> None:
+        super().__init__(message)
+        self.container = container
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,9 +157,12 @@ class SandboxProvider:
         with another egress layout or runtime is made again around the same workspace."""
         return self.ensure_started(thread_id)[0]
 
-    def ensure_started(self, thread_id: str) -> tuple[ContainerInfo, bool]:
+    def ensure_started(
+        self, thread_id: str, template: Path | None = None
+    ) -> tuple[ContainerInfo, bool]:
         """`ensure`, and whether the container was started now (then nothing of an earlier
-        process can be running in it)."""
+        process can be running in it). A sandbox made now is restored from `template` when
+        one is given (`restore_or_start`)."""
         sid = identity.sandbox_id(thread_id)
         container = self._find(sid)
         volume = identity.volume_name(self.owner, sid)
@@ -161,24 +174,24 @@ class SandboxProvider:
             container = self._create_container(
                 identity.container_name(self.owner, sid), volume, self._labels(thread_id, sid)
             )
+            return self.restore_or_start(container, template), True
         if container.status == "running":
             return container, False
         return self.start(container), True
 
-    def restore(self, thread_id: str, image_dir: Path) -> ContainerInfo:
-        """The thread's sandbox made from a checkpoint rather than started afresh: its own
-        container, volume, labels and way out, the checkpoint's processes and memory (the
-        engine must keep snapshots). A restore that fails leaves the container created: the
-        next `ensure` starts it cold."""
-        if not isinstance(self.engine, Snapshots):
-            raise SandboxUnavailableError("this engine keeps no snapshots (the runsc engine does)")
-        sid = identity.sandbox_id(thread_id)
-        container = self._find(sid) or self._create_container(
-            identity.container_name(self.owner, sid),
-            identity.volume_name(self.owner, sid),
-            self._labels(thread_id, sid),
-        )
-        return self.engine.restore(container.id, image_dir)
+    def restore_or_start(self, container: ContainerInfo, template: Path | None) -> ContainerInfo:
+        """Start a new container: restored from `template` (its processes and memory, the
+        container's own mounts) where one is given and the engine keeps snapshots, else
+        afresh. A restore that fails raises RestoreFailedError and leaves the container
+        created: the caller's next `ensure` starts it cold."""
+        if template is None or not isinstance(self.engine, Snapshots):
+            return self.start(container)
+        if container.workspace_volume is not None:
+            self._attach_disk(container.workspace_volume)
+        try:
+            return self.engine.restore(container.id, template)
+        except SandboxUnavailableError as exc:
+            raise RestoreFailedError(str(exc), container) from exc
 
     def start(self, container: ContainerInfo) -> ContainerInfo:
         """Start a created or stopped sandbox, its workspace filesystem mounted first (after
@@ -254,13 +267,14 @@ class SandboxProvider:
 
     # -- the warm pool ------------------------------------------------------------------
 
-    def create_pooled(self) -> ContainerInfo:
-        """A started sandbox under a pool name, for any thread to claim."""
+    def create_pooled(self, template: Path | None = None) -> ContainerInfo:
+        """A started sandbox under a pool name, for any thread to claim (restored from
+        `template` when one is given: `restore_or_start`)."""
         pool_id = uuid.uuid4().hex
         labels = self._labels("", pool_id) | {identity.LABEL_POOL: "1"}
         name = identity.pool_name(self.owner, pool_id, self.kind.name)
         container = self._create_container(name, identity.volume_name(self.owner, pool_id), labels)
-        return self.start(container)
+        return self.restore_or_start(container, template)
 
     def pooled(self) -> list[ContainerInfo]:
         """Unclaimed pool sandboxes (claimed ones were renamed away from the pool name)."""

@@ -118,6 +118,11 @@ class RunscEngine:
         # before it.
         self._oom_marks: dict[str, list[tuple[float, int]]] = {}
 
+    @property
+    def template_root(self) -> Path:
+        """Templates are kept beside the images' exports, per image (templates.py)."""
+        return self.root / "templates"
+
     def ping(self) -> None:
         why = runsc_usable()
         if why is not None:

@@ -6,7 +6,9 @@ new containers."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -20,6 +22,7 @@ from sandbox.image.build import BuiltImage
 from sandbox.image.rootfs import WORKSPACE
 from sandbox.manager import SandboxManager
 from sandbox.provider import SandboxProvider
+from sandbox.readiness import Readiness
 from sandbox.runsc_engine import CGROUP_PARENT, RunscEngine
 from sandbox.runtimes import GVISOR_HOST_PIDS_FACTOR, GVISOR_KERNEL_MEMORY, RUNSC
 from sandbox.worker import worker_main_command
@@ -155,7 +158,8 @@ async def test_a_warm_worker_comes_back_in_each_sandbox_restored_from_its_checkp
     clones = SandboxManager(runsc_provider)
     try:
         for thread in ("clone-1", "clone-2"):
-            assert runsc_provider.restore(thread, tmp_path / "warm").status == "running"
+            restored, _ = runsc_provider.ensure_started(thread, tmp_path / "warm")
+            assert restored.status == "running"
             after = await clones.operation(thread, "stats")
             # The same process, its compiler still loaded, its clock running on.
             assert after["pid"] == before["pid"] and after["threads"]["compiler"] is True
@@ -221,13 +225,50 @@ async def test_sandboxes_restored_from_one_checkpoint_draw_different_random_valu
     try:
         draws = []
         for thread in ("clone-1", "clone-2"):
-            runsc_provider.restore(thread, tmp_path / "warm")
+            runsc_provider.ensure_started(thread, tmp_path / "warm")
             draws.append(await drawn(clones, thread, "after"))
         for key in ("id", "expression", "code"):
             values = {str(before[key]), *(str(d[key]) for d in draws)}
             assert len(values) == 3, f"{key} repeated across clones: {values}"
     finally:
         await clones.close()
+
+
+async def test_new_sandboxes_come_from_a_template_made_at_first_need(
+    runsc_provider: SandboxProvider, runsc_engine: RunscEngine
+) -> None:
+    """The first sandbox is made cold and a template (per image, kind and readiness) made in
+    the background; later ones are restored from it, their compiler loaded before any build.
+    A template that cannot be restored from is counted, dropped, and the sandbox started
+    cold."""
+    manager = SandboxManager(runsc_provider)
+    try:
+        assert manager.templates is not None
+        for kept in Readiness:  # made by an earlier run on this host: made anew here
+            shutil.rmtree(manager.templates.path(kept), ignore_errors=True)
+        await manager.acquire("first")
+        cold = await manager.operation("first", "stats")
+        assert cold["threads"]["compiler"] is False  # nothing loaded until its first build
+        readiness = manager._next_readiness()
+        deadline = time.monotonic() + 300
+        while manager.templates.ready(readiness) is None:
+            assert time.monotonic() < deadline, "the template was never made"
+            await asyncio.sleep(0.5)
+        await manager.acquire("second")
+        restored = await manager.operation("second", "stats")
+        assert restored["threads"]["compiler"] is True
+        assert await manager.write_file("second", "own.txt", b"mine") == 4
+        # A template gone bad: the restore fails, the sandbox starts cold all the same.
+        template = manager.templates.ready(readiness)
+        assert template is not None
+        (template / "checkpoint.img").write_bytes(b"not a checkpoint")
+        await manager.acquire("third")
+        assert manager.templates.failed_restores == 1
+        assert manager.templates.ready(readiness) is None  # made again at the next need
+        third = await manager.operation("third", "stats")
+        assert third["threads"]["compiler"] is False
+    finally:
+        await manager.close()
 
 
 def test_restores_of_one_checkpoint_are_new_sandboxes_with_their_own_mounts(
