@@ -99,6 +99,7 @@ bench: setup n8n
 	$(BIN)/python -m bench.ready
 	$(BIN)/python -m bench.sandbox_service
 	$(BIN)/python -m bench.sandbox_runtimes
+	$(BIN)/python -m bench.runsc
 	$(BIN)/python -m bench.build
 	$(BIN)/python -m bench.verify
 	$(BIN)/python -m bench.agent

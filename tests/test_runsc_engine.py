@@ -271,6 +271,59 @@ async def test_new_sandboxes_come_from_a_template_made_at_first_need(
         await manager.close()
 
 
+# A main process that, each time /tmp/go appears, makes an X25519 key pair in OpenSSL's native
+# code (as a TLS handshake does) and writes its public key to /tmp/key; its generator is
+# instantiated before the checkpoint. RESEED: OpenSSL reseeded first, as the worker does when
+# a channel opens (which a restored worker does before it serves anything).
+NATIVE_DRAW = """const fs = require('fs');
+const crypto = require('crypto');
+const draw = () => crypto.generateKeyPairSync('x25519').publicKey
+  .export({{ type: 'spki', format: 'der' }}).toString('hex');
+draw();
+setInterval(() => {{
+  if (!fs.existsSync('/tmp/go')) return;
+  fs.unlinkSync('/tmp/go');
+  {reseed}
+  fs.writeFileSync('/tmp/key.new', draw());
+  fs.renameSync('/tmp/key.new', '/tmp/key');
+}}, 20);
+"""
+RESEED = "require('/opt/app/bin/fresh-random.cjs').reseedOpenssl();"
+
+
+def native_draws(engine: RunscEngine, image: str, owner: str, work: Path, reseed: str) -> list[str]:
+    """The first native draw after a restore, in each of two clones of one template."""
+    template = new_container(
+        engine, image, owner, ["node", "-e", NATIVE_DRAW.format(reseed=reseed)]
+    )
+    engine.start(template.id)
+    time.sleep(1.5)  # its first draw made
+    engine.checkpoint(template.id, work, leave_running=False)
+    keys = []
+    for _ in range(2):
+        clone = new_container(engine, image, owner, ["node", "-e", "0"])
+        engine.restore(clone.id, work)
+        run(engine, clone, "touch /tmp/go")
+        deadline = time.monotonic() + 30
+        while "key" not in run(engine, clone, "ls /tmp"):
+            assert time.monotonic() < deadline, "the clone never drew"
+            time.sleep(0.05)
+        keys.append(run(engine, clone, "cat /tmp/key"))
+    return keys
+
+
+def test_clones_draw_their_own_keys_in_openssl_too(
+    runsc_engine: RunscEngine, sandbox_image: BuiltImage, owner: str, tmp_path: Path
+) -> None:
+    """OpenSSL's generator is in a checkpoint too: without a reseed two clones make the same
+    key (the probe sees the problem); reseeded from the kernel (reseed.node) they do not."""
+    image = sandbox_image.tag
+    plain = native_draws(runsc_engine, image, owner, tmp_path / "plain", "")
+    assert plain[0] == plain[1]
+    fresh = native_draws(runsc_engine, image, owner, tmp_path / "fresh", RESEED)
+    assert fresh[0] != fresh[1]
+
+
 def test_restores_of_one_checkpoint_are_new_sandboxes_with_their_own_mounts(
     runsc_engine: RunscEngine,
     sandbox_image: BuiltImage,

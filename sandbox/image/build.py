@@ -412,10 +412,11 @@ def _npm_inputs() -> bytes:
 
 
 def _host_program(name: str) -> str:
-    """This host's `node` or `npm`, which the build runs."""
+    """This host's `node`, `npm` or `cc`, which the build runs."""
     found = shutil.which(name)
     if found is None:
-        raise ImageBuildError(f"{name} is not installed: install Debian's nodejs and npm")
+        package = "gcc" if name == "cc" else "nodejs and npm"
+        raise ImageBuildError(f"{name} is not installed: install Debian's {package}")
     return found
 
 
@@ -454,6 +455,7 @@ def _stage_code(node_modules: Path, staging: Path) -> None:
     """bin/ and seed/ as committed, plus the threads' bundles and the seed's node type index
     made from the catalog."""
     shutil.copytree(BIN_DIR, staging / "bin")
+    _build_reseed(staging / "bin")
     specs = [f"{name}={','.join(packages)}" for name, packages in BUNDLES.items()]
     bundles = staging / "bin" / "bundles"
     image_modules = f"{rootfs.APP_DIR}/node_modules"
@@ -469,6 +471,30 @@ def _stage_code(node_modules: Path, staging: Path) -> None:
     index = staging / "seed" / "node-types" / "index.txt"
     index.parent.mkdir()
     index.write_text(node_type_index(node_modules))
+
+
+def _build_reseed(bin_dir: Path) -> None:
+    """bin/reseed.node from bin/reseed.c: a Node-API module without headers (fresh-random.cjs
+    reseeds OpenSSL with it in restored sandboxes)."""
+    source = bin_dir / "reseed.c"
+    result = subprocess.run(
+        [
+            _host_program("cc"),
+            "-shared",
+            "-fPIC",
+            "-O2",
+            str(source),
+            "-o",
+            str(bin_dir / "reseed.node"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise ImageBuildError(
+            f"building bin/reseed.node failed (is gcc installed?):\n{result.stderr[-2000:]}"
+        )
+    source.unlink()
 
 
 def node_type_index(node_modules: Path) -> str:

@@ -2,4 +2,7 @@
 // so that what those modules take from node:crypto as they load is already the kernel's.
 import { createRequire } from 'node:module';
 
-createRequire(import.meta.url)('./fresh-random.cjs').install();
+const freshRandom = createRequire(import.meta.url)('./fresh-random.cjs');
+freshRandom.install();
+
+export const { reseedOpenssl } = freshRandom;

@@ -12,8 +12,10 @@
 // A node:vm context has its own Math: `seedMathRandom(context)` gives it a generator of its
 // own, seeded from the kernel when the context is made (contexts are made per Code node run).
 //
-// Not covered: randomness OpenSSL draws for itself in native code (TLS handshakes, key
-// generation), whose generator reseeds from the kernel on its own schedule (docs/security.md).
+// OpenSSL draws for itself in native code too (a TLS handshake's keys, generateKeyPair), from a
+// generator that a restore also clones: `reseedOpenssl()` (reseed.node, built from reseed.c)
+// reseeds it from the kernel; the worker calls it whenever a channel opens, which a restored
+// worker does before it serves anything.
 'use strict';
 const fs = require('node:fs');
 const crypto = require('node:crypto');
@@ -79,6 +81,12 @@ function getRandomValues(array) {
   return fill(array);
 }
 
+// Reseed OpenSSL's generators from the kernel (every thread's follows its primary's). False
+// when the module could not be loaded (an image built without it) or the kernel gave nothing.
+function reseedOpenssl() {
+  return require('./reseed.node').reseed();
+}
+
 function install() {
   Math.random = random;
   crypto.randomFillSync = (buffer, offset = 0, size) => fill(buffer, offset, size);
@@ -126,4 +134,4 @@ function seedMathRandom(context) {
   return context;
 }
 
-module.exports = { install, seedMathRandom };
+module.exports = { install, reseedOpenssl, seedMathRandom };

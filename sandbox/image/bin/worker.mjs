@@ -14,7 +14,7 @@
 //   host's between two connections, and a checkpoint taken then restores into any new sandbox
 //   whose own socket is at the same path: the restored worker connects to that one.
 // Randomness from the kernel at each call (this process may be a restored clone's): first.
-import './fresh-random-first.mjs';
+import { reseedOpenssl } from './fresh-random-first.mjs';
 import { createConnection } from 'node:net';
 import { createInterface } from 'node:readline';
 import { handle } from './ops.mjs';
@@ -60,6 +60,9 @@ function connectLoop(path) {
     };
     socket.once('error', retry);
     socket.once('connect', () => {
+      // A new channel: this worker may have been restored into a clone since the last one, so
+      // OpenSSL's generator (which the clone shares with its template) is reseeded first.
+      reseedOpenssl();
       // Connected: an error now ends the lines, and their end starts the next attempt.
       socket.off('error', retry);
       socket.on('error', () => {});
