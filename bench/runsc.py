@@ -4,6 +4,8 @@ run's baseline.
 - **exec `true`**: a process started in a running sandbox, `runsc exec` (the runsc engine)
   beside `docker exec` of the same image under Docker's runsc runtime (how sandboxes are
   driven by default today).
+- **wake**: a stopped sandbox woken and an exec of `true` answered: suspended (checkpointed,
+  nothing of it running) and resumed, beside stopped and started afresh.
 - **a verify-ready sandbox**: restored from the checkpoint of a warm one (its worker the main
   process, the compiler and the engine loaded), beside one made cold and warmed with a build
   and a run (what a pool member costs today), both on the runsc engine: CPU-seconds (the
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import tempfile
 import time
 import uuid
@@ -106,7 +109,7 @@ async def ready_figures(
 
         async def restored(thread: str) -> ContainerInfo:
             # Made its own as a cold one is (its workspace seeded), then its worker asked.
-            container = await asyncio.to_thread(provider.restore, thread, image_dir)
+            container, _ = await asyncio.to_thread(provider.ensure_started, thread, image_dir)
             await asyncio.to_thread(manager._initialise, container)
             worker = await asyncio.to_thread(WorkerClient.start, engine, container.id)
             stats = await asyncio.to_thread(worker.call, "stats")
@@ -138,6 +141,29 @@ async def ready_figures(
     return figures
 
 
+async def wake_figures(
+    provider: SandboxProvider, engine: RunscEngine, rounds: int
+) -> tuple[list[float], list[float]]:
+    """ms from a stopped sandbox to an exec of `true` answered in it: suspended and resumed
+    (its memory restored) beside stopped and started afresh (today's idle stop)."""
+    container = await asyncio.to_thread(provider.ensure, "bench-wake")
+    resumed: list[float] = []
+    restarted: list[float] = []
+    for n in range(rounds):
+        for way in ("resumed", "restarted") if n % 2 == 0 else ("restarted", "resumed"):
+            if way == "resumed":
+                await asyncio.to_thread(engine.suspend, container.id)
+            else:
+                await asyncio.to_thread(engine.kill, container.id)
+            started = time.perf_counter()
+            await asyncio.to_thread(engine.start, container.id)
+            await asyncio.to_thread(functools.partial(exec_ms, engine, container, rounds=1))
+            (resumed if way == "resumed" else restarted).append(
+                (time.perf_counter() - started) * 1000
+            )
+    return resumed, restarted
+
+
 def row(name: str, ours: list[float], base: list[float], unit: str, note: str) -> str:
     record("runsc", name, p50(ours), p50(base), unit, note=note)
     ratio = p50(base) / p50(ours)
@@ -158,6 +184,7 @@ async def main(rounds: int) -> None:
         with tempfile.TemporaryDirectory(prefix="bench-runsc-") as work:
             runsc_ms, docker_ms = await exec_figures(engine, docker_engine, image, owner, rounds)
             ready = await ready_figures(provider, engine, rounds, Path(work))
+            resumed, restarted = await wake_figures(provider, engine, rounds)
         restored, cold = ready["restored"], ready["cold"]
         cold_note = "baseline: made cold and warmed with a build and a run (a pool member today)"
         lines = [
@@ -169,6 +196,9 @@ async def main(rounds: int) -> None:
                 f"restore + the worker's channel; {cold_note}"),
             row("idle sandbox ready to build and verify", restored["mb"], cold["mb"],
                 "MB, p50", "its cgroup, less droppable page cache"),
+            row("wake + exec `true` of a stopped sandbox", resumed, restarted, "ms, p50",
+                "suspended (0 CPU, 0 MB while stopped) and resumed with its memory; "
+                "baseline: stopped and started afresh, its memory lost"),
         ]  # fmt: skip
     finally:
         remove_owner(engine, owner)

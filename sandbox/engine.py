@@ -273,6 +273,10 @@ class Snapshots(Protocol):
 
     def restore(self, container_id: str, image_dir: Path) -> ContainerInfo: ...
 
+    def suspend(self, container_id: str) -> None:
+        """Stop a sandbox with all of its state kept (its next `start` brings it back)."""
+        ...
+
 
 def is_running(engine: ContainerEngine, container_id: str) -> bool:
     """Whether the engine says the container exists and runs."""

@@ -76,6 +76,8 @@ RUNSC_CALL_S = 120.0
 # Each container's own directory for the worker's socket (in its bundle), and how often a wait
 # for the worker to connect checks the sandbox still runs.
 CONTROL_DIR = "control"
+# Where a suspended sandbox's checkpoint is kept, in its bundle (`suspend`).
+SUSPENDED = "suspended"
 CHANNEL_POLL_S = 0.5
 # The volume flag of one that got the image's files at its mount point (`_prepare_volume`).
 FILLED = "filled"
@@ -236,6 +238,8 @@ class RunscEngine:
             return self._info(record)
         self._delete_sandbox(record)  # a stopped one: started anew, as Docker restarts it
         self._prepare_volume(record)
+        if self._resume(record):
+            return self._started(record)
         attach = self._attaches.pop(record.id, None)
         if attach is not None:
             run = [*self._runsc(record), "run", "--bundle", str(self._bundles / record.id)]
@@ -264,6 +268,34 @@ class RunscEngine:
             )
         if not leave_running:
             self._delete_sandbox(record)
+
+    def suspend(self, container_id: str) -> None:
+        """Stop the sandbox keeping all of it: checkpointed into its bundle (it goes with the
+        container), its processes ended, no CPU and no memory held; the next `start` restores
+        it, processes, memory and `/tmp` as they were."""
+        record = self._store.require(container_id)
+        target = self._bundles / container_id / SUSPENDED
+        staging = target.with_name(SUSPENDED + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        self.checkpoint(container_id, staging, leave_running=False)
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+        log.debug("sandbox suspended", container=record.name)
+
+    def _resume(self, record: ContainerRecord) -> bool:
+        """Restore a suspended sandbox (its checkpoint is used once, then removed). False when
+        it was not suspended, or its restore failed (logged: it then starts afresh)."""
+        suspended = self._bundles / record.id / SUSPENDED
+        if not (suspended / "checkpoint.img").is_file():
+            return False
+        try:
+            self._launch(record, ["restore", f"--image-path={suspended}"], "resume")
+        except SandboxUnavailableError as exc:
+            log.warning("resuming a suspended sandbox failed; starting it afresh", reason=str(exc))
+            return False
+        finally:
+            shutil.rmtree(suspended, ignore_errors=True)
+        return True
 
     def restore(self, container_id: str, image_dir: Path) -> ContainerInfo:
         """Start a created container from a checkpoint instead of afresh: the image's

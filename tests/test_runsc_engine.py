@@ -11,6 +11,7 @@ import json
 import shutil
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ from sandbox.runtimes import GVISOR_HOST_PIDS_FACTOR, GVISOR_KERNEL_MEMORY, RUNS
 from sandbox.worker import worker_main_command
 
 ORDER_ROUTER = "knowledge-base/templates/order-router.workflow.ts"
+CGROUPS = Path("/sys/fs/cgroup")
 GVISOR = SandboxLimits(runtime=RUNSC)
 
 
@@ -98,7 +100,7 @@ def test_a_runsc_sandbox_is_hardened_inside_and_limited_on_the_host(
     assert main == ["/sbin/docker-init", "--", *worker_main_command()]
     run(runsc_engine, container, "echo kept > note.txt")
     # The host's cgroup holds the sandbox's kernel to the limits (a backstop above its own).
-    cgroup = Path("/sys/fs/cgroup")
+    cgroup = CGROUPS
     path = f"{CGROUP_PARENT.strip('/')}/{container.id}"
     memory = int((cgroup / "memory" / path / "memory.limit_in_bytes").read_text())
     assert memory == 1024**3 + GVISOR_KERNEL_MEMORY
@@ -322,6 +324,29 @@ def test_clones_draw_their_own_keys_in_openssl_too(
     assert plain[0] == plain[1]
     fresh = native_draws(runsc_engine, image, owner, tmp_path / "fresh", RESEED)
     assert fresh[0] != fresh[1]
+
+
+async def test_an_idle_sandbox_is_suspended_and_comes_back_as_it_was(
+    runsc_provider: SandboxProvider, runsc_engine: RunscEngine
+) -> None:
+    """Idle past its window, a sandbox is checkpointed and ends (its cgroup, so its CPU and
+    memory, gone); its next use restores it: its files, its /tmp, its worker's process."""
+    manager = SandboxManager(runsc_provider, idle_ttl=timedelta(0))
+    try:
+        made = await manager.run_command("t1", "echo in-memory > /tmp/state; echo kept > kept.txt")
+        assert made.success, made
+        before = await manager.operation("t1", "stats")
+        container = await manager.acquire("t1")
+        assert await manager.sweep_idle() == ["t1"]
+        assert runsc_engine.inspect(container.id).status == "exited"  # type: ignore[union-attr]
+        assert not (CGROUPS / "memory" / CGROUP_PARENT.strip("/") / container.id).exists()
+        back = await manager.run_command("t1", "cat /tmp/state kept.txt")
+        assert back.stdout == "in-memory\nkept\n"
+        after = await manager.operation("t1", "stats")
+        assert after["pid"] == before["pid"] and after["uptime"] > before["uptime"]
+        assert (await manager.acquire("t1")).id == container.id
+    finally:
+        await manager.close()
 
 
 def test_restores_of_one_checkpoint_are_new_sandboxes_with_their_own_mounts(
