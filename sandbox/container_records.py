@@ -24,7 +24,7 @@ from typing import Any
 
 from sandbox.engine import ContainerGoneError, ContainerInfo, VolumeInfo
 
-__all__ = ["ContainerRecord", "RecordStore"]
+__all__ = ["ContainerRecord", "RecordStore", "RecordVolumes"]
 
 _ID = re.compile(r"[0-9a-f]{32}")
 
@@ -204,3 +204,23 @@ class RecordStore:
     def remove_volume(self, name: str) -> None:
         shutil.rmtree(self.volumes_dir / name, ignore_errors=True)
         (self.volumes_dir / f"{name}.json").unlink(missing_ok=True)
+
+
+class RecordVolumes:
+    """The seam's volume calls for an engine whose volumes are records (`_store`)."""
+
+    _store: RecordStore
+
+    def volume(self, name: str) -> VolumeInfo | None:
+        return self._store.volume(name)
+
+    def create_volume(self, name: str, labels: Mapping[str, str]) -> VolumeInfo:
+        return self._store.create_volume(name, labels)
+
+    def volumes(
+        self, *, labels: Mapping[str, str] | None = None, name_prefix: str | None = None
+    ) -> list[VolumeInfo]:
+        return self._store.volumes(labels=labels, name_prefix=name_prefix)
+
+    def remove_volume(self, name: str) -> None:
+        self._store.remove_volume(name)

@@ -42,7 +42,7 @@ from sandbox.errors import SandboxUnavailableError
 from sandbox.image.build import require_image
 from sandbox.image.catalog import extract_catalog
 from sandbox.image.rootfs import USER_UID, WORKSPACE
-from sandbox.job_kill import LIST_UIDS, jobs_listed, kill_job_argv
+from sandbox.job_kill import UidJobs
 from sandbox.runtimes import GVISOR_HOST_PIDS_FACTOR, GVISOR_KERNEL_MEMORY, RUNSC
 
 __all__ = ["DockerEngine", "DockerHost", "connect"]
@@ -206,7 +206,7 @@ class _Hijacked:
             self._socket.close()
 
 
-class DockerEngine:
+class DockerEngine(UidJobs):
     """`ContainerEngine` over one Docker engine."""
 
     runs_image = True
@@ -416,17 +416,6 @@ class DockerEngine:
             # The raw socket, so that it can be closed: the SDK's stream generator leaks it.
             wrapper = api.exec_start(exec_id, socket=True)
         return _Hijacked(wrapper, lambda: api.exec_inspect(exec_id).get("ExitCode"))
-
-    def kill_job(self, container_id: str, job: int) -> bool:
-        try:
-            result = self.exec(container_id, kill_job_argv(job), workdir="/", job=job)
-        except SandboxUnavailableError:
-            return False
-        return result.exit_code == 0
-
-    def running_jobs(self, container_id: str, jobs: range) -> list[int]:
-        listing = self.exec(container_id, LIST_UIDS, workdir="/")
-        return jobs_listed(listing.stdout, jobs)
 
     def out_of_memory_since(self, container_id: str, since: float) -> bool:
         # The engine's events up to now (an `until` ahead would wait for it), filtered there.

@@ -5,7 +5,12 @@ reaches all of them, `setsid` escapees included, and nothing of other uids.
 
 from __future__ import annotations
 
-__all__ = ["LIST_UIDS", "jobs_listed", "kill_job_argv"]
+from collections.abc import Mapping
+
+from sandbox.engine import ExecResult
+from sandbox.errors import SandboxUnavailableError
+
+__all__ = ["LIST_UIDS", "UidJobs", "jobs_listed", "kill_job_argv"]
 
 # Run as the job uid ($1). Each round stops, then kills, every process of the uid but this
 # script (`kill -1` reaches every process the caller may signal, and Linux lets a process
@@ -46,3 +51,29 @@ def jobs_listed(listing: bytes, jobs: range) -> list[int]:
     """The jobs of `jobs` that LIST_UIDS's output shows a process of."""
     uids = {int(word) for word in listing.split() if word.isdigit()}
     return sorted(u for u in uids if u in jobs)
+
+
+class UidJobs:
+    """The seam's job calls for an engine whose jobs are uids in a container (`exec`)."""
+
+    def exec(
+        self,
+        container_id: str,
+        argv: list[str],
+        *,
+        workdir: str,
+        env: Mapping[str, str] | None = None,
+        job: int | None = None,
+    ) -> ExecResult:
+        raise NotImplementedError
+
+    def kill_job(self, container_id: str, job: int) -> bool:
+        try:
+            result = self.exec(container_id, kill_job_argv(job), workdir="/", job=job)
+        except SandboxUnavailableError:
+            return False
+        return result.exit_code == 0
+
+    def running_jobs(self, container_id: str, jobs: range) -> list[int]:
+        listing = self.exec(container_id, LIST_UIDS, workdir="/")
+        return jobs_listed(listing.stdout, jobs)

@@ -40,14 +40,13 @@ from pathlib import Path
 
 import structlog
 
-from sandbox.container_records import ContainerRecord, RecordStore
+from sandbox.container_records import ContainerRecord, RecordStore, RecordVolumes
 from sandbox.egress import MOUNT_POINT
 from sandbox.engine import (
     Attached,
     ContainerInfo,
     ContainerSpec,
     ExecResult,
-    VolumeInfo,
 )
 from sandbox.errors import SandboxUnavailableError
 from sandbox.image.build import IMAGE_DIR
@@ -72,7 +71,7 @@ _NAMESPACE_COMMANDS = (
 )
 
 
-class LocalEngine:
+class LocalEngine(RecordVolumes):
     """`ContainerEngine` over directories under `root` and subprocesses."""
 
     runs_image = False
@@ -226,22 +225,6 @@ class LocalEngine:
         with tarfile.open(fileobj=archive, mode="w") as tar:
             tar.add(source, arcname=source.name)
         return archive.getvalue()
-
-    # -- volumes ----------------------------------------------------------------------------
-
-    def volume(self, name: str) -> VolumeInfo | None:
-        return self._store.volume(name)
-
-    def create_volume(self, name: str, labels: Mapping[str, str]) -> VolumeInfo:
-        return self._store.create_volume(name, labels)
-
-    def volumes(
-        self, *, labels: Mapping[str, str] | None = None, name_prefix: str | None = None
-    ) -> list[VolumeInfo]:
-        return self._store.volumes(labels=labels, name_prefix=name_prefix)
-
-    def remove_volume(self, name: str) -> None:
-        self._store.remove_volume(name)
 
     # -- plumbing ---------------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ import docker
 import docker.errors
 import structlog
 
-from sandbox.container_records import ContainerRecord, RecordStore
+from sandbox.container_records import ContainerRecord, RecordStore, RecordVolumes
 from sandbox.engine import (
     HOME_DIR,
     STDOUT,
@@ -48,14 +48,13 @@ from sandbox.engine import (
     ContainerInfo,
     ContainerSpec,
     ExecResult,
-    VolumeInfo,
 )
 from sandbox.errors import SandboxUnavailableError
 from sandbox.identity import LABEL_LEASE, LABEL_OWNER
 from sandbox.image.build import require_image
 from sandbox.image.catalog import extract_catalog
 from sandbox.image.rootfs import USER_UID
-from sandbox.job_kill import LIST_UIDS, jobs_listed, kill_job_argv
+from sandbox.job_kill import UidJobs
 from sandbox.oci import ExportedImage, bundle_config, export_image
 from sandbox.process_streams import ProcessStreams
 from sandbox.runtimes import RUNSC
@@ -95,7 +94,7 @@ def runsc_usable(runsc: str = RUNSC) -> str | None:
     return None
 
 
-class RunscEngine:
+class RunscEngine(RecordVolumes, UidJobs):
     """`ContainerEngine` over `runsc`, with its state under `root`; `docker` keeps the image."""
 
     runs_image = True
@@ -471,17 +470,6 @@ class RunscEngine:
         process = self._popen(command, stdin=stdin)
         return ProcessStreams(process, on_exit=lambda: process_file.unlink(missing_ok=True))
 
-    def kill_job(self, container_id: str, job: int) -> bool:
-        try:
-            result = self.exec(container_id, kill_job_argv(job), workdir="/", job=job)
-        except SandboxUnavailableError:
-            return False
-        return result.exit_code == 0
-
-    def running_jobs(self, container_id: str, jobs: range) -> list[int]:
-        listing = self.exec(container_id, LIST_UIDS, workdir="/")
-        return jobs_listed(listing.stdout, jobs)
-
     def out_of_memory_since(self, container_id: str, since: float) -> bool:
         """Whether the host's OOM killer struck in the sandbox's cgroup after `since`: its
         count now against the count taken when a process started at or before `since`."""
@@ -512,22 +500,6 @@ class RunscEngine:
         if result.exit_code != 0:
             raise SandboxUnavailableError(f"{path} could not be read: {_said(result.stderr)}")
         return result.stdout
-
-    # -- volumes ----------------------------------------------------------------------------
-
-    def volume(self, name: str) -> VolumeInfo | None:
-        return self._store.volume(name)
-
-    def create_volume(self, name: str, labels: Mapping[str, str]) -> VolumeInfo:
-        return self._store.create_volume(name, labels)
-
-    def volumes(
-        self, *, labels: Mapping[str, str] | None = None, name_prefix: str | None = None
-    ) -> list[VolumeInfo]:
-        return self._store.volumes(labels=labels, name_prefix=name_prefix)
-
-    def remove_volume(self, name: str) -> None:
-        self._store.remove_volume(name)
 
     # -- plumbing ---------------------------------------------------------------------------
 
