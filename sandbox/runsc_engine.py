@@ -2,9 +2,10 @@
 Docker in the path of a container's life (Docker keeps the image, which is exported once per
 image: oci.py). It fits the container-engine seam (`engine.py`), so the one manager runs on it.
 
-Why not Docker's runsc runtime: a `docker exec` costs ~200 ms under gVisor where `runsc exec`
-costs ~30 ms, and Docker can neither checkpoint to a directory of ours nor restore into a new
-container, which idle sandboxes and templates need (docs/performance.md).
+Why not Docker's runsc runtime: a `docker exec` costs ~100 ms under gVisor where `runsc exec`
+costs ~45 ms (`python -m bench.runsc`), and Docker can neither checkpoint to a directory of
+ours nor restore into a new container, which idle sandboxes and templates need
+(docs/performance.md).
 
 - A container is a record (container_records.py), a bundle directory (`config.json`, its own
   `/etc/hosts` and `/etc/hostname`) and, once started, a runsc sandbox in the state root of
@@ -27,13 +28,11 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import docker
 import docker.errors
@@ -42,7 +41,6 @@ import structlog
 from sandbox.container_records import ContainerRecord, RecordStore, RecordVolumes
 from sandbox.engine import (
     HOME_DIR,
-    STDOUT,
     Attached,
     ContainerGoneError,
     ContainerInfo,
@@ -57,41 +55,32 @@ from sandbox.image.rootfs import USER_UID
 from sandbox.job_kill import UidJobs
 from sandbox.oci import ExportedImage, bundle_config, export_image
 from sandbox.process_streams import ProcessStreams
+from sandbox.runsc_cli import (
+    CGROUP_PARENT,
+    RUNSC_CALL_S,
+    delete,
+    first_line,
+    is_gone,
+    oom_kills,
+    running_ids,
+    runsc_argv,
+    runsc_usable,
+    said,
+)
 from sandbox.runtimes import RUNSC
 from sandbox.worker import WORKER_SOCKET, WORKER_SOCKET_DIR
+from sandbox.worker_socket import wait_for_worker
 
-__all__ = ["RunscEngine", "runsc_usable"]
+__all__ = ["CGROUP_PARENT", "RunscEngine", "runsc_usable"]
 
 log = structlog.get_logger(__name__)
 
-# What every runsc call is given: no network inside gVisor either (only loopback), and host
-# Unix sockets openable (the egress proxy's socket is bind-mounted into each sandbox).
-RUNSC_FLAGS = ("--network=none", "--host-uds=open")
-# The cgroup parent of every sandbox (one per container below it).
-CGROUP_PARENT = "/instance-ai"
-MEMORY_CGROUPS = Path("/sys/fs/cgroup/memory")
-# How long a runsc call that manages a container (not a process in it) may take.
-RUNSC_CALL_S = 120.0
-# Each container's own directory for the worker's socket (in its bundle), and how often a wait
-# for the worker to connect checks the sandbox still runs.
+# Each container's own directory for the worker's socket, in its bundle (worker_socket.py).
 CONTROL_DIR = "control"
 # Where a suspended sandbox's checkpoint is kept, in its bundle (`suspend`).
 SUSPENDED = "suspended"
-CHANNEL_POLL_S = 0.5
 # The volume flag of one that got the image's files at its mount point (`_prepare_volume`).
 FILLED = "filled"
-# What runsc says when the container it was asked about does not exist or does not run.
-_GONE = ("loading container", "loading sandbox", "not running", "is not running", "stopped")
-
-
-def runsc_usable(runsc: str = RUNSC) -> str | None:
-    """None when `runsc` can be driven here, else why not."""
-    path = shutil.which(runsc)
-    if path is None:
-        return f"{runsc} is not installed (`make setup`: scripts/install-runsc)"
-    if os.geteuid() != 0:
-        return "driving runsc directly needs root (its sandboxes' cgroups and namespaces)"
-    return None
 
 
 class RunscEngine(RecordVolumes, UidJobs):
@@ -263,7 +252,7 @@ class RunscEngine(RecordVolumes, UidJobs):
         )
         if done.returncode != 0:
             raise SandboxUnavailableError(
-                f"runsc could not checkpoint the sandbox: {_said(done.stderr)}"
+                f"runsc could not checkpoint the sandbox: {said(done.stderr)}"
             )
         if not leave_running:
             self._delete_sandbox(record)
@@ -324,7 +313,7 @@ class RunscEngine(RecordVolumes, UidJobs):
         if done.returncode != 0:
             with contextlib.suppress(SandboxUnavailableError):
                 self._delete_sandbox(record, even_unstarted=True)
-            reason = _first_line(log_path.read_bytes())
+            reason = first_line(log_path.read_bytes())
             raise SandboxUnavailableError(f"runsc could not {what} the sandbox: {reason}")
 
     def _started(self, record: ContainerRecord) -> ContainerInfo:
@@ -358,7 +347,7 @@ class RunscEngine(RecordVolumes, UidJobs):
 
     def containers(self, labels: Mapping[str, str | None]) -> list[ContainerInfo]:
         records = self._store.matching(labels)
-        running = self._running_ids({r.engine.get("state", "") for r in records})
+        running = self._running_ids(records)
         found = []
         for record in records:
             status = self._status(record, running)
@@ -406,32 +395,10 @@ class RunscEngine(RecordVolumes, UidJobs):
         sandbox user) until the worker connects or `timeout_s` runs out, then no more."""
         record = self._store.require(container_id)
         path = self._bundles / container_id / CONTROL_DIR / Path(WORKER_SOCKET).name
-        deadline = time.monotonic() + timeout_s
         with self._images_lock:
             lock = self._channel_locks.setdefault(container_id, threading.Lock())
-        with lock:
-            path.unlink(missing_ok=True)
-            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                listener.bind(str(path))
-                path.chmod(0o666)
-                listener.listen(1)
-                listener.settimeout(CHANNEL_POLL_S)
-                while True:
-                    with contextlib.suppress(TimeoutError):
-                        connection, _ = listener.accept()
-                        break
-                    if self._status(record) != "running":
-                        raise ContainerGoneError("the sandbox stopped before its worker connected")
-                    if time.monotonic() >= deadline:
-                        raise SandboxUnavailableError(
-                            f"the sandbox's worker did not connect within {timeout_s:.0f} s"
-                        )
-            finally:
-                listener.close()
-                path.unlink(missing_ok=True)
-        connection.settimeout(None)
-        return SocketChannel(connection)
+        with lock:  # one wait at a time: each makes the socket anew
+            return wait_for_worker(path, timeout_s, lambda: self._status(record) == "running")
 
     # -- processes --------------------------------------------------------------------------
 
@@ -473,7 +440,7 @@ class RunscEngine(RecordVolumes, UidJobs):
     def out_of_memory_since(self, container_id: str, since: float) -> bool:
         """Whether the host's OOM killer struck in the sandbox's cgroup after `since`: its
         count now against the count taken when a process started at or before `since`."""
-        now = _oom_kills(container_id)
+        now = oom_kills(container_id)
         if now is None:
             return False
         before = [count for when, count in self._oom_marks.get(container_id, []) if when <= since]
@@ -491,22 +458,21 @@ class RunscEngine(RecordVolumes, UidJobs):
             Path(command[-2]).unlink(missing_ok=True)
         self._raise_if_gone(record, done.returncode, done.stderr)
         if done.returncode != 0:
-            raise SandboxUnavailableError(f"copying into {directory} failed: {_said(done.stderr)}")
+            raise SandboxUnavailableError(f"copying into {directory} failed: {said(done.stderr)}")
 
     def copy_out(self, container_id: str, path: str) -> bytes:
         parent, name = os.path.split(path.rstrip("/")) if path != "/" else ("/", ".")
         argv = ["tar", "-c", "-f", "-", "-C", parent or "/", name]
         result = self.exec(container_id, argv, workdir="/")
         if result.exit_code != 0:
-            raise SandboxUnavailableError(f"{path} could not be read: {_said(result.stderr)}")
+            raise SandboxUnavailableError(f"{path} could not be read: {said(result.stderr)}")
         return result.stdout
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    def _runsc(self, record: ContainerRecord) -> list[str]:
-        state = Path(str(record.engine["state"]))
-        state.mkdir(parents=True, exist_ok=True)
-        return [RUNSC, "--root", str(state), *RUNSC_FLAGS]
+    @staticmethod
+    def _runsc(record: ContainerRecord) -> list[str]:
+        return runsc_argv(_state(record))
 
     def _state_root(self, labels: Mapping[str, str]) -> Path:
         owner = labels.get(LABEL_OWNER) or labels.get(LABEL_LEASE) or ""
@@ -516,29 +482,13 @@ class RunscEngine(RecordVolumes, UidJobs):
         if record.status == "created":
             return "created"
         if running is None:
-            running = self._running_ids({record.engine.get("state", "")})
+            running = self._running_ids([record])
         return "running" if record.id in running else "exited"
 
-    def _running_ids(self, state_roots: set[Any]) -> set[str]:
-        """The containers runsc says run, in the given state roots."""
-        found: set[str] = set()
-        for root in state_roots:
-            if not root or not Path(str(root)).is_dir():
-                continue
-            done = subprocess.run(
-                [RUNSC, "--root", str(root), "list", "--format=json"],
-                capture_output=True,
-                timeout=RUNSC_CALL_S,
-                check=False,
-            )
-            if done.returncode != 0:
-                raise SandboxUnavailableError(
-                    f"runsc could not list sandboxes: {_said(done.stderr)}"
-                )
-            for entry in json.loads(done.stdout or b"[]") or []:
-                if entry.get("status") == "running":
-                    found.add(str(entry.get("id")))
-        return found
+    @staticmethod
+    def _running_ids(records: list[ContainerRecord]) -> set[str]:
+        """Which of the records' sandboxes runsc says run (one listing per state root)."""
+        return running_ids({_state(record) for record in records})
 
     def _info(self, record: ContainerRecord) -> ContainerInfo:
         return record.info(self._status(record))
@@ -548,14 +498,7 @@ class RunscEngine(RecordVolumes, UidJobs):
         never started has none, unless a start of it failed half-way (`even_unstarted`)."""
         if record.status == "created" and not even_unstarted:
             return
-        done = subprocess.run(
-            [*self._runsc(record), "delete", "--force", record.id],
-            capture_output=True,
-            timeout=RUNSC_CALL_S,
-            check=False,
-        )
-        if done.returncode != 0 and not _is_gone(done.stderr):
-            raise SandboxUnavailableError(f"runsc could not stop the sandbox: {_said(done.stderr)}")
+        delete(_state(record), record.id)
 
     def _prepare_volume(self, record: ContainerRecord) -> None:
         """A volume's first mount gets what the image holds at its mount point (as Docker
@@ -611,7 +554,7 @@ class RunscEngine(RecordVolumes, UidJobs):
         return record, [*self._runsc(record), "exec", "--process", str(process_file), record.id]
 
     def _raise_if_gone(self, record: ContainerRecord, code: int, stderr: bytes) -> None:
-        if code == 128 and _is_gone(stderr) and self._status(record) != "running":
+        if code == 128 and is_gone(stderr) and self._status(record) != "running":
             raise ContainerGoneError(
                 "the sandbox went away during the call; it was removed or stopped from outside. "
                 "The next call makes it again, with the same workspace"
@@ -631,60 +574,13 @@ class RunscEngine(RecordVolumes, UidJobs):
             raise SandboxUnavailableError(f"could not start runsc: {exc}") from exc
 
     def _mark_memory(self, record: ContainerRecord) -> None:
-        count = _oom_kills(record.id)
+        count = oom_kills(record.id)
         if count is not None:
             marks = self._oom_marks.setdefault(record.id, [])
             marks.append((time.time(), count))
             del marks[:-64]
 
 
-def _oom_kills(container_id: str) -> int | None:
-    """How many processes the host's OOM killer took in the sandbox's memory cgroup."""
-    path = MEMORY_CGROUPS / CGROUP_PARENT.strip("/") / container_id / "memory.oom_control"
-    with contextlib.suppress(OSError, ValueError):
-        for line in path.read_text().splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill":
-                return int(value)
-    return None
-
-
-def _is_gone(stderr: bytes) -> bool:
-    text = stderr.decode(errors="replace")
-    return any(word in text for word in _GONE)
-
-
-class SocketChannel:
-    """A worker's connection as the seam's `Attached`: what it sends is its STDOUT."""
-
-    def __init__(self, connection: socket.socket) -> None:
-        self._socket = connection
-
-    @property
-    def socket(self) -> socket.socket:
-        return self._socket
-
-    def frames(self) -> Iterator[tuple[int, bytes]]:
-        with contextlib.suppress(OSError):
-            while data := self._socket.recv(65536):
-                yield STDOUT, data
-
-    def exit_code(self) -> int | None:
-        return None  # the worker outlives its channel
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._socket.shutdown(socket.SHUT_RDWR)
-        with contextlib.suppress(OSError):
-            self._socket.close()
-
-
-def _first_line(output: bytes) -> str:
-    """The first line of what runsc said (a failed restore adds a Go panic's stack)."""
-    lines = output.decode(errors="replace").strip().splitlines()
-    return lines[0][:500] if lines else "no reason given"
-
-
-def _said(stderr: bytes) -> str:
-    text = stderr.decode(errors="replace").strip()
-    return text[-500:] if text else "no reason given"
+def _state(record: ContainerRecord) -> Path:
+    """The runsc state root the record's sandbox lives in (its owner's)."""
+    return Path(str(record.engine["state"]))

@@ -1,0 +1,116 @@
+"""Calling `runsc` itself (the runsc engine's): its flags, whether it can be driven here, its
+listing and deletion of sandboxes, the cgroup its sandboxes' limits live in, and reading what
+it says when it fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+from sandbox.errors import SandboxUnavailableError
+from sandbox.runtimes import RUNSC
+
+__all__ = [
+    "CGROUP_PARENT",
+    "RUNSC_CALL_S",
+    "delete",
+    "first_line",
+    "is_gone",
+    "oom_kills",
+    "running_ids",
+    "runsc_argv",
+    "runsc_usable",
+    "said",
+]
+
+# What every runsc call is given: no network inside gVisor either (only loopback), and host
+# Unix sockets openable (the egress proxy's socket is bind-mounted into each sandbox).
+RUNSC_FLAGS = ("--network=none", "--host-uds=open")
+# The cgroup parent of every sandbox (one per container below it).
+CGROUP_PARENT = "/instance-ai"
+MEMORY_CGROUPS = Path("/sys/fs/cgroup/memory")
+# How long a runsc call that manages a container (not a process in it) may take.
+RUNSC_CALL_S = 120.0
+# What runsc says when the container it was asked about does not exist or does not run.
+_GONE = ("loading container", "loading sandbox", "not running", "is not running", "stopped")
+
+
+def runsc_usable(runsc: str = RUNSC) -> str | None:
+    """None when `runsc` can be driven here, else why not."""
+    if shutil.which(runsc) is None:
+        return f"{runsc} is not installed (`make setup`: scripts/install-runsc)"
+    if os.geteuid() != 0:
+        return "driving runsc directly needs root (its sandboxes' cgroups and namespaces)"
+    return None
+
+
+def runsc_argv(state: Path) -> list[str]:
+    """runsc with its flags, over the state root `state` (made if missing)."""
+    state.mkdir(parents=True, exist_ok=True)
+    return [RUNSC, "--root", str(state), *RUNSC_FLAGS]
+
+
+def running_ids(state_roots: Iterable[Path]) -> set[str]:
+    """The containers runsc says run, in the given state roots."""
+    found: set[str] = set()
+    for root in state_roots:
+        if not root.is_dir():
+            continue
+        done = subprocess.run(
+            [RUNSC, "--root", str(root), "list", "--format=json"],
+            capture_output=True,
+            timeout=RUNSC_CALL_S,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise SandboxUnavailableError(f"runsc could not list sandboxes: {said(done.stderr)}")
+        for entry in json.loads(done.stdout or b"[]") or []:
+            if entry.get("status") == "running":
+                found.add(str(entry.get("id")))
+    return found
+
+
+def delete(state: Path, container_id: str) -> None:
+    """Kill and forget a sandbox (gone already is fine; its cgroup goes with it)."""
+    done = subprocess.run(
+        [*runsc_argv(state), "delete", "--force", container_id],
+        capture_output=True,
+        timeout=RUNSC_CALL_S,
+        check=False,
+    )
+    if done.returncode != 0 and not is_gone(done.stderr):
+        raise SandboxUnavailableError(f"runsc could not stop the sandbox: {said(done.stderr)}")
+
+
+def oom_kills(container_id: str) -> int | None:
+    """How many processes the host's OOM killer took in the sandbox's memory cgroup."""
+    path = MEMORY_CGROUPS / CGROUP_PARENT.strip("/") / container_id / "memory.oom_control"
+    with contextlib.suppress(OSError, ValueError):
+        for line in path.read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+    return None
+
+
+def is_gone(stderr: bytes) -> bool:
+    """Whether runsc said the container does not exist or does not run."""
+    text = stderr.decode(errors="replace")
+    return any(word in text for word in _GONE)
+
+
+def first_line(output: bytes) -> str:
+    """The first line of what runsc said (a failed restore adds a Go panic's stack)."""
+    lines = output.decode(errors="replace").strip().splitlines()
+    return lines[0][:500] if lines else "no reason given"
+
+
+def said(stderr: bytes) -> str:
+    text = stderr.decode(errors="replace").strip()
+    return text[-500:] if text else "no reason given"
