@@ -437,11 +437,9 @@ class SandboxManager:
     def _restore_failed(self, template: Path | None, exc: RestoreFailedError) -> None:
         """A restore that failed: counted, logged, its template made again at the next need
         (the sandbox is then started cold)."""
-        assert self.templates is not None
+        assert self.templates is not None and template is not None
         log.warning("restoring a sandbox failed; starting it cold", reason=str(exc))
-        for readiness in Readiness:
-            if self.templates.path(readiness) == template:
-                self.templates.discard(readiness)
+        self.templates.discard(template)
 
     def pooled_count(self) -> int:
         return len(self._pool)

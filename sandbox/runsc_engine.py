@@ -335,15 +335,7 @@ class RunscEngine(RecordVolumes, UidJobs):
         if record is None:
             return None
         info = self._info(record)
-        if (
-            info.status != "running"
-            and record.engine.get("autoRemove")
-            and record.status != "created"
-        ):
-            # Its holder died before it could remove it (the lease's `cat` ended with it).
-            self.remove(record.id)
-            return None
-        return info
+        return None if self._removed_if_ended(record, info.status) else info
 
     def containers(self, labels: Mapping[str, str | None]) -> list[ContainerInfo]:
         records = self._store.matching(labels)
@@ -351,15 +343,18 @@ class RunscEngine(RecordVolumes, UidJobs):
         found = []
         for record in records:
             status = self._status(record, running)
-            if (
-                status != "running"
-                and record.engine.get("autoRemove")
-                and record.status != "created"
-            ):
-                self.remove(record.id)
-                continue
-            found.append(record.info(status))
+            if not self._removed_if_ended(record, status):
+                found.append(record.info(status))
         return found
+
+    def _removed_if_ended(self, record: ContainerRecord, status: str) -> bool:
+        """Remove a container that was to go when it ended and has (its holder died before it
+        could remove it: the lease's `cat` ends with its holder). True if removed."""
+        ended = status != "running" and record.status != "created"
+        if ended and record.engine.get("autoRemove"):
+            self.remove(record.id)
+            return True
+        return False
 
     def rename(self, container_id: str, name: str) -> bool:
         return self._store.rename(container_id, name)

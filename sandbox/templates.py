@@ -74,10 +74,10 @@ class Templates:
         log.info("sandbox template made", template=str(target))
         return target
 
-    def discard(self, readiness: Readiness) -> None:
+    def discard(self, template: Path) -> None:
         """Forget a template a restore failed from (it is made again at the next need)."""
         self.failed_restores += 1
-        shutil.rmtree(self.path(readiness), ignore_errors=True)
+        shutil.rmtree(template, ignore_errors=True)
 
     def _forget_other_images(self) -> None:
         """Templates of other images not used for a day go (a service of another version on
