@@ -1,21 +1,23 @@
 """The thread-scoped sandbox manager: the one object the rest of the service talks to.
 
 - **Lazy and single-flight**: a thread's sandbox is found or created on first use; concurrent
-  first uses of one thread share one creation.
-- **Initialised once**: the workspace seed is copied in and the marker `.sandbox-initialized`
-  written in one step; a sandbox that has the marker is never seeded again, so a restart or a
+  first uses of one thread share one creation. It comes from the warm pool when one waits there,
+  restored from a template where the engine has snapshots, else started cold (pool.py).
+- **Initialised once**: the workspace is seeded once (workspace_seed.py), so a restart or a
   reattach keeps the user's files.
 - **Self-healing**: a container stopped or removed from outside is started or recreated on
   next use (the workspace volume survives).
-- **Idle eviction** drops only the in-process cache entry after `idle_ttl` (the container
-  stays), never for a thread the `is_busy` callback says has an active or suspended run or a
-  running background task, nor while a command runs. In ephemeral mode idle sandboxes are
-  destroyed instead.
-- **Janitor**: removes sandboxes of threads that no longer exist, sandboxes older than
-  `max_age`, and workspace volumes left without a container, by owner label.
+- **Commands and files**: commands under a deadline, each in a job of its own (commands.py);
+  file operations and the toolchain's calls (toolchain.py: `toolchain(thread_id)`, a handle
+  bound to the thread) on the sandbox's worker, with a one-shot exec when no worker can run.
+- **Housekeeping** (housekeeping.py): the idle sweep, the reaper of leftover commands, the
+  janitor.
+- **Stopping**: `close` leaves sandboxes and the pool for the next process (a one-off command
+  alongside a service); `shutdown`, the service's own stop, leaves nothing of it running.
 
 It works against the container-engine seam (`engine.py`) through `SandboxProvider`: Docker,
-or local directories (no isolation). Engine calls block, so each runs in a worker thread.
+runsc itself, or local directories (no isolation). Engine calls block, so each runs in a worker
+thread.
 """
 
 from __future__ import annotations
@@ -30,32 +32,33 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 import structlog
 
-from sandbox import files
+from sandbox import files, housekeeping
+from sandbox.blocking import in_thread
 from sandbox.commands import CommandResult, CommandRunner, JobCounter, OutputCallback
-from sandbox.egress import BRIDGE_PORT, MOUNT_POINT, EgressProxy
-from sandbox.engine import ContainerInfo, Snapshots
+from sandbox.egress import BRIDGE_PORT, EgressProxy
+from sandbox.engine import ContainerInfo, Snapshots, WorkerHost
+from sandbox.entries import SandboxEntry
 from sandbox.errors import SandboxError, SandboxUnavailableError, WorkspaceFullError
-from sandbox.identity import LABEL_IMAGE
+from sandbox.housekeeping import JanitorReport
 from sandbox.image.browser import BROWSER_ENVIRONMENT, browser_command
 from sandbox.image.rootfs import APP_DIR, WORKSPACE
-from sandbox.provider import RestoreFailedError, SandboxInfo, SandboxProvider
-from sandbox.readiness import ENGINE_OPS, Claim, Readiness, ReadinessMix
+from sandbox.pool import DEMAND_WINDOW_S, WarmPool
+from sandbox.provider import RestoreFailedError, SandboxProvider
+from sandbox.readiness import ENGINE_OPS
 from sandbox.search import GrepQuery, GrepResult
 from sandbox.streams import ProcessStream
-from sandbox.templates import Templates
-from sandbox.worker import WorkerClient, WorkerGoneError, result_of
+from sandbox.toolchain import ThreadToolchain
+from sandbox.worker import HOST_GUARD_S, THREAD_LOAD_S, WorkerClient, WorkerGoneError, result_of
+from sandbox.workspace_seed import MARKER, initialise
 
 __all__ = [
-    "BRIDGE_PID",
     "FULL_BELOW_BYTES",
-    "HOST_GUARD_S",
     "MARKER",
     "JanitorReport",
     "SandboxManager",
@@ -64,43 +67,8 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-MARKER = ".sandbox-initialized"
-# Group-writable: commands run as job uids in group 1000 and must be able to edit the seed.
-# The egress bridge (127.0.0.1:3128 → the mounted proxy socket) runs once per container
-# start, detached from this exec; then the workspace is seeded once.
-BRIDGE_PID = "/tmp/egress-bridge.pid"  # noqa: S108 - the container's private /tmp
-# The pid file is checked to name the bridge itself: a sandbox restored from a template has the
-# template's /tmp, and that pid may be another process there (or none).
-_START_BRIDGE = (
-    f"if [ -d {MOUNT_POINT} ] && "
-    f'! grep -qs egress-bridge "/proc/$(cat {BRIDGE_PID} 2>/dev/null)/cmdline"; then '
-    f"setsid node {APP_DIR}/bin/egress-bridge.mjs </dev/null >/dev/null 2>&1 & "
-    f"echo $! > {BRIDGE_PID}; fi; "
-)
-_INITIALISE = (
-    _START_BRIDGE + f"[ -e {MARKER} ] && exit 0; umask 002; cp -R -n {APP_DIR}/seed/. . && "
-    f"chmod -R g+w . && touch {MARKER}"
-)
-# A service sandbox is not seeded (n8n writes its own workspace and marker): its home is
-# made group-writable once, for the job uids of its commands (group 1000), and the
-# workspace directory n8n expects is there.
-_INITIALISE_UNSEEDED = _START_BRIDGE + f"umask 002; chmod g+w . 2>/dev/null; mkdir -p {WORKSPACE}"
-
 # Less room than this left after a failed command: the workspace was what ran out.
 FULL_BELOW_BYTES = 1024 * 1024
-
-# How much longer than an operation's own deadline the host waits for its answer: the sandbox
-# enforces the deadline and reports, the host only guards against a stuck sandbox.
-HOST_GUARD_S = 1.0
-# A fresh compile or engine thread may first spend up to this loading its modules (ops.mjs
-# LOAD_TIMEOUT_MS): not charged to the operation's deadline, so the host allows for it too.
-THREAD_LOAD_S = 120.0
-# The compile thread's deadline is its CPU time, which a busy sandbox may stretch on the clock up
-# to this many times (ops.mjs BUSY_ALLOWANCE): the host waits that long for its operations.
-CPU_DEADLINE_ALLOWANCE = 4
-# The deadline of each of a pool sandbox's warm-up build and run (their threads' loads, ~2 s
-# of CPU in all, are not charged to it; a busy machine stretches them).
-WARM_TIMEOUT_S = 60.0
 
 ThreadPredicate = Callable[[str], Awaitable[bool]]
 # Commands block a thread each while they run (up to their deadline): they get threads of
@@ -115,29 +83,6 @@ async def _never(_thread_id: str) -> bool:
 
 async def _always(_thread_id: str) -> bool:
     return True
-
-
-@dataclass(kw_only=True)
-class _Entry:
-    container: ContainerInfo
-    last_used: float
-    running_commands: int = 0
-    worker: WorkerClient | None = None
-    # A pool member's: what it was warmed for; once claimed, its claim in the readiness mix.
-    readiness: Readiness | None = None
-    claim: Claim | None = None
-
-    def drop_worker(self) -> None:
-        if self.worker is not None:
-            self.worker.close()
-            self.worker = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class JanitorReport:
-    removed_sandboxes: list[str] = field(default_factory=list)
-    removed_volumes: list[str] = field(default_factory=list)
-    removed_egress_dirs: list[str] = field(default_factory=list)
 
 
 class SandboxManager:
@@ -156,6 +101,7 @@ class SandboxManager:
         default_timeout_s: float = 300.0,
         use_worker: bool = True,
         pool_size: int = 0,
+        pool_window: timedelta = timedelta(seconds=DEMAND_WINDOW_S),
         egress: EgressProxy | None = None,
         reap_leftovers: bool = True,
         adopt_pool: bool = True,
@@ -179,26 +125,15 @@ class SandboxManager:
         self.max_file_bytes = max_file_bytes
         self.default_timeout_s = default_timeout_s
         self.use_worker = use_worker
-        self.pool_size = pool_size
-        self._entries: dict[str, _Entry] = {}
+        self.entries: dict[str, SandboxEntry] = {}
         self._creating: dict[str, asyncio.Future[ContainerInfo]] = {}
-        # Started, seeded sandboxes (with their worker) waiting for a thread.
-        self._pool: list[_Entry] = []
-        # How many members are warmed with the engine: what claimed ones went on to use.
-        self.readiness = ReadinessMix()
-        self._refill: asyncio.Task[None] | None = None
-        # Whether unclaimed pool sandboxes left by an earlier process are taken over (not
-        # when other live services of the owner may be using theirs).
-        self._adopted = not adopt_pool
-        self._closing = False
-        # Where the engine keeps snapshots (runsc): new sandboxes and pool members are restored
-        # from a warm template (templates.py), made in the background at first need.
-        self.templates: Templates | None = None
-        if isinstance(self.engine, Snapshots) and use_worker:
-            self.templates = Templates(
-                self.engine.template_root, image=provider.image, kind=provider.kind
-            )
-        self._template_tasks: dict[Readiness, asyncio.Task[None]] = {}
+        self.pool = WarmPool(
+            provider,
+            size=pool_size,
+            use_worker=use_worker,
+            adopt=adopt_pool,
+            demand_window_s=pool_window.total_seconds(),
+        )
 
     # -- acquisition --------------------------------------------------------------------
 
@@ -208,13 +143,18 @@ class SandboxManager:
         these sandboxes (not in local ones)."""
         return self.engine.runs_image
 
+    def toolchain(self, thread_id: str) -> ThreadToolchain:
+        """The workflow SDK's and the n8n engine's calls in the thread's sandbox (where
+        `runs_image`), bound to the thread."""
+        return ThreadToolchain(self, thread_id)
+
     async def acquire(self, thread_id: str) -> ContainerInfo:
         """The thread's running, initialised sandbox container."""
-        entry = self._entries.get(thread_id)
+        entry = self.entries.get(thread_id)
         # A live worker proves the container runs (its stream dies with it): no engine call.
         if entry is not None and (
             (entry.worker is not None and entry.worker.alive)
-            or await _call(self.provider.still_running, entry.container)
+            or await in_thread(self.provider.still_running, entry.container)
         ):
             entry.last_used = time.monotonic()
             return entry.container
@@ -226,13 +166,13 @@ class SandboxManager:
         future: asyncio.Future[ContainerInfo] = asyncio.get_running_loop().create_future()
         self._creating[thread_id] = future
         try:
-            new_entry = await self._claim_pooled(thread_id)
+            new_entry = await self.pool.claim(thread_id)
             if new_entry is None:
-                template = self._template(self._next_readiness())
-                container = await _call(self._prepare, thread_id, template)
-                new_entry = _Entry(container=container, last_used=time.monotonic())
+                template = self.pool.template(self.pool.next_readiness())
+                container = await in_thread(self._prepare, thread_id, template)
+                new_entry = SandboxEntry(container=container, last_used=time.monotonic())
             await self._open_egress(thread_id, new_entry.container)
-            self._entries[thread_id] = new_entry
+            self.entries[thread_id] = new_entry
             future.set_result(new_entry.container)
             return new_entry.container
         except BaseException as exc:
@@ -251,31 +191,23 @@ class SandboxManager:
         try:
             container, started_now = self.provider.ensure_started(thread_id, template)
         except RestoreFailedError as exc:
-            self._restore_failed(template, exc)
+            self.pool.restore_failed(template, exc)
             container, started_now = self.provider.ensure_started(thread_id)
         if self.reap_leftovers and not started_now:
             killed = self.runner.kill_leftovers(container.id)
             if killed:
                 log.warning("killed commands left running", thread=thread_id, job_uids=killed)
-        self._initialise(container)
+        initialise(self.engine, self.provider.kind, container)
         return container
-
-    def _initialise(self, container: ContainerInfo) -> None:
-        kind = self.provider.kind
-        script = _INITIALISE if kind.seeded else _INITIALISE_UNSEEDED
-        result = self.engine.exec(container.id, ["sh", "-c", script], workdir=kind.working_dir)
-        if result.exit_code != 0:
-            output = (result.stdout + result.stderr).decode(errors="replace")
-            raise SandboxUnavailableError(f"initialising the workspace failed: {output}")
 
     async def state(self, thread_id: str) -> str | None:
         """The sandbox's container state (`running`, `exited`, ...; None when there is no
         container) without starting anything. The engine answers, never the worker's stream:
         under gVisor a killed container's stream can stay open a while, and a caller asking
         this is telling a crash from a running sandbox."""
-        info = await _call(self.provider.get, thread_id)
+        info = await in_thread(self.provider.get, thread_id)
         status = info.status if info is not None else None
-        entry = self._entries.get(thread_id)
+        entry = self.entries.get(thread_id)
         if status != "running" and entry is not None:
             entry.drop_worker()  # it went with its container
         return status
@@ -283,166 +215,23 @@ class SandboxManager:
     async def stop(self, thread_id: str) -> None:
         """Stop the sandbox, its files kept (an idle stop); the next use starts it again. An
         engine with snapshots suspends it instead: its processes and memory come back too."""
-        entry = self._entries.pop(thread_id, None)
+        entry = self.entries.pop(thread_id, None)
         if entry is not None:
             entry.drop_worker()  # the worker holds nothing of the host's once its channel ends
-        info = await _call(self.provider.get, thread_id)
-        if info is None or info.status != "running":
-            return
+        info = await in_thread(self.provider.get, thread_id)
+        if info is not None and info.status == "running":
+            await self._let_go(info.container_id)
+
+    async def _let_go(self, container_id: str) -> None:
+        """Suspend a running sandbox (an engine with snapshots: its processes and memory come
+        back at the next start) or stop it (its files kept)."""
         if isinstance(self.engine, Snapshots) and self.use_worker:
             try:
-                await _call(self.engine.suspend, info.container_id)
+                await in_thread(self.engine.suspend, container_id)
                 return
             except SandboxError as exc:
                 log.warning("suspending a sandbox failed; stopping it", reason=str(exc))
-        await _call(self.engine.kill, info.container_id)
-
-    # -- the warm pool ------------------------------------------------------------------
-
-    async def _claim_pooled(self, thread_id: str) -> _Entry | None:
-        """A warm sandbox for a thread that has none yet (its own one always wins)."""
-        if not self._pool or await _call(self.provider.get, thread_id) is not None:
-            return None
-        while self._pool:
-            pooled = self._pool.pop(0)
-            if not await _call(self.provider.still_running, pooled.container):
-                # Stopped since it was warmed (an engine restart, a kill from outside).
-                pooled.drop_worker()
-                await _call(self.provider.discard, pooled.container)
-                continue
-            claimed = await _call(self.provider.claim, thread_id, pooled.container)
-            if claimed is not None:
-                pooled.container = claimed
-                pooled.last_used = time.monotonic()
-                pooled.claim = self.readiness.claimed()
-                self.refill_pool()
-                return pooled
-            pooled.drop_worker()  # another process claimed it
-        self.refill_pool()
-        return None
-
-    def refill_pool(self) -> None:
-        """Top the pool up in the background (one refill at a time)."""
-        if self._closing:
-            return
-        if self.pool_size > 0 and (self._refill is None or self._refill.done()):
-            self._refill = asyncio.create_task(self.fill_pool(), name="sandbox-pool-refill")
-
-    async def fill_pool(self) -> None:
-        """Bring the pool to `pool_size`, adopting unclaimed pool sandboxes of the current
-        image left by an earlier process before creating new ones."""
-        if not self._adopted:
-            self._adopted = True
-            for container in await _call(self.provider.pooled):
-                stale = container.labels.get(LABEL_IMAGE) != self.provider.image
-                foreign = not self.provider.fits(container)
-                if stale or foreign or len(self._pool) >= self.pool_size:
-                    # Another image, another process layout (its egress directory is not
-                    # ours) or runtime, or one too many: nobody's files are in it.
-                    await _call(self.provider.discard, container)
-                    continue
-                await self._add_to_pool(container)
-        while len(self._pool) < self.pool_size and not self._closing:
-            readiness = self._next_readiness()
-            template = self._template(readiness)
-            try:
-                container = await _call(self.provider.create_pooled, template)
-            except RestoreFailedError as exc:
-                self._restore_failed(template, exc)
-                container, template = await _call(self.provider.start, exc.container), None
-            if not await self._add_to_pool(container, readiness, warm=template is None):
-                return  # the next claim tries the refill again
-
-    def _next_readiness(self) -> Readiness:
-        """What the next sandbox is warmed for, as the traffic needs (readiness.py)."""
-        return self.readiness.next_member(
-            pool_size=max(self.pool_size, 1),
-            ready_to_verify=sum(e.readiness == Readiness.VERIFY for e in self._pool),
-        )
-
-    async def _add_to_pool(
-        self, container: ContainerInfo, readiness: Readiness | None = None, *, warm: bool = True
-    ) -> bool:
-        """Warm `container` into the pool (unless restored warm: `warm` false), as ready as
-        the traffic needs; one that does not get ready is discarded."""
-        readiness = readiness or self._next_readiness()
-        try:
-            self._pool.append(await _call(self._warm, container, readiness, warm))
-        except SandboxError as exc:
-            log.warning("discarding a pool sandbox that did not get ready", reason=str(exc))
-            await _call(self.provider.discard, container)
-            return False
-        return True
-
-    def _warm(self, container: ContainerInfo, readiness: Readiness, warm: bool = True) -> _Entry:
-        """A pool member ready to work: started, initialised, and (with the image) its worker
-        running with the compiler loaded by one warm-up build and, ready to verify, the
-        engine by a warm-up run, so a thread's first build (and verification) cost what warm
-        ones do. One restored from a warm template (`warm` false) needs no warm-up."""
-        if container.status != "running":
-            container = self.provider.start(container)
-        self._initialise(container)
-        worker = WorkerClient.start(self.engine, container.id) if self.use_worker else None
-        if worker is not None and warm and self.runs_image and self.provider.kind.warm_toolchain:
-            try:
-                took = worker.call(
-                    "warm",
-                    # Its build and its run each get timeoutMs, after loading their thread
-                    # (up to THREAD_LOAD_S, not charged to it): the host waits for both.
-                    timeout_s=2 * (WARM_TIMEOUT_S + THREAD_LOAD_S) + HOST_GUARD_S,
-                    timeoutMs=WARM_TIMEOUT_S * 1000,
-                    engine=readiness == Readiness.VERIFY,
-                )
-            except SandboxError:
-                worker.close()
-                raise
-            log.debug("pool sandbox warmed", container=container.name, **took)
-        return _Entry(
-            container=container, last_used=time.monotonic(), worker=worker, readiness=readiness
-        )
-
-    # -- templates (engines with snapshots) ---------------------------------------------
-
-    def _template(self, readiness: Readiness) -> Path | None:
-        """The template new sandboxes of this readiness are restored from; None (a cold
-        start) until it is made, which starts in the background now."""
-        if self.templates is None:
-            return None
-        found = self.templates.ready(readiness)
-        if found is None and not self._closing:
-            task = self._template_tasks.get(readiness)
-            if task is None or task.done():
-                self._template_tasks[readiness] = asyncio.create_task(
-                    _call(self._make_template, readiness), name=f"sandbox-template-{readiness}"
-                )
-        return found
-
-    def _make_template(self, readiness: Readiness) -> None:
-        """Warm a sandbox made cold, close its worker's channel (the worker then holds
-        nothing of the host's), checkpoint it as the template, remove it."""
-        assert self.templates is not None and isinstance(self.engine, Snapshots)
-        engine = self.engine
-        container = self.provider.create_pooled()
-        try:
-            entry = self._warm(container, readiness)
-            entry.drop_worker()
-            self.templates.save(
-                readiness, lambda path: engine.checkpoint(container.id, path, leave_running=False)
-            )
-        except SandboxError as exc:
-            log.warning("making a sandbox template failed", readiness=readiness, reason=str(exc))
-        finally:
-            self.provider.discard(container)
-
-    def _restore_failed(self, template: Path | None, exc: RestoreFailedError) -> None:
-        """A restore that failed: counted, logged, its template made again at the next need
-        (the sandbox is then started cold)."""
-        assert self.templates is not None and template is not None
-        log.warning("restoring a sandbox failed; starting it cold", reason=str(exc))
-        self.templates.discard(template)
-
-    def pooled_count(self) -> int:
-        return len(self._pool)
+        await in_thread(self.engine.kill, container_id)
 
     # -- operations ---------------------------------------------------------------------
 
@@ -463,7 +252,12 @@ class SandboxManager:
         directory = posixpath.join(WORKSPACE, files.confine(cwd)) if cwd else WORKSPACE
         directory = workdir or directory
         container = await self.acquire(thread_id)
-        entry = self._entries[thread_id]
+        entry = self.entries[thread_id]
+        if isinstance(self.engine, WorkerHost) and self.use_worker:
+            # The worker runs there anyway (the main process): asked how many processes a
+            # command left, it spares the kill script after most commands.
+            with contextlib.suppress(WorkerGoneError):
+                await self._start_worker(entry, container)
         cancel = threading.Event()
         entry.running_commands += 1
         try:
@@ -497,7 +291,7 @@ class SandboxManager:
         return await self._say_when_full(container, result)
 
     @staticmethod
-    def _job_counter(entry: _Entry) -> JobCounter | None:
+    def _job_counter(entry: SandboxEntry) -> JobCounter | None:
         """Asks the sandbox's worker how many processes a job has left (None: no worker)."""
         worker = entry.worker
         if worker is None or not worker.alive:
@@ -515,7 +309,7 @@ class SandboxManager:
         """A command that failed on a full workspace says so, with the limit to mind."""
         if result.exit_code == 0 or self.provider.disks is None:
             return result
-        free = await _call(self.provider.workspace_free_bytes, container)
+        free = await in_thread(self.provider.workspace_free_bytes, container)
         if free is None or free > FULL_BELOW_BYTES:
             return result
         note = f"\n[instance-ai] {self.full_message()}\n"
@@ -582,224 +376,6 @@ class SandboxManager:
             thread_id, lambda w: w.grep(confined), lambda c: files.grep(c, confined)
         )
 
-    async def compile(
-        self, thread_id: str, path: str, *, timeout_s: float = 5.0, max_bytes: int | None = None
-    ) -> dict[str, Any]:
-        """Compile and validate a `.workflow.ts` (or WorkflowJSON) source with the SDK in the
-        sandbox: `{ok, workflow, fixtures, issues, sourceHash, typed}`, or `{ok: False, stage,
-        message}` (load, export or timeout). A failed build is data, not an error."""
-        return await self._source_operation("compile", thread_id, path, timeout_s, max_bytes)
-
-    async def diagnose(
-        self, thread_id: str, path: str, *, timeout_s: float = 5.0
-    ) -> dict[str, Any]:
-        """TypeScript diagnostics for one source and its imports, with the workspace's
-        tsconfig: `{ok, diagnostics: [{file, line, column, code, message}]}` or
-        `{ok: False, message}` when the check itself failed or ran out of time."""
-        return await self._source_operation("diagnose", thread_id, path, timeout_s, None)
-
-    async def _source_operation(
-        self, op: str, thread_id: str, path: str, timeout_s: float, max_bytes: int | None
-    ) -> dict[str, Any]:
-        files.confine(path)
-        return dict(
-            await self.operation(
-                thread_id,
-                op,
-                timeout_s=timeout_s * CPU_DEADLINE_ALLOWANCE,
-                path=path,
-                timeoutMs=int(timeout_s * 1000),
-                maxBytes=max_bytes or self.max_file_bytes,
-            )
-        )
-
-    async def workflow_to_code(
-        self, thread_id: str, workflow: dict[str, Any], *, timeout_s: float = 5.0
-    ) -> dict[str, Any]:
-        """WorkflowJSON as SDK TypeScript: `{ok, code}` or `{ok: False, stage, message}`."""
-        return dict(
-            await self.operation(
-                thread_id,
-                "toCode",
-                timeout_s=timeout_s * CPU_DEADLINE_ALLOWANCE,
-                workflow=workflow,
-                timeoutMs=int(timeout_s * 1000),
-            )
-        )
-
-    async def node_definition(
-        self,
-        thread_id: str,
-        node_type: str,
-        version: float,
-        *,
-        resource: str | None = None,
-        operation: str | None = None,
-        mode: str | None = None,
-    ) -> dict[str, Any]:
-        """The TypeScript parameter types of one node version (of one resource/operation or
-        mode when the node is split by them): `{file, content, discriminators}`."""
-        return dict(
-            await self.operation(
-                thread_id,
-                "definition",
-                nodeType=node_type,
-                version=version,
-                resource=resource,
-                operation=operation,
-                mode=mode,
-            )
-        )
-
-    async def materialize_node_type(
-        self,
-        thread_id: str,
-        node_type: str,
-        version: float,
-        *,
-        description: dict[str, Any] | None = None,
-        resource: str | None = None,
-        operation: str | None = None,
-        mode: str | None = None,
-    ) -> dict[str, Any]:
-        """Write one node version's typed parameters into the workspace (`node-types/...`):
-        the image's files (a split node's whole folder), or generated from `description`
-        (the catalog's entry) when the image has none. `{path, content, source:
-        image|generated, files}`; `content` is the file of the resource/operation or mode
-        asked about, else the main one."""
-        return dict(
-            await self.operation(
-                thread_id,
-                "materialize",
-                timeout_s=30.0,
-                nodeType=node_type,
-                version=version,
-                description=description,
-                resource=resource,
-                operation=operation,
-                mode=mode,
-                maxBytes=self.max_file_bytes,
-            )
-        )
-
-    async def execute(
-        self,
-        thread_id: str,
-        workflow: dict[str, Any],
-        *,
-        execution_id: str,
-        pin_data: dict[str, list[Any]] | None = None,
-        start_node: str | None = None,
-        timeout_s: float = 300.0,
-        credentials: dict[str, dict[str, Any]] | None = None,
-    ) -> dict[str, Any]:
-        """Run a WorkflowJSON on the n8n engine in the sandbox, nodes in `pin_data` replaced by
-        their items: `{ok, status, order, nodes: {name: {status, outputs, error, pinned}},
-        ...}`, or `{ok: False, stage, message}` when it could not finish (timeout, memory).
-        `credentials` (id → {type, data}) are what a live run's nodes may use."""
-        return dict(
-            await self.operation(
-                thread_id,
-                "execute",
-                timeout_s=timeout_s,
-                executionId=execution_id,
-                workflow=workflow,
-                pinData=pin_data or {},
-                startNode=start_node,
-                credentials=credentials or {},
-                timeoutMs=int(timeout_s * 1000),
-            )
-        )
-
-    async def node_resources(
-        self,
-        thread_id: str,
-        node: dict[str, Any],
-        *,
-        lookup: str,
-        method: str,
-        credentials: dict[str, dict[str, Any]],
-        filter_text: str | None = None,
-        pagination_token: str | None = None,
-        timeout_s: float = 30.0,
-    ) -> dict[str, Any]:
-        """Run a node type's listSearch / loadOptions method in the sandbox with the given
-        credential data (its requests go out through the egress proxy): `{ok, value}` or
-        `{ok: False, stage, message}`."""
-        return dict(
-            await self.operation(
-                thread_id,
-                "nodeResources",
-                timeout_s=timeout_s,
-                node=node,
-                lookup=lookup,
-                method=method,
-                credentials=credentials,
-                filter=filter_text,
-                paginationToken=pagination_token,
-                timeoutMs=int(timeout_s * 1000),
-            )
-        )
-
-    async def resolve_parameters(
-        self,
-        thread_id: str,
-        workflow: dict[str, Any],
-        *,
-        nodes: dict[str, Any],
-        node_name: str,
-        execution_id: str,
-        mode: str = "manual",
-        run_index: int | None = None,
-        item_index: int = 0,
-        timeout_s: float = 30.0,
-    ) -> dict[str, Any]:
-        """A node's parameters with each expression evaluated by the engine against a past run
-        (`nodes`: the run's record, each node's `outputs` and `runs`): `{ok, nodeName,
-        runIndex, itemIndex, parameters, resolved, failedExpressions, emptyResolutions}`, or
-        `{ok: False, stage, message}`."""
-        return dict(
-            await self.operation(
-                thread_id,
-                "resolveParameters",
-                timeout_s=timeout_s,
-                workflow=workflow,
-                nodes=nodes,
-                nodeName=node_name,
-                runIndex=run_index,
-                itemIndex=item_index,
-                executionId=execution_id,
-                mode=mode,
-                timeoutMs=int(timeout_s * 1000),
-            )
-        )
-
-    async def output_schema(
-        self,
-        thread_id: str,
-        node_type: str,
-        version: float,
-        *,
-        resource: str | None = None,
-        operation: str | None = None,
-    ) -> dict[str, Any] | None:
-        """The JSON Schema n8n-nodes-base ships for a node version's output (for one
-        resource/operation), or None when it ships none."""
-        found = await self.operation(
-            thread_id,
-            "outputSchema",
-            nodeType=node_type,
-            version=version,
-            resource=resource,
-            operation=operation,
-        )
-        schema = found.get("schema")
-        return dict(schema) if isinstance(schema, dict) else None
-
-    async def cancel_execution(self, thread_id: str, execution_id: str) -> None:
-        """Ask a run in progress to stop after its current node."""
-        await self.operation(thread_id, "cancelExecution", executionId=execution_id)
-
     async def operation(
         self, thread_id: str, op: str, *, timeout_s: float = 10.0, **args: Any
     ) -> Any:
@@ -818,7 +394,7 @@ class SandboxManager:
                 lambda workspace: self._run_op(workspace, {"op": op, **args}),
             )
         finally:
-            entry = self._entries.get(thread_id)
+            entry = self.entries.get(thread_id)
             if op in ENGINE_OPS and entry is not None and entry.claim is not None:
                 entry.claim.used_engine = True  # what the pool's next members are warmed for
 
@@ -846,24 +422,29 @@ class SandboxManager:
         the sandbox again: a worker that died may have died with its container."""
         for _attempt in range(2):
             container = await self.acquire(thread_id)
-            entry = self._entries[thread_id]
+            entry = self.entries[thread_id]
             if not self.use_worker:
                 break
-            if entry.worker is None or not entry.worker.alive:
-                entry.drop_worker()
-                try:
-                    entry.worker = await _call(WorkerClient.start, self.engine, container.id)
-                except WorkerGoneError as exc:
-                    log.warning("sandbox worker unavailable; using exec", reason=str(exc))
-                    break
             try:
-                return await _call(through_worker, entry.worker)
+                worker = await self._start_worker(entry, container)
+            except WorkerGoneError as exc:
+                log.warning("sandbox worker unavailable; using exec", reason=str(exc))
+                break
+            try:
+                return await in_thread(through_worker, worker)
             except WorkerGoneError:
                 entry.drop_worker()
             except WorkspaceFullError as exc:
                 raise WorkspaceFullError(f"{exc}: {self.full_message()}") from None
         container = await self.acquire(thread_id)
-        return await _call(through_exec, files.Workspace(self.engine, container.id))
+        return await in_thread(through_exec, files.Workspace(self.engine, container.id))
+
+    async def _start_worker(self, entry: SandboxEntry, container: ContainerInfo) -> WorkerClient:
+        """The sandbox's worker, started (or reconnected) unless it is alive."""
+        if entry.worker is None or not entry.worker.alive:
+            entry.drop_worker()
+            entry.worker = await in_thread(WorkerClient.start, self.engine, container.id)
+        return entry.worker
 
     # -- the headless browser -----------------------------------------------------------
 
@@ -891,120 +472,65 @@ class SandboxManager:
 
     async def destroy(self, thread_id: str) -> bool:
         """Remove the thread's sandbox and workspace (thread deletion)."""
-        entry = self._entries.pop(thread_id, None)
+        entry = self.entries.pop(thread_id, None)
         if entry is not None:
             entry.drop_worker()
         if self.egress is not None:
             await self.egress.stop(thread_id)
-        return await _call(self.provider.destroy, thread_id)
+        return await in_thread(self.provider.destroy, thread_id)
 
     def cached_threads(self) -> list[str]:
-        return list(self._entries)
+        return list(self.entries)
 
     async def sweep_idle(self) -> list[str]:
-        """Drop (or, ephemeral, destroy) idle sandboxes that nothing is using. On an engine
-        with snapshots an idle sandbox is suspended: it then costs no CPU and no memory until
-        its next use restores it."""
-        now = time.monotonic()
-        swept = []
-        for thread_id, entry in list(self._entries.items()):
-            idle = now - entry.last_used >= self.idle_ttl.total_seconds()
-            if not idle or entry.running_commands or await self.is_busy(thread_id):
-                continue
-            if self.ephemeral:
-                await self.destroy(thread_id)
-            elif isinstance(self.engine, Snapshots) and self.use_worker:
-                await self.stop(thread_id)
-            else:
-                self._entries.pop(thread_id).drop_worker()
-            swept.append(thread_id)
-        return swept
+        """Let go of idle sandboxes (housekeeping.py) and of pool members no claim needs."""
+        await self.pool.trim()
+        return await housekeeping.sweep_idle(self)
 
     async def reap_all(self) -> dict[str, list[int]]:
-        """Kill commands left running by a process that died, in every running sandbox of
-        this owner that this process has not taken up yet (start-up: their deadlines died
-        with the process that enforced them). Thread id → job uids that had processes."""
-        reaped: dict[str, list[int]] = {}
-        for info in await _call(self.provider.list_sandboxes):
-            if info.status != "running" or info.thread_id in self._entries:
-                continue
-            try:
-                killed = await _call(self.runner.kill_leftovers, info.container_id)
-            except SandboxError as exc:  # removed meanwhile, or the engine went away
-                log.warning("could not clear a sandbox", sandbox=info.sandbox_id, error=str(exc))
-                continue
-            if killed:
-                reaped[info.thread_id or info.sandbox_id] = killed
-        if reaped:
-            log.warning("killed commands left running by a stopped process", sandboxes=reaped)
-        return reaped
+        return await housekeeping.reap_all(self)
 
     async def janitor(self) -> JanitorReport:
-        """One pass: remove sandboxes of vanished threads, expired sandboxes, orphaned
-        workspace volumes of this owner and egress directories no container names."""
-        report = JanitorReport()
-        for info in await _call(self.provider.list_sandboxes):
-            if await self._should_remove(info):
-                entry = self._entries.pop(info.thread_id, None) if info.thread_id else None
-                if entry is not None:
-                    entry.drop_worker()
-                await _call(self.provider.remove, info)
-                report.removed_sandboxes.append(info.thread_id or info.sandbox_id)
-        for volume in await _call(self.provider.orphan_volumes):
-            await _call(self.provider.remove_volume, volume)
-            report.removed_volumes.append(volume)
-        report.removed_egress_dirs.extend(await _call(self.provider.orphan_egress_dirs))
-        await _call(self.provider.remove_egress_dirs, report.removed_egress_dirs)
-        if report.removed_sandboxes or report.removed_volumes or report.removed_egress_dirs:
-            log.info("sandbox janitor", **report.__dict__)
-        return report
-
-    async def _should_remove(self, info: SandboxInfo) -> bool:
-        entry = self._entries.get(info.thread_id)
-        if entry is not None and entry.running_commands:
-            return False
-        # A claimed pool sandbox has no thread label (labels are fixed at creation): its
-        # name's sandbox id is asked about instead, where the owner of ids can answer.
-        if info.thread_id and not await self.thread_exists(info.thread_id):
-            return True
-        claimed_exists = self.claimed_exists
-        if not info.thread_id and claimed_exists and not await claimed_exists(info.sandbox_id):
-            return True
-        if self.max_age is None or info.created_at is None:
-            return False
-        expired = datetime.now(UTC) - info.created_at > self.max_age
-        return expired and not await self.is_busy(info.thread_id)
+        return await housekeeping.janitor(self)
 
     async def close(self) -> None:
-        """Ephemeral sandboxes go with the process; others (and the pool) stay for the next
-        start."""
-        self._closing = True
-        if self._refill is not None:
-            # Not cancelled: that would stop the waiting, not the engine call in its thread,
-            # which would then finish after everything else was torn down. The loop stops
-            # at the next sandbox instead.
-            with contextlib.suppress(SandboxError):
-                await self._refill
-        for task in self._template_tasks.values():
-            with contextlib.suppress(SandboxError):
-                await task
-        for pooled in self._pool:
-            pooled.drop_worker()
-            if self.ephemeral:
-                await _call(self.provider.discard, pooled.container)
-        self._pool.clear()
+        """Let go of everything this process holds: ephemeral sandboxes go with it; others
+        (and the pool) stay, running, for the next process (a one-off command alongside a
+        service closes this way)."""
+        await self.pool.close(discard=self.ephemeral)
         if self.ephemeral:
-            for thread_id in list(self._entries):
+            for thread_id in list(self.entries):
                 await self.destroy(thread_id)
-        for entry in self._entries.values():
+        for entry in self.entries.values():
             entry.drop_worker()
-        self._entries.clear()
+        self.entries.clear()
         if self.egress is not None:
             await self.egress.close()
-        await _call(self.provider.close)
+        await in_thread(self.provider.close)
 
+    async def shutdown(self) -> None:
+        """The service stops (SIGTERM): nothing of it keeps running. Pool members are
+        removed; sandboxes that hold a user's state are suspended where the engine has
+        snapshots, else stopped, their files kept, and taken up again at their next use. Alone
+        (no other live process of the owner), that is every running sandbox of the owner; else
+        the ones this process holds (another's may be in use)."""
+        if not self.ephemeral:
+            await self.pool.close(discard=True)
+            held = set(self.entries)
+            for thread_id in held:
+                await self._stop_quietly(self.stop(thread_id))
+            if self.reap_leftovers:
+                for info in await in_thread(self.provider.list_sandboxes):
+                    if info.status == "running" and info.thread_id not in held:
+                        await self._stop_quietly(self._let_go(info.container_id))
+                for pooled in await in_thread(self.provider.pooled):
+                    await self._stop_quietly(in_thread(self.provider.discard, pooled))
+        await self.close()
 
-async def _call(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a blocking engine call in a worker thread (the engine translates its own faults
-    into SandboxUnavailableError)."""
-    return await asyncio.to_thread(function, *args, **kwargs)
+    @staticmethod
+    async def _stop_quietly(stopping: Awaitable[None]) -> None:
+        """One sandbox's part of a shutdown: its failure is logged, the rest go on."""
+        try:
+            await stopping
+        except SandboxError as exc:
+            log.warning("stopping a sandbox at shutdown failed", reason=str(exc))

@@ -19,8 +19,9 @@ from sandbox.engine import STDERR, STDOUT
 
 __all__ = ["ProcessStreams", "exit_code_of"]
 
-# After the main process exits, how long its output may still drain (a child that keeps the
-# pipe open does not hold the stream: it is killed with its job).
+# After the main process exits, how long its output may still drain: the stream ends as soon as
+# both pipes are read to their end, or after this (a child that keeps a pipe open does not hold
+# the stream: it is killed with its job).
 DRAIN_S = 0.2
 _HEADER_LENGTH = 8
 
@@ -51,9 +52,13 @@ class ProcessStreams:
         self._on_exit = on_exit
         if process.stdin is not None:
             threading.Thread(target=self._feed_stdin, daemon=True).start()
-        for stream_id, pipe in ((STDOUT, process.stdout), (STDERR, process.stderr)):
-            threading.Thread(target=self._forward, args=(stream_id, pipe), daemon=True).start()
-        threading.Thread(target=self._end_with_process, daemon=True).start()
+        forwarders = [
+            threading.Thread(target=self._forward, args=(stream_id, pipe), daemon=True)
+            for stream_id, pipe in ((STDOUT, process.stdout), (STDERR, process.stderr))
+        ]
+        for forwarder in forwarders:
+            forwarder.start()
+        threading.Thread(target=self._end_with_process, args=(forwarders,), daemon=True).start()
 
     @property
     def socket(self) -> socket.socket:
@@ -111,12 +116,14 @@ class ProcessStreams:
                 with self._send:
                     self._theirs.sendall(header + data)
 
-    def _end_with_process(self) -> None:
-        """The stream ends when the main process does (after a moment to drain)."""
+    def _end_with_process(self, forwarders: list[threading.Thread]) -> None:
+        """The stream ends when the main process does, once its output is drained."""
         assert self._process is not None
         self._process.wait()
         self._on_exit()
-        time.sleep(DRAIN_S)
+        drained_by = time.monotonic() + DRAIN_S
+        for forwarder in forwarders:
+            forwarder.join(timeout=max(drained_by - time.monotonic(), 0))
         with contextlib.suppress(OSError), self._send:
             self._theirs.shutdown(socket.SHUT_WR)
 

@@ -9,7 +9,7 @@ from sandbox.files import FileEntry
 from sandbox.search import GrepQuery, GrepResult
 from sandbox.streams import ProcessStream
 
-__all__ = ["BrowserHost", "Sandboxes", "WorkflowToolchain"]
+__all__ = ["BrowserHost", "Sandboxes", "ToolchainHost", "WorkflowToolchain"]
 
 
 class Sandboxes(Protocol):
@@ -52,28 +52,31 @@ class Sandboxes(Protocol):
 
 
 @runtime_checkable
-class WorkflowToolchain(Protocol):
-    """The SDK toolchain and the n8n engine in a thread's sandbox (where `runs_image`: Docker
-    sandboxes, not local ones)."""
+class ToolchainHost(Protocol):
+    """Sandboxes with the SDK toolchain and the n8n engine in them (where `runs_image`: the
+    image's sandboxes, not local ones)."""
 
     @property
     def runs_image(self) -> bool: ...
 
+    def toolchain(self, thread_id: str) -> WorkflowToolchain: ...
+
+
+class WorkflowToolchain(Protocol):
+    """The SDK toolchain and the n8n engine in one thread's sandbox (sandbox/toolchain.py)."""
+
     async def compile(
-        self, thread_id: str, path: str, *, timeout_s: float = 5.0, max_bytes: int | None = None
+        self, path: str, *, timeout_s: float = 5.0, max_bytes: int | None = None
     ) -> dict[str, Any]: ...
 
-    async def diagnose(
-        self, thread_id: str, path: str, *, timeout_s: float = 5.0
-    ) -> dict[str, Any]: ...
+    async def diagnose(self, path: str, *, timeout_s: float = 5.0) -> dict[str, Any]: ...
 
     async def workflow_to_code(
-        self, thread_id: str, workflow: dict[str, Any], *, timeout_s: float = 5.0
+        self, workflow: dict[str, Any], *, timeout_s: float = 5.0
     ) -> dict[str, Any]: ...
 
     async def node_definition(
         self,
-        thread_id: str,
         node_type: str,
         version: float,
         *,
@@ -84,7 +87,6 @@ class WorkflowToolchain(Protocol):
 
     async def materialize_node_type(
         self,
-        thread_id: str,
         node_type: str,
         version: float,
         *,
@@ -96,7 +98,6 @@ class WorkflowToolchain(Protocol):
 
     async def execute(
         self,
-        thread_id: str,
         workflow: dict[str, Any],
         *,
         execution_id: str,
@@ -106,11 +107,10 @@ class WorkflowToolchain(Protocol):
         credentials: dict[str, dict[str, Any]] | None = None,
     ) -> dict[str, Any]: ...
 
-    async def cancel_execution(self, thread_id: str, execution_id: str) -> None: ...
+    async def cancel_execution(self, execution_id: str) -> None: ...
 
     async def node_resources(
         self,
-        thread_id: str,
         node: dict[str, Any],
         *,
         lookup: str,
@@ -123,7 +123,6 @@ class WorkflowToolchain(Protocol):
 
     async def resolve_parameters(
         self,
-        thread_id: str,
         workflow: dict[str, Any],
         *,
         nodes: dict[str, Any],
@@ -137,7 +136,6 @@ class WorkflowToolchain(Protocol):
 
     async def output_schema(
         self,
-        thread_id: str,
         node_type: str,
         version: float,
         *,

@@ -39,6 +39,7 @@ from sandbox.kinds import THREAD, SandboxKind
 from sandbox.runtimes import GVISOR_JOB_TASKS, RUNSC
 from sandbox.worker import worker_environment, worker_main_command
 from sandbox.workspace_disk import WorkspaceDisks
+from sandbox.workspace_seed import SEED_DIR
 
 __all__ = [
     "ORPHAN_GRACE",
@@ -416,6 +417,7 @@ class SandboxProvider:
                     limits=self.limits,
                     workspace_volume=volume,
                     volume_mount=self.kind.volume_mount,
+                    volume_seed=SEED_DIR if self.kind.seeded else None,
                     binds=binds,
                     environment={**self.kind.environment, **environment, **worker_env},
                     working_dir=self.kind.working_dir,

@@ -23,7 +23,9 @@ __all__ = [
     "first_line",
     "is_gone",
     "oom_kills",
+    "remove_cgroups",
     "running_ids",
+    "runs",
     "runsc_argv",
     "runsc_usable",
     "said",
@@ -34,7 +36,9 @@ __all__ = [
 RUNSC_FLAGS = ("--network=none", "--host-uds=open")
 # The cgroup parent of every sandbox (one per container below it).
 CGROUP_PARENT = "/instance-ai"
-MEMORY_CGROUPS = Path("/sys/fs/cgroup/memory")
+CGROUPS = Path("/sys/fs/cgroup")
+MEMORY_CGROUPS = CGROUPS / "memory"
+PIDS_CGROUPS = CGROUPS / "pids"
 # How long a runsc call that manages a container (not a process in it) may take.
 RUNSC_CALL_S = 120.0
 # What runsc says when the container it was asked about does not exist or does not run.
@@ -77,7 +81,7 @@ def running_ids(state_roots: Iterable[Path]) -> set[str]:
 
 
 def delete(state: Path, container_id: str) -> None:
-    """Kill and forget a sandbox (gone already is fine; its cgroup goes with it)."""
+    """Kill and forget a sandbox (gone already is fine), and its cgroups."""
     done = subprocess.run(
         [*runsc_argv(state), "delete", "--force", container_id],
         capture_output=True,
@@ -86,6 +90,31 @@ def delete(state: Path, container_id: str) -> None:
     )
     if done.returncode != 0 and not is_gone(done.stderr):
         raise SandboxUnavailableError(f"runsc could not stop the sandbox: {said(done.stderr)}")
+    remove_cgroups(container_id)
+
+
+def remove_cgroups(container_id: str) -> None:
+    """Remove the sandbox's cgroup in every controller. runsc removes some of them (under
+    cgroup v1, not all: pids, cpu and others stay, empty), so without this every sandbox
+    ever made would leave a directory behind in each. One still holding a process stays."""
+    for hierarchy in [CGROUPS, *CGROUPS.iterdir()]:  # cgroup v2's one, or v1's controllers
+        with contextlib.suppress(OSError):
+            (hierarchy / CGROUP_PARENT.strip("/") / container_id).rmdir()
+
+
+def runs(container_id: str) -> bool | None:
+    """Whether the sandbox's processes are alive, read from its cgroup (which holds every
+    process the sandbox has on the host; an ended one leaves it at once, reaped or not): a
+    file read where `runsc list` costs a process. None where this host's cgroups cannot
+    tell."""
+    hierarchy = PIDS_CGROUPS if PIDS_CGROUPS.is_dir() else CGROUPS  # cgroup v1 or v2
+    parent = hierarchy / CGROUP_PARENT.strip("/")
+    try:
+        return (parent / container_id / "cgroup.procs").read_text().strip() != ""
+    except FileNotFoundError:  # gone with its sandbox, unless sandboxes get none here
+        return False if parent.is_dir() else None
+    except OSError:
+        return None
 
 
 def oom_kills(container_id: str) -> int | None:

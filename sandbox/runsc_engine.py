@@ -63,6 +63,7 @@ from sandbox.runsc_cli import (
     is_gone,
     oom_kills,
     running_ids,
+    runs,
     runsc_argv,
     runsc_usable,
     said,
@@ -70,6 +71,7 @@ from sandbox.runsc_cli import (
 from sandbox.runtimes import RUNSC
 from sandbox.worker import WORKER_SOCKET, WORKER_SOCKET_DIR
 from sandbox.worker_socket import wait_for_worker
+from sandbox.workspace_seed import MARKER
 
 __all__ = ["CGROUP_PARENT", "RunscEngine", "runsc_usable"]
 
@@ -184,6 +186,7 @@ class RunscEngine(RecordVolumes, UidJobs):
                     "stdinOpen": spec.stdin_open,
                     "autoRemove": spec.auto_remove,
                     "volumeMount": spec.volume_mount,
+                    "volumeSeed": spec.volume_seed,
                     "rootfs": str(image.rootfs),
                 },
             )
@@ -482,8 +485,20 @@ class RunscEngine(RecordVolumes, UidJobs):
 
     @staticmethod
     def _running_ids(records: list[ContainerRecord]) -> set[str]:
-        """Which of the records' sandboxes runsc says run (one listing per state root)."""
-        return running_ids({_state(record) for record in records})
+        """Which of the records' sandboxes run: read from their cgroups (each asked status
+        once per API call, so a `runsc list`, ~20 ms, each time would be most of a short
+        command's time), else runsc's listing (one per state root)."""
+        found: set[str] = set()
+        unknown: list[ContainerRecord] = []
+        for record in records:
+            alive = runs(record.id)
+            if alive is None:
+                unknown.append(record)
+            elif alive:
+                found.add(record.id)
+        if unknown:
+            found |= running_ids({_state(record) for record in unknown})
+        return found
 
     def _info(self, record: ContainerRecord) -> ContainerInfo:
         return record.info(self._status(record))
@@ -505,8 +520,8 @@ class RunscEngine(RecordVolumes, UidJobs):
             raise ContainerGoneError(f"the volume {record.workspace_volume} is gone")
         if self._store.volume_flag(volume.name, FILLED):
             return
-        mount = str(record.engine.get("volumeMount", ""))
-        source = Path(str(record.engine["rootfs"])) / mount.lstrip("/")
+        rootfs = Path(str(record.engine["rootfs"]))
+        source = rootfs / str(record.engine.get("volumeMount", "")).lstrip("/")
         if source.is_dir():
             subprocess.run(
                 ["cp", "-a", "--no-clobber", f"{source}/.", str(volume.mountpoint)],
@@ -516,6 +531,9 @@ class RunscEngine(RecordVolumes, UidJobs):
             stat = source.stat()
             os.chown(volume.mountpoint, stat.st_uid, stat.st_gid)
             volume.mountpoint.chmod(stat.st_mode & 0o7777)
+        seed = record.engine.get("volumeSeed")
+        if seed:
+            seed_volume(rootfs / str(seed).lstrip("/"), volume.mountpoint)
         self._store.set_volume_flag(volume.name, FILLED)
 
     def _exec_command(
@@ -574,6 +592,33 @@ class RunscEngine(RecordVolumes, UidJobs):
             marks = self._oom_marks.setdefault(record.id, [])
             marks.append((time.time(), count))
             del marks[:-64]
+
+
+def seed_volume(seed: Path, volume: Path) -> None:
+    """Seed a new workspace on the host as the seeding exec would inside (workspace_seed.py):
+    the seed's files, kept where the volume has one already, owned by the sandbox user,
+    group-writable (commands run as job uids of its group), directories setgid as the
+    workspace is; then the mark, so the exec seeds nothing."""
+    for directory, subdirectories, names in os.walk(seed):
+        relative = Path(directory).relative_to(seed)
+        for name in subdirectories:
+            target = volume / relative / name
+            with contextlib.suppress(FileExistsError):
+                target.mkdir()
+                os.chown(target, USER_UID, USER_UID)
+                target.chmod(0o2775)
+        for name in names:
+            target = volume / relative / name
+            if target.exists() or target.is_symlink():
+                continue
+            shutil.copyfile(Path(directory) / name, target, follow_symlinks=False)
+            os.chown(target, USER_UID, USER_UID, follow_symlinks=False)
+            if not target.is_symlink():
+                target.chmod(((Path(directory) / name).stat().st_mode | 0o020) & 0o775)
+    marker = volume / MARKER
+    marker.touch(mode=0o664)
+    os.chown(marker, USER_UID, USER_UID)
+    marker.chmod(0o664)  # as the exec's touch under umask 002 makes it
 
 
 def _state(record: ContainerRecord) -> Path:

@@ -2,13 +2,15 @@
 new sandboxes of that kind are restored from (on an engine that keeps snapshots: the runsc
 engine). A restore costs a fraction of a cold start and its warm-up (docs/performance.md).
 
-A template is made once, at first need, by warming a sandbox made cold as a pool member is
-(its worker the main process, its compiler, and ready to verify its engine, loaded), closing
-its worker's channel and checkpointing it; then that sandbox is removed. It is kept under the
-engine's root by image (a new image gets new templates; the old ones are removed with it) and
-written whole: made in a directory of its own and renamed into place, so a half-made template
-is never restored from. What a restore shares with its template and its siblings, and why that
-is safe: docs/security.md ("Sandboxes restored from templates").
+A template is made once per image, kind, mount layout (a restore needs the mounts its
+checkpoint had: with an egress socket or without) and readiness, at first need, by warming a
+sandbox made cold as a pool member is (its worker the main process, its compiler, and ready to
+verify its engine, loaded), closing its worker's channel and checkpointing it; then that
+sandbox is removed. It is kept under the engine's root by image (a new image gets new
+templates; the old ones are removed with it) and written whole: made in a directory of its own
+and renamed into place, so a half-made template is never restored from. What a restore shares
+with its template and its siblings, and why that is safe: docs/security.md ("Sandboxes restored
+from templates").
 """
 
 from __future__ import annotations
@@ -36,15 +38,16 @@ STALE_AFTER_S = 24 * 3600.0
 
 
 class Templates:
-    def __init__(self, root: Path, *, image: str, kind: SandboxKind) -> None:
+    def __init__(self, root: Path, *, image: str, kind: SandboxKind, egress: bool) -> None:
         self.root = root
         self._image_dir = root / hashlib.sha256(image.encode()).hexdigest()[:16]
-        self._kind = kind.name or "thread"
+        # runsc restores only into the mounts the checkpoint had: the egress socket's too.
+        self._name = f"{kind.name or 'thread'}-{'egress' if egress else 'closed'}"
         # Restores that failed (each fell back to a cold start).
         self.failed_restores = 0
 
     def path(self, readiness: Readiness) -> Path:
-        return self._image_dir / f"{self._kind}-{readiness.value}"
+        return self._image_dir / f"{self._name}-{readiness.value}"
 
     def ready(self, readiness: Readiness) -> Path | None:
         """The template's checkpoint, if it has been made (its image's directory is touched:

@@ -45,7 +45,9 @@ __all__ = [
     "CALL_TIMEOUT_S",
     "FILE_OPERATION_CODES",
     "HEARTBEAT_S",
+    "HOST_GUARD_S",
     "RECYCLE_MB",
+    "THREAD_LOAD_S",
     "WORKER_SOCKET",
     "WORKER_SOCKET_DIR",
     "WorkerClient",
@@ -63,6 +65,12 @@ WORKER_SOCKET_DIR = "/run/instance-ai-worker"
 WORKER_SOCKET = f"{WORKER_SOCKET_DIR}/worker.sock"
 HEARTBEAT_S = 20.0
 CALL_TIMEOUT_S = 30.0
+# How much longer than an operation's own deadline the host waits for its answer: the sandbox
+# enforces the deadline and reports, the host only guards against a stuck sandbox.
+HOST_GUARD_S = 1.0
+# A fresh compile or engine thread may first spend up to this loading its modules (ops.mjs
+# LOAD_TIMEOUT_MS): not charged to the operation's deadline, so the host allows for it too.
+THREAD_LOAD_S = 120.0
 # The worker's memory (RSS) past which it ends its compile and engine threads for fresh ones.
 # After 100 builds it holds ~110 MB, after 1,000 ~125 MB (`python -m bench.sandbox`).
 RECYCLE_MB = 400

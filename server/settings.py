@@ -250,10 +250,10 @@ class Settings(BaseSettings):
     )
     sandbox_engine: Literal["auto", "docker", "runsc"] = Field(
         "docker",
-        description="what drives sandboxes under gVisor: docker (Docker's runsc runtime), "
-        "runsc (runsc itself, over OCI bundles: an exec in ~30 ms instead of ~200, "
-        "checkpoint and restore), or auto: runsc where it can be driven here (this host's "
-        "engine, as root, the runtime runsc), else Docker, said in the log and in health",
+        description="what drives sandboxes under gVisor: docker (the default: Docker's runsc "
+        "runtime); runsc (runsc itself, over OCI bundles: an exec in ~30 ms instead of ~200, "
+        "checkpoint and restore); or auto: runsc where it can be driven here (this host's "
+        "first engine, as root, the runtime runsc), else Docker, said in the log and in health",
     )
     sandbox_runsc_root: Path = Field(
         Path("/var/lib/instance-ai/runsc"),
@@ -279,6 +279,13 @@ class Settings(BaseSettings):
     sandbox_idle_ttl_seconds: float = Field(900, gt=0, description="idle time before eviction")
     sandbox_ephemeral: bool = Field(False, description="destroy sandboxes when idle")
     sandbox_pool_size: int = Field(2, ge=0, le=50, description="warm sandboxes kept ready")
+    sandbox_pool_window_seconds: float = Field(
+        300,
+        gt=0,
+        description="where sandboxes are restored from templates (the runsc engine), the pools "
+        "keep only as many members as the claims of this window need (none after a window "
+        "without any), up to their size",
+    )
     sandbox_max_age_hours: float = Field(720, gt=0, description="janitor removes older ones")
     sandbox_janitor_interval_seconds: float = Field(600, gt=0)
     sandbox_engine_probe_seconds: float = Field(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -16,9 +18,10 @@ import pytest
 
 from sandbox import identity
 from sandbox.docker_engine import DockerEngine, connect
-from sandbox.engine import ContainerEngine, ContainerInfo, SandboxLimits
+from sandbox.engine import ContainerEngine, ContainerInfo, ExecResult, SandboxLimits
 from sandbox.image.build import BuiltImage, ImageBuilder
 from sandbox.provider import SandboxProvider, remove_owner
+from sandbox.runsc_cli import RUNSC_FLAGS
 from sandbox.runsc_engine import RunscEngine
 from sandbox.runtimes import AUTO, RUNC, RUNSC, RuntimeSetting, choose_runtime
 from server.settings import Settings
@@ -125,6 +128,109 @@ def docker_attrs(container: ContainerInfo) -> dict[str, Any]:
         return attrs
     finally:
         client.close()
+
+
+def owned_containers(owner: str) -> list[ContainerInfo]:
+    """Every container of `owner`, whichever engine drives it: Docker, or runsc itself (a
+    server's default where runsc can be driven here)."""
+    client = connect()
+    try:
+        labels = {identity.LABEL_OWNER: owner}
+        found = DockerEngine(client).containers(labels)
+        return found + RunscEngine(client, RUNSC_ROOT).containers(labels)
+    finally:
+        client.close()
+
+
+def exec_in(container: ContainerInfo, *argv: str) -> ExecResult:
+    """Run a command in a container as the sandbox user, through whichever engine drives it."""
+    client = connect()
+    try:
+        driven_by_runsc = (RUNSC_ROOT / "bundles" / container.id).is_dir()
+        engine = RunscEngine(client, RUNSC_ROOT) if driven_by_runsc else DockerEngine(client)
+        return engine.exec(container.id, list(argv), workdir="/")
+    finally:
+        client.close()
+
+
+def owned_container(owner: str, name_or_id: str) -> ContainerInfo:
+    """One container of `owner` by its name or an id prefix (a sandbox's hostname is one)."""
+    found = [c for c in owned_containers(owner) if name_or_id in (c.name, c.id[: len(name_or_id)])]
+    assert len(found) == 1, f"{name_or_id!r}: {found}"
+    return found[0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostView:
+    """A sandbox as its engine set it up on the host, whichever engine: what Docker's inspect
+    says, or what the runsc engine's OCI bundle says (its config.json)."""
+
+    driver: str  # docker | runsc
+    runtime: str
+    read_only: bool
+    network: str
+    capabilities: frozenset[str]
+    no_new_privileges: bool
+    user: str
+    memory: int
+    pids: int
+    nano_cpus: int
+    tmp_options: str
+    # Where each workspace volume is mounted: destination → the volume's name.
+    volumes: dict[str, str]
+
+    @classmethod
+    def of(cls, container: ContainerInfo) -> HostView:
+        bundle = RUNSC_ROOT / "bundles" / container.id / "config.json"
+        if bundle.is_file():
+            return cls._of_bundle(json.loads(bundle.read_text()))
+        attrs = docker_attrs(container)
+        host = attrs["HostConfig"]
+        return cls(
+            driver="docker",
+            runtime=host["Runtime"],
+            read_only=host["ReadonlyRootfs"],
+            network=host["NetworkMode"],
+            capabilities=frozenset(host["CapAdd"] or ()) - {"ALL"}
+            if host["CapDrop"] == ["ALL"]
+            else frozenset({"(not all dropped)"}),
+            no_new_privileges="no-new-privileges" in (host["SecurityOpt"] or []),
+            user=attrs["Config"]["User"],
+            memory=host["Memory"],
+            pids=host["PidsLimit"],
+            nano_cpus=host["NanoCpus"],
+            tmp_options=host["Tmpfs"]["/tmp"],
+            volumes={m["Destination"]: m["Name"] for m in attrs["Mounts"] if m["Type"] == "volume"},
+        )
+
+    @classmethod
+    def _of_bundle(cls, config: dict[str, Any]) -> HostView:
+        process, resources = config["process"], config["linux"]["resources"]
+        cpu = resources["cpu"]
+        tmp = next(m for m in config["mounts"] if m["destination"] == "/tmp")
+        user = process["user"]
+        return cls(
+            driver="runsc",
+            runtime=RUNSC,
+            read_only=config["root"]["readonly"],
+            # runsc itself is always run with --network=none (sandbox/runsc_cli.py).
+            network="none" if "--network=none" in RUNSC_FLAGS else "?",
+            capabilities=frozenset(
+                cap for kind in process.get("capabilities", {}).values() for cap in kind
+            ),
+            no_new_privileges=process["noNewPrivileges"],
+            user=f"{user['uid']}:{user['gid']}",
+            memory=resources["memory"]["limit"],
+            pids=resources["pids"]["limit"],
+            nano_cpus=cpu["quota"] * 10**9 // cpu["period"],
+            tmp_options=",".join(tmp["options"]),
+            # A volume's data is bound from the engine's records (volumes/<name>/_data).
+            volumes={
+                m["destination"]: Path(m["source"]).parent.name
+                for m in config["mounts"]
+                if Path(m["source"]).is_relative_to(RUNSC_ROOT / "records" / "volumes")
+            },
+        )
 
 
 def output_of(engine: ContainerEngine, container: ContainerInfo, *argv: str) -> str:

@@ -24,7 +24,7 @@ from sandbox import identity
 from sandbox.docker_engine import DockerEngine
 from sandbox.image.build import BuiltImage
 from sandbox.provider import remove_owner
-from tests.sandbox_fixtures import EGRESS_ROOTS
+from tests.sandbox_fixtures import EGRESS_ROOTS, owned_containers
 
 DATA_ROOT = Path.home() / ".cache" / "instance-ai" / "second-engine"
 
@@ -126,9 +126,15 @@ class SecondEngine:
 
 
 def containers_of(client: docker.DockerClient, owner: str) -> set[str]:
-    """The threads with a sandbox of `owner` on an engine."""
+    """The threads with a sandbox of `owner` on a Docker engine (the second one)."""
     found = client.containers.list(all=True, filters={"label": f"{identity.LABEL_OWNER}={owner}"})
     return {c.labels.get(identity.LABEL_THREAD, "") for c in found}
+
+
+def local_threads(owner: str) -> set[str]:
+    """The threads with a sandbox of `owner` on this host's engine, whichever drives it
+    (runsc itself, by default, or Docker)."""
+    return {c.labels.get(identity.LABEL_THREAD, "") for c in owned_containers(owner)}
 
 
 @pytest.fixture

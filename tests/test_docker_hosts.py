@@ -24,7 +24,7 @@ from sandbox.runtimes import choose_runtime
 from server.api.server import ENGINE_HEALTH_PREFIX, RUNTIME_HEALTH_PREFIX
 from server.settings import Settings
 from tests.conftest import serving
-from tests.second_engine import SecondEngine, containers_of, second_engine
+from tests.second_engine import SecondEngine, containers_of, local_threads, second_engine
 from tests.test_cli import run_cli
 
 __all__ = ["second_engine"]  # fixtures, shared
@@ -129,7 +129,7 @@ async def test_threads_spread_over_two_engines_and_move_off_one_that_stops(
         assert all(await asyncio.gather(*(build_and_verify(t) for t in threads)))
         with second_engine.client() as second:
             assert containers_of(second, owner) == set(on_second)
-        assert containers_of(docker_client, owner) == set(on_first)
+        assert local_threads(owner) == set(on_first)
 
         await asyncio.to_thread(second_engine.stop)
         for _ in range(100):
@@ -155,7 +155,7 @@ async def test_threads_spread_over_two_engines_and_move_off_one_that_stops(
             assert await client.build_and_verify(thread)
         for thread in on_first:  # untouched
             assert await client.build_and_verify(thread)
-        assert containers_of(docker_client, owner) == set(threads)
+        assert local_threads(owner) == set(threads)
 
         await asyncio.to_thread(second_engine.start)
         for _ in range(100):

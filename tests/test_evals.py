@@ -29,13 +29,12 @@ from evals.rows import ROWS_FILE, Row, UnitResult
 from evals.runner import Runner, RunOptions
 from evals.scoring import RunInfo, results_document
 from instance_ai_client.connection import ClientConfig
-from sandbox import identity
 from server.app import Application
 from server.settings import Settings
 from tests.agent_fixtures import model, with_model
 from tests.browser_fixtures import CHROMIUM_ARGS
 from tests.fake_model import FakeMessagesAPI, Turn, text, tool
-from tests.sandbox_fixtures import docker_env, remove_owned
+from tests.sandbox_fixtures import docker_env, owned_containers, remove_owned
 from tests.test_cli import CLI, ServerProcess, start_server, stop_server
 
 __all__ = ["model"]  # fixtures, shared
@@ -76,12 +75,6 @@ async def eval_server(
 ) -> AsyncIterator[tuple[Application, str]]:
     async with Application(make_docker_settings()) as app:
         yield app, f"127.0.0.1:{app.port}"
-
-
-def containers(client: docker.DockerClient, owner: str) -> list[Any]:
-    return list(
-        client.containers.list(all=True, filters={"label": f"{identity.LABEL_OWNER}={owner}"})
-    )
 
 
 def comparable(document: dict[str, Any]) -> dict[str, Any]:
@@ -157,7 +150,7 @@ async def test_the_runner_scores_bundled_cases_on_real_sandboxes(
     assert len(rows) == 1 + 7  # the header, then one row per case iteration
     assert len(recorder.rows) == 7
     # Each case ran in its own thread, and deleting the thread took its sandbox with it.
-    assert containers(docker_client, owner) == []
+    assert owned_containers(owner) == []
 
 
 async def run_cli(
@@ -204,7 +197,7 @@ async def test_an_interrupted_run_resumes_to_the_results_of_an_uninterrupted_one
     )
     assert code == 130, stderr
     # The iteration cut short still had its thread deleted, and its sandbox with it.
-    assert containers(docker_client, owner) == []
+    assert owned_containers(owner) == []
     partial = json.loads((interrupted / "eval-results.json").read_text())
     assert partial["run"]["complete"] is False and partial["run"]["stopReason"] == "interrupted"
     done_before = sum(len(case["iterations"]) for case in partial["cases"])
@@ -375,7 +368,7 @@ async def test_a_prompt_case_is_built_by_the_agent_and_then_verified(
     assert row.status == "passed", row.units
     assert row.build is not None and row.build.workflow_id
     assert steps == []  # the model was asked exactly three times: write, build, answer
-    assert containers(docker_client, owner) == []
+    assert owned_containers(owner) == []
 
 
 async def test_the_html_report_opens_in_chromium_and_draws_its_charts(tmp_path: Path) -> None:

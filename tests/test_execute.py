@@ -50,7 +50,7 @@ async def manager(provider: SandboxProvider) -> Any:
 
 async def compiled(manager: SandboxManager, source: Path) -> dict[str, Any]:
     await manager.write_file("t1", f"src/{source.name}", await asyncio.to_thread(source.read_bytes))
-    built = await manager.compile("t1", f"src/{source.name}", timeout_s=20)
+    built = await manager.toolchain("t1").compile(f"src/{source.name}", timeout_s=20)
     assert built["ok"], built
     return built
 
@@ -60,7 +60,7 @@ async def test_a_pinned_write_lets_its_downstream_run_on_the_fixture(
 ) -> None:
     built = await compiled(manager, ROOT / "examples/order-intake.workflow.ts")
     pins = {**built["fixtures"], "Announce": [{"ok": True, "ts": "1700000000.1"}]}
-    run = await manager.execute("t1", built["workflow"], execution_id="e1", pin_data=pins)
+    run = await manager.toolchain("t1").execute(built["workflow"], execution_id="e1", pin_data=pins)
     assert run["status"] == "success", run
     assert run["order"] == ["Order Intake", "Prioritise", "Urgent?", "Announce"]
     prioritised = run["nodes"]["Prioritise"]["outputs"][0]["items"][0]
@@ -71,8 +71,8 @@ async def test_a_pinned_write_lets_its_downstream_run_on_the_fixture(
     assert run["nodes"]["Announce"]["pinned"] and not run["nodes"]["Prioritise"]["pinned"]
 
     # Unpinned, the Slack node has no credentials to use: the run fails there, saying so.
-    unpinned = await manager.execute(
-        "t1", built["workflow"], execution_id="e2", pin_data=built["fixtures"]
+    unpinned = await manager.toolchain("t1").execute(
+        built["workflow"], execution_id="e2", pin_data=built["fixtures"]
     )
     assert unpinned["status"] == "error"
     assert unpinned["error"]["node"] == "Announce"
@@ -82,8 +82,7 @@ async def test_a_pinned_write_lets_its_downstream_run_on_the_fixture(
 async def test_switch_branches_and_the_code_node_run_for_real(manager: SandboxManager) -> None:
     built = await compiled(manager, ROOT / "tests/workflows/switch.workflow.ts")
     for priority, reached in [("high", "High"), ("normal", "Normal"), ("low", "Low")]:
-        run = await manager.execute(
-            "t1",
+        run = await manager.toolchain("t1").execute(
             built["workflow"],
             execution_id=f"s-{priority}",
             pin_data={"Start": [{"priority": priority}]},
@@ -92,14 +91,13 @@ async def test_switch_branches_and_the_code_node_run_for_real(manager: SandboxMa
         assert set(run["order"]) == {"Start", "By Priority", reached}
 
     merged = await compiled(manager, ROOT / "tests/workflows/merge-code.workflow.ts")
-    run = await manager.execute("t1", merged["workflow"], execution_id="m")
+    run = await manager.toolchain("t1").execute(merged["workflow"], execution_id="m")
     assert run["status"] == "success", run
     assert run["nodes"]["Total"]["outputs"][0]["items"] == [{"total": 30}]
 
 
 async def test_a_failing_code_node_is_named_and_logs_are_kept(manager: SandboxManager) -> None:
-    run = await manager.execute(
-        "t1",
+    run = await manager.toolchain("t1").execute(
         chain(
             code("Shape", "console.log('shaping', $input.all().length); return [{json: {n: 1}}];"),
             code("Explode", "throw new Error('amount is missing');"),
@@ -117,8 +115,7 @@ async def test_a_code_node_may_return_its_input_objects_as_they_are(
 ) -> None:
     # `$input.first().json.list` hands back the engine's data proxies; returned unchanged they
     # must still come out as plain items (once, they could not leave the worker thread).
-    run = await manager.execute(
-        "t1",
+    run = await manager.toolchain("t1").execute(
         chain(
             code("Batch", "return [{json: {list: [{email: 'a@x'}, {email: 'b@x'}]}}];"),
             code("One Each", "return $input.first().json.list.map((json) => ({ json }));"),
@@ -134,31 +131,33 @@ async def test_a_code_node_may_return_its_input_objects_as_they_are(
 async def test_runs_that_never_end_are_stopped_and_the_sandbox_keeps_serving(
     manager: SandboxManager,
 ) -> None:
-    spin = await manager.execute("t1", chain(code("Spin", "while (true) {}")), execution_id="a")
+    spin = await manager.toolchain("t1").execute(
+        chain(code("Spin", "while (true) {}")), execution_id="a"
+    )
     assert spin["status"] == "error"
     assert "timed out" in spin["nodes"]["Spin"]["error"]["message"]
 
     forever = chain(code("Forever", "for (;;) { await null; }"))
-    stopped = await manager.execute("t1", forever, execution_id="b", timeout_s=2)
+    stopped = await manager.toolchain("t1").execute(forever, execution_id="b", timeout_s=2)
     assert (stopped["ok"], stopped["stage"]) == (False, "timeout")
 
     hoard = chain(code("Hoard", "const h = []; for (;;) h.push(new Array(1e6).fill(1));"))
-    exhausted = await manager.execute("t1", hoard, execution_id="c", timeout_s=60)
+    exhausted = await manager.toolchain("t1").execute(hoard, execution_id="c", timeout_s=60)
     assert (exhausted["ok"], exhausted["stage"]) == (False, "run")
     assert "384 MB" in exhausted["message"]
 
     fine = chain(code("Fine", "return [{json: {}}];"))
-    after = await manager.execute("t1", fine, execution_id="d")
+    after = await manager.toolchain("t1").execute(fine, execution_id="d")
     assert after["status"] == "success"
 
 
 async def test_a_run_can_be_cancelled_mid_way(manager: SandboxManager) -> None:
     pause = node("Pause", "wait", 1.1, amount=30, unit="seconds")
     running = asyncio.ensure_future(
-        manager.execute("t1", chain(pause), execution_id="w", timeout_s=120)
+        manager.toolchain("t1").execute(chain(pause), execution_id="w", timeout_s=120)
     )
     await asyncio.sleep(2)  # the engine is warm: the run is in its 30 s wait by now
-    await manager.cancel_execution("t1", "w")
+    await manager.toolchain("t1").cancel_execution("w")
     run = await asyncio.wait_for(running, timeout=10)
     assert run["status"] == "canceled"
 
@@ -172,30 +171,32 @@ async def test_nodes_that_cannot_run_here_say_to_simulate_them(manager: SandboxM
         "position": [0, 0],
         "parameters": {},
     }
-    run = await manager.execute("t1", chain(agent), execution_id="x")
+    run = await manager.toolchain("t1").execute(chain(agent), execution_id="x")
     assert run["status"] == "error"
     assert "simulate it" in run["error"]["message"]
-    pinned = await manager.execute("t1", chain(agent), execution_id="y", pin_data={"Agent": [{}]})
+    pinned = await manager.toolchain("t1").execute(
+        chain(agent), execution_id="y", pin_data={"Agent": [{}]}
+    )
     assert pinned["status"] == "success"
     # An AI workflow with its trigger and agent simulated runs; the sub-nodes never do.
     built = await compiled(manager, ROOT / "tests/workflows/ai-agent.workflow.ts")
     pins = {"Chat": [{"chatInput": "where is order A-7?"}], "Assistant": [{"output": "shipped"}]}
-    ai = await manager.execute("t1", built["workflow"], execution_id="z", pin_data=pins)
+    ai = await manager.toolchain("t1").execute(built["workflow"], execution_id="z", pin_data=pins)
     assert ai["status"] == "success" and ai["order"] == ["Chat", "Assistant"]
 
 
 async def test_output_schemas_shipped_with_the_nodes(manager: SandboxManager) -> None:
-    post = await manager.output_schema(
-        "t1", "n8n-nodes-base.slack", 2.5, resource="message", operation="post"
+    post = await manager.toolchain("t1").output_schema(
+        "n8n-nodes-base.slack", 2.5, resource="message", operation="post"
     )
     assert post is not None and "channel" in post["properties"]
-    webhook = await manager.output_schema("t1", "n8n-nodes-base.webhook", 2.1)
+    webhook = await manager.toolchain("t1").output_schema("n8n-nodes-base.webhook", 2.1)
     assert webhook is not None and "body" in webhook["properties"]
-    assert await manager.output_schema("t1", "n8n-nodes-base.noOp", 1) is None
-    assert await manager.output_schema("t1", "@n8n/n8n-nodes-langchain.agent", 3) is None
+    assert await manager.toolchain("t1").output_schema("n8n-nodes-base.noOp", 1) is None
+    assert await manager.toolchain("t1").output_schema("@n8n/n8n-nodes-langchain.agent", 3) is None
     assert (
-        await manager.output_schema(
-            "t1", "n8n-nodes-base.slack", 2.3, resource="../../etc", operation="passwd"
+        await manager.toolchain("t1").output_schema(
+            "n8n-nodes-base.slack", 2.3, resource="../../etc", operation="passwd"
         )
         is None
     )

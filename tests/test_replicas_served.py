@@ -27,7 +27,7 @@ from tests.agent_fixtures import Chat, Event, model, model_env, of_type
 from tests.fake_model import FakeMessagesAPI, Turn, text, tool
 from tests.postgres import new_postgres_database
 from tests.sandbox_fixtures import docker_env
-from tests.second_engine import SecondEngine, containers_of, second_engine
+from tests.second_engine import SecondEngine, containers_of, local_threads, second_engine
 from tests.test_cli import ServerProcess, start_server, stop_server
 
 __all__ = ["model", "second_engine"]  # fixtures, shared
@@ -215,5 +215,5 @@ async def test_twenty_threads_spread_over_the_replicas_and_engines_build_and_ver
     placed = {f"case-{n}": rank(engines, sandbox_id(f"case-{n}"))[0] for n in range(20)}
     with second_engine.client() as second:
         on_second = containers_of(second, owner)
-    assert containers_of(docker_client, owner) == {t for t, e in placed.items() if e != engines[1]}
+    assert local_threads(owner) == {t for t, e in placed.items() if e != engines[1]}
     assert on_second == {t for t, e in placed.items() if e == engines[1]} and on_second

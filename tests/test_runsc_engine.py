@@ -17,16 +17,19 @@ from pathlib import Path
 import pytest
 
 from sandbox import identity
+from sandbox.commands import JOB_UID_FIRST
 from sandbox.engine import ContainerInfo, ContainerSpec, SandboxLimits
 from sandbox.errors import SandboxUnavailableError
 from sandbox.image.build import BuiltImage
 from sandbox.image.rootfs import WORKSPACE
+from sandbox.kinds import THREAD
 from sandbox.manager import SandboxManager
 from sandbox.provider import SandboxProvider
 from sandbox.readiness import Readiness
 from sandbox.runsc_engine import CGROUP_PARENT, RunscEngine
 from sandbox.runtimes import GVISOR_HOST_PIDS_FACTOR, GVISOR_KERNEL_MEMORY, RUNSC
 from sandbox.worker import worker_main_command
+from sandbox.workspace_seed import MARKER, SEED_DIR, initialise
 
 ORDER_ROUTER = "knowledge-base/templates/order-router.workflow.ts"
 CGROUPS = Path("/sys/fs/cgroup")
@@ -45,7 +48,11 @@ TICKER = ["sh", "-c", "while :; do date +%s%N > /tmp/t; mv /tmp/t /tmp/tick; sle
 
 
 def new_container(
-    engine: RunscEngine, image: str, owner: str, command: list[str] | None = None
+    engine: RunscEngine,
+    image: str,
+    owner: str,
+    command: list[str] | None = None,
+    volume_seed: str | None = None,
 ) -> ContainerInfo:
     """A container made straight through the engine, with a volume of its own (the owner's
     clean-up removes both)."""
@@ -61,6 +68,7 @@ def new_container(
             workspace_volume=volume,
             working_dir=WORKSPACE,
             command=command,
+            volume_seed=volume_seed,
         )
     )
     return container
@@ -113,10 +121,10 @@ async def test_the_manager_builds_runs_and_cuts_off_commands_on_runsc(
 ) -> None:
     manager = SandboxManager(runsc_provider)
     try:
-        built = await manager.compile("t1", ORDER_ROUTER, timeout_s=20)
+        built = await manager.toolchain("t1").compile(ORDER_ROUTER, timeout_s=20)
         assert built["ok"], built
-        ran = await manager.execute(
-            "t1", built["workflow"], execution_id="e1", pin_data=built["fixtures"]
+        ran = await manager.toolchain("t1").execute(
+            built["workflow"], execution_id="e1", pin_data=built["fixtures"]
         )
         assert ran["status"] == "success", ran
         assert ran["order"][0] == "Start"
@@ -149,7 +157,7 @@ async def test_a_warm_worker_comes_back_in_each_sandbox_restored_from_its_checkp
     channels: a checkpoint of a warm one restores, compiler loaded, into new sandboxes that
     each work on their own workspace."""
     template = SandboxManager(runsc_provider)
-    built = await template.compile("template", ORDER_ROUTER, timeout_s=20)
+    built = await template.toolchain("template").compile(ORDER_ROUTER, timeout_s=20)
     assert built["ok"], built
     before = await template.operation("template", "stats")
     assert before["threads"]["compiler"] is True
@@ -169,7 +177,7 @@ async def test_a_warm_worker_comes_back_in_each_sandbox_restored_from_its_checkp
             # Its own workspace, seeded anew: the template's sources are there, its own file
             # is its alone, and it builds.
             await clones.write_file(thread, "mine.txt", thread.encode())
-            rebuilt = await clones.compile(thread, ORDER_ROUTER, timeout_s=20)
+            rebuilt = await clones.toolchain(thread).compile(ORDER_ROUTER, timeout_s=20)
             assert rebuilt["ok"] and rebuilt["sourceHash"] == built["sourceHash"]
         assert await clones.read_file("clone-1", "mine.txt") == b"clone-1"
         assert await clones.read_file("clone-2", "mine.txt") == b"clone-2"
@@ -206,7 +214,7 @@ RANDOM_DRAWS = {
 
 
 async def drawn(manager: SandboxManager, thread: str, run: str) -> dict[str, object]:
-    ran = await manager.execute(thread, RANDOM_DRAWS, execution_id=run)
+    ran = await manager.toolchain(thread).execute(RANDOM_DRAWS, execution_id=run)
     assert ran["status"] == "success", ran
     item = ran["nodes"]["Code"]["outputs"][0]["items"][0]
     assert isinstance(item, dict) and {"id", "expression", "code"} <= set(item), item
@@ -245,15 +253,15 @@ async def test_new_sandboxes_come_from_a_template_made_at_first_need(
     cold."""
     manager = SandboxManager(runsc_provider)
     try:
-        assert manager.templates is not None
+        assert manager.pool.templates is not None
         for kept in Readiness:  # made by an earlier run on this host: made anew here
-            shutil.rmtree(manager.templates.path(kept), ignore_errors=True)
+            shutil.rmtree(manager.pool.templates.path(kept), ignore_errors=True)
         await manager.acquire("first")
         cold = await manager.operation("first", "stats")
         assert cold["threads"]["compiler"] is False  # nothing loaded until its first build
-        readiness = manager._next_readiness()
+        readiness = manager.pool.next_readiness()
         deadline = time.monotonic() + 300
-        while manager.templates.ready(readiness) is None:
+        while manager.pool.templates.ready(readiness) is None:
             assert time.monotonic() < deadline, "the template was never made"
             await asyncio.sleep(0.5)
         await manager.acquire("second")
@@ -261,12 +269,12 @@ async def test_new_sandboxes_come_from_a_template_made_at_first_need(
         assert restored["threads"]["compiler"] is True
         assert await manager.write_file("second", "own.txt", b"mine") == 4
         # A template gone bad: the restore fails, the sandbox starts cold all the same.
-        template = manager.templates.ready(readiness)
+        template = manager.pool.templates.ready(readiness)
         assert template is not None
         (template / "checkpoint.img").write_bytes(b"not a checkpoint")
         await manager.acquire("third")
-        assert manager.templates.failed_restores == 1
-        assert manager.templates.ready(readiness) is None  # made again at the next need
+        assert manager.pool.templates.failed_restores == 1
+        assert manager.pool.templates.ready(readiness) is None  # made again at the next need
         third = await manager.operation("third", "stats")
         assert third["threads"]["compiler"] is False
     finally:
@@ -339,7 +347,9 @@ async def test_an_idle_sandbox_is_suspended_and_comes_back_as_it_was(
         container = await manager.acquire("t1")
         assert await manager.sweep_idle() == ["t1"]
         assert runsc_engine.inspect(container.id).status == "exited"  # type: ignore[union-attr]
-        assert not (CGROUPS / "memory" / CGROUP_PARENT.strip("/") / container.id).exists()
+        own = f"{CGROUP_PARENT.strip('/')}/{container.id}"
+        left = [c.name for c in CGROUPS.iterdir() if (c / own).exists()]
+        assert left == []  # in no controller: none of them kept an empty directory behind
         back = await manager.run_command("t1", "cat /tmp/state kept.txt")
         assert back.stdout == "in-memory\nkept\n"
         after = await manager.operation("t1", "stats")
@@ -347,6 +357,91 @@ async def test_an_idle_sandbox_is_suspended_and_comes_back_as_it_was(
         assert (await manager.acquire("t1")).id == container.id
     finally:
         await manager.close()
+
+
+async def test_a_service_that_stops_leaves_nothing_running_and_takes_its_sandboxes_up_again(
+    runsc_provider: SandboxProvider, runsc_engine: RunscEngine, owner: str
+) -> None:
+    """The service's stop (SIGTERM) removes its pool and suspends the sandboxes it holds: none
+    of the owner's sandboxes runs after it; the next process resumes them as they were."""
+    manager = SandboxManager(runsc_provider, pool_size=1)
+    try:
+        await manager.pool.fill()
+        made = await manager.run_command("t1", "echo in-memory > /tmp/state; echo kept > kept.txt")
+        assert made.success, made
+        before = await manager.operation("t1", "stats")
+        if manager.pool.refilling is not None:
+            await manager.pool.refilling  # the claim's refill: a member to remove
+        pooled = [entry.container.id for entry in manager.pool.members]
+        assert pooled
+    finally:
+        await manager.shutdown()
+    owned = runsc_engine.containers({identity.LABEL_OWNER: owner})
+    assert [c.name for c in owned if c.status == "running"] == []
+    assert all(runsc_engine.inspect(container_id) is None for container_id in pooled)
+    after = SandboxManager(runsc_provider)
+    try:
+        back = await after.run_command("t1", "cat /tmp/state kept.txt")
+        assert back.stdout == "in-memory\nkept\n"
+        resumed = await after.operation("t1", "stats")
+        assert resumed["pid"] == before["pid"] and resumed["uptime"] > before["uptime"]
+    finally:
+        await after.close()
+
+
+async def test_the_pool_keeps_running_only_the_members_claims_need(
+    runsc_provider: SandboxProvider, runsc_engine: RunscEngine
+) -> None:
+    """Where a restore is cheap, the pool is sized by the claims of its window: full until a
+    window has passed since the start, empty after a window without claims (its members
+    removed: they would burn CPU idle), one member again once claims come."""
+    manager = SandboxManager(runsc_provider, pool_size=2, pool_window=timedelta(minutes=5))
+    try:
+        await manager.pool.fill()
+        members = [entry.container.id for entry in manager.pool.members]
+        assert len(members) == 2  # nothing measured yet: the whole size
+        manager.pool.demand_window_s = 1.0  # a window now over, without a claim
+        await asyncio.sleep(1.2)
+        assert manager.pool.target() == 0
+        assert await manager.sweep_idle() == []  # the housekeeping's sweep trims the pool
+        assert manager.pool.count() == 0
+        assert all(runsc_engine.inspect(member) is None for member in members)
+        manager.pool.demand_window_s = 60.0
+        container = await manager.acquire("t1")  # no member: made on demand
+        assert container.id not in members
+        assert manager.pool.refilling is not None
+        await manager.pool.refilling
+        # One claim a minute, a member made in well under a second: one member suffices.
+        assert manager.pool.target() == 1 and manager.pool.count() == 1
+    finally:
+        await manager.close()
+
+
+def test_a_workspace_seeded_on_the_host_is_the_one_the_seeding_exec_makes(
+    runsc_engine: RunscEngine, sandbox_image: BuiltImage, owner: str
+) -> None:
+    """runsc fills a new volume from the seed on the host (a copy inside gVisor costs ~0.25
+    CPU-s): files, owners and modes as the exec seeding gives them, and marked, so that exec
+    (run all the same) seeds nothing."""
+    listing = "find . -printf '%u:%g %m %y %P\\n' | sort"
+    seeded: dict[str, str] = {}
+    for way, seed in (("host", SEED_DIR), ("exec", None)):
+        container = new_container(runsc_engine, sandbox_image.tag, owner, volume_seed=seed)
+        running = runsc_engine.start(container.id)
+        if way == "host":
+            assert MARKER in run(runsc_engine, running, "ls -A")  # before any exec seeded it
+        initialise(runsc_engine, THREAD, running)
+        seeded[way] = run(runsc_engine, running, listing)
+        # A command's job uid (group 1000) edits the seed.
+        job = runsc_engine.exec(
+            running.id,
+            ["sh", "-c", "echo more >> tsconfig.json"],
+            workdir=WORKSPACE,
+            job=JOB_UID_FIRST,
+        )
+        assert job.exit_code == 0, job
+    assert "tsconfig.json" in seeded["host"] and MARKER in seeded["host"]
+    assert seeded["host"] == seeded["exec"]
 
 
 def test_restores_of_one_checkpoint_are_new_sandboxes_with_their_own_mounts(

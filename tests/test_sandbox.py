@@ -523,23 +523,23 @@ async def test_a_new_thread_gets_a_warm_sandbox_from_the_pool(
     provider: SandboxProvider, owner: str
 ) -> None:
     manager = SandboxManager(provider, pool_size=2)
-    await manager.fill_pool()
-    warm_ids = {entry.container.id for entry in manager._pool}
+    await manager.pool.fill()
+    warm_ids = {entry.container.id for entry in manager.pool.members}
     assert len(warm_ids) == 2 and provider.list_sandboxes() == []  # the pool is not a thread's
     container = await manager.acquire("t1")
     assert container.id in warm_ids
     assert container.name == identity.container_name(owner, identity.sandbox_id("t1"))
     assert MARKER in {e.path for e in (await manager.list_files("t1"))[0]}  # seeded already
-    assert manager._refill is not None
-    await manager._refill
-    assert manager.pooled_count() == 2
+    assert manager.pool.refilling is not None
+    await manager.pool.refilling
+    assert manager.pool.count() == 2
     # The claimed sandbox is the thread's from now on: found by name after a restart.
     restarted = SandboxManager(
         SandboxProvider(provider.engine, image=provider.image, owner=owner, limits=provider.limits)
     )
     assert (await restarted.acquire("t1")).id == container.id
     # A thread that already has a sandbox keeps it rather than taking a warm one.
-    assert (await manager.acquire("t1")).id == container.id and manager.pooled_count() == 2
+    assert (await manager.acquire("t1")).id == container.id and manager.pool.count() == 2
 
 
 async def test_pool_members_are_as_ready_as_the_traffic_needs(
@@ -552,16 +552,16 @@ async def test_pool_members_are_as_ready_as_the_traffic_needs(
     the workspace as seeded."""
     manager = SandboxManager(provider, pool_size=2)
     try:
-        await manager.fill_pool()
-        assert [e.readiness for e in manager._pool] == [Readiness.VERIFY, Readiness.BUILD]
+        await manager.pool.fill()
+        assert [e.readiness for e in manager.pool.members] == [Readiness.VERIFY, Readiness.BUILD]
         pids = {}
-        for entry in manager._pool:
+        for entry in manager.pool.members:
             assert entry.worker is not None
             stats = await asyncio.to_thread(entry.worker.call, "stats")
             verify = entry.readiness == Readiness.VERIFY
             assert stats["threads"] == {"compiler": True, "engine": verify}
             pids[entry.container.id] = stats["pid"]
-        manager.pool_size = 0  # claims take the members, nothing refills
+        manager.pool.size = 0  # claims take the members, nothing refills
         verifier = await manager.acquire("verifier")
         builder = await manager.acquire("builder")
         assert {verifier.id, builder.id} == set(pids)
@@ -571,16 +571,20 @@ async def test_pool_members_are_as_ready_as_the_traffic_needs(
         await manager.write_file(
             "builder", "src/a.workflow.ts", (BIN_DIR / "warm.workflow.ts").read_bytes()
         )
-        built = await manager.compile("builder", "src/a.workflow.ts")
+        built = await manager.toolchain("builder").compile("src/a.workflow.ts")
         assert built["ok"], built
         assert (await manager.operation("builder", "stats"))["threads"]["engine"] is False
-        ran = await manager.execute(
-            "builder", built["workflow"], execution_id="first", pin_data=built["fixtures"]
+        ran = await manager.toolchain("builder").execute(
+            built["workflow"], execution_id="first", pin_data=built["fixtures"]
         )
         assert ran["status"] == "success", ran
         after = await manager.operation("builder", "stats")
         assert after["threads"]["engine"] is True and after["pid"] == pids[builder.id]
-        assert manager.readiness.snapshot() == {"claims": 2, "usedEngine": 1, "engineShare": 0.5}
+        assert manager.pool.readiness.snapshot() == {
+            "claims": 2,
+            "usedEngine": 1,
+            "engineShare": 0.5,
+        }
         fresh = await manager.acquire("fresh")  # no pool left: made on demand
         assert fresh.id not in pids
         on_demand = await manager.operation("fresh", "stats")
@@ -637,7 +641,7 @@ async def test_a_worker_past_its_memory_bound_recycles_its_threads_and_keeps_bui
             worker.close()
         # The default bound is far above a worker's size: the manager's worker never recycles.
         for _ in range(25):
-            assert (await manager.compile("t1", "src/a.workflow.ts"))["ok"]
+            assert (await manager.toolchain("t1").compile("src/a.workflow.ts"))["ok"]
         assert (await manager.operation("t1", "stats"))["recycled"] == 0
     finally:
         await manager.close()
@@ -657,17 +661,17 @@ async def test_a_fresh_thread_loading_its_modules_is_not_charged_to_the_call_dea
             "compiler": False,
             "engine": False,
         }
-        built = await manager.compile("t1", "src/a.workflow.ts", timeout_s=0.5)
+        built = await manager.toolchain("t1").compile("src/a.workflow.ts", timeout_s=0.5)
         assert built["ok"], built
-        ran = await manager.execute(
-            "t1", built["workflow"], execution_id="e1", pin_data=built["fixtures"], timeout_s=0.5
+        ran = await manager.toolchain("t1").execute(
+            built["workflow"], execution_id="e1", pin_data=built["fixtures"], timeout_s=0.5
         )
         assert ran["ok"] and ran["status"] == "success", ran
         # A call that is itself too slow still meets its deadline.
         await manager.write_file(
             "t1", "src/loop.workflow.ts", b"while (true) {}\nexport default 1;\n"
         )
-        stuck = await manager.compile("t1", "src/loop.workflow.ts", timeout_s=0.5)
+        stuck = await manager.toolchain("t1").compile("src/loop.workflow.ts", timeout_s=0.5)
         assert stuck["stage"] == "timeout" and "did not finish within 500 ms" in stuck["message"]
     finally:
         await manager.close()
@@ -677,21 +681,45 @@ async def test_a_restart_adopts_the_pool_and_the_janitor_leaves_it_alone(
     provider: SandboxProvider, owner: str
 ) -> None:
     first = SandboxManager(provider, pool_size=2)
-    await first.fill_pool()
+    await first.pool.fill()
     await first.close()
     adopted = {c.id for c in provider.pooled()}
     second = SandboxManager(provider, pool_size=2)
-    await second.fill_pool()
+    await second.pool.fill()
     assert {c.id for c in provider.pooled()} == adopted  # adopted, none created
     assert (await second.janitor()).removed_sandboxes == []
     assert len(provider.pooled()) == 2
+
+
+async def test_a_service_that_stops_leaves_nothing_running_and_keeps_the_threads_files(
+    provider: SandboxProvider, owner: str
+) -> None:
+    """The service's stop (SIGTERM) removes its pool and stops the sandboxes of its threads
+    (an engine without snapshots keeps their files); the next process starts them again."""
+    first = SandboxManager(provider, pool_size=1)
+    try:
+        await first.pool.fill()
+        assert (await first.run_command("t1", "echo kept > kept.txt")).success
+        if first.pool.refilling is not None:
+            await first.pool.refilling  # the claim's refill: a member to remove
+        assert first.pool.count() == 1
+    finally:
+        await first.shutdown()
+    owned = provider.engine.containers({identity.LABEL_OWNER: owner})
+    assert [c.name for c in owned] == [provider.container("t1").name]
+    assert owned[0].status == "exited"
+    second = SandboxManager(provider)
+    try:
+        assert (await second.run_command("t1", "cat kept.txt")).stdout == "kept\n"
+    finally:
+        await second.close()
 
 
 async def test_destroying_a_claimed_pool_sandbox_removes_its_workspace(
     provider: SandboxProvider, docker_client: docker.DockerClient
 ) -> None:
     manager = SandboxManager(provider, pool_size=1)
-    await manager.fill_pool()
+    await manager.pool.fill()
     await manager.acquire("t1")
     info = provider.get("t1")
     assert info is not None and "-ws-" in info.volume_name
@@ -734,7 +762,7 @@ async def test_pooled_sandboxes_of_an_older_image_are_discarded(
     provider: SandboxProvider, docker_client: docker.DockerClient, owner: str
 ) -> None:
     first = SandboxManager(provider, pool_size=1)
-    await first.fill_pool()
+    await first.pool.fill()
     await first.close()
     old = {c.id for c in provider.pooled()}
     # The same sandboxes seen by a process whose image is another one.
@@ -747,7 +775,7 @@ async def test_pooled_sandboxes_of_an_older_image_are_discarded(
     )
     try:
         second = SandboxManager(newer, pool_size=1)
-        await second.fill_pool()
+        await second.pool.fill()
         fresh = {c.id for c in newer.pooled()}
         assert len(fresh) == 1 and not fresh & old
         await second.close()
@@ -765,7 +793,7 @@ async def test_compile_returns_workflow_json_with_fixtures_apart(
     provider: SandboxProvider, use_worker: bool
 ) -> None:
     manager = SandboxManager(provider, use_worker=use_worker)
-    built = await manager.compile("t1", TEMPLATE, timeout_s=20)
+    built = await manager.toolchain("t1").compile(TEMPLATE, timeout_s=20)
     assert built["ok"], built
     assert {n["name"] for n in built["workflow"]["nodes"]} == {
         "Start",
@@ -789,7 +817,7 @@ async def test_compile_sees_every_edit(provider: SandboxProvider) -> None:
         await manager.write_file(
             "t1", "src/w.workflow.ts", source.replace("Large Order", name).encode()
         )
-        built = await manager.compile("t1", "src/w.workflow.ts")
+        built = await manager.toolchain("t1").compile("src/w.workflow.ts")
         assert name in {n["name"] for n in built["workflow"]["nodes"]}
 
 
@@ -798,20 +826,20 @@ async def test_compile_failures_are_reported_by_stage_and_an_endless_loop_is_cut
 ) -> None:
     manager = SandboxManager(provider)
     await manager.write_file("t1", "src/broken.workflow.ts", b"export default {\n  oops: ,\n};\n")
-    broken = await manager.compile("t1", "src/broken.workflow.ts")
+    broken = await manager.toolchain("t1").compile("src/broken.workflow.ts")
     assert (broken["ok"], broken["stage"]) == (False, "load")
     assert "broken.workflow.ts(2," in broken["message"]
     await manager.write_file("t1", "src/none.workflow.ts", b"export default 42;\n")
-    assert (await manager.compile("t1", "src/none.workflow.ts"))["stage"] == "export"
+    assert (await manager.toolchain("t1").compile("src/none.workflow.ts"))["stage"] == "export"
     await manager.write_file(
         "t1", "src/hang.workflow.ts", b"while (Date.now() > 0) {}\nexport default 1;\n"
     )
     started = time.monotonic()
-    hung = await manager.compile("t1", "src/hang.workflow.ts", timeout_s=1)
+    hung = await manager.toolchain("t1").compile("src/hang.workflow.ts", timeout_s=1)
     assert (hung["ok"], hung["stage"]) == (False, "timeout")
     assert time.monotonic() - started < 10
     # The worker lives on, the next build works, and the cut-off thread left no zombie.
-    assert (await manager.compile("t1", TEMPLATE))["ok"]
+    assert (await manager.toolchain("t1").compile(TEMPLATE))["ok"]
     container = await manager.acquire("t1")
     assert not [s for s in sh(container, "ps -eo stat=").split() if s.startswith("Z")]
     await manager.write_file(
@@ -819,7 +847,7 @@ async def test_compile_failures_are_reported_by_stage_and_an_endless_loop_is_cut
         "src/w.json",
         json.dumps({"name": "J", "nodes": [], "connections": {}, "pinData": {"A": [{}]}}).encode(),
     )
-    parsed = await manager.compile("t1", "src/w.json")
+    parsed = await manager.toolchain("t1").compile("src/w.json")
     assert parsed["ok"] and parsed["workflow"]["name"] == "J" and parsed["fixtures"] == {"A": [{}]}
 
 
@@ -848,7 +876,7 @@ async def test_sandboxes_of_another_process_layout_get_an_egress_of_ours(
             limits=sandbox_limits,
         )
         before = SandboxManager(first, pool_size=1, egress=EgressProxy(_refuse))
-        await before.fill_pool()
+        await before.pool.fill()
         await before.write_file("kept", "notes.md", b"mine")
         await before.close()
         theirs = {c.id for c in first.pooled()}
@@ -862,7 +890,7 @@ async def test_sandboxes_of_another_process_layout_get_an_egress_of_ours(
         )
         after = SandboxManager(second, pool_size=1, egress=EgressProxy(_refuse))
         try:
-            await after.fill_pool()
+            await after.pool.fill()
             ours = {c.id for c in second.pooled()}
             assert len(ours) == 1 and not ours & theirs
             result = await after.run_command("fresh", "echo ok")  # claims the pooled one

@@ -28,7 +28,13 @@ from sandbox.runtimes import GVISOR_HOST_PIDS_FACTOR, GVISOR_KERNEL_MEMORY, RUNS
 from server.settings import DATABASE_FILE_NAME
 from tests.engine_proxy import engine_proxy
 from tests.sandbox_api_fixtures import STATIC_KEY, SandboxApiServer, sandbox_api
-from tests.sandbox_fixtures import remove_owned
+from tests.sandbox_fixtures import (
+    HostView,
+    exec_in,
+    owned_container,
+    owned_containers,
+    remove_owned,
+)
 
 __all__ = ["sandbox_api"]
 
@@ -183,7 +189,7 @@ async def test_keys_are_made_listed_and_revoked_with_the_cli(sandbox_api: Sandbo
 async def test_the_sandbox_has_what_n8n_expects_hardened_like_thread_sandboxes(
     api: httpx.AsyncClient,
     sandbox: str,
-    docker_client: docker.DockerClient,
+    sandbox_api: SandboxApiServer,
     sandbox_limits: SandboxLimits,
 ) -> None:
     found = await run(
@@ -201,21 +207,17 @@ async def test_the_sandbox_has_what_n8n_expects_hardened_like_thread_sandboxes(
     assert npm and python.startswith("Python 3") and rg.startswith("ripgrep")
     assert curl.startswith("curl") and workspace == "/home/user/workspace"
 
-    attrs = docker_client.containers.get(host).attrs
-    config = attrs["HostConfig"]
-    assert config["ReadonlyRootfs"] is True
-    assert config["CapDrop"] == ["ALL"]
-    assert "no-new-privileges" in config["SecurityOpt"]
-    assert config["NetworkMode"] == "none"
+    view = HostView.of(owned_container(sandbox_api.owner, host))
+    assert view.read_only and view.capabilities == frozenset() and view.no_new_privileges
+    assert view.network == "none"
     # Under the runtime the service chose, with its limits (tests/test_sandbox.py checks them).
-    assert config["Runtime"] == sandbox_limits.runtime
+    assert view.runtime == sandbox_limits.runtime
     gvisor = sandbox_limits.runtime == RUNSC
-    assert config["PidsLimit"] == 512 * (GVISOR_HOST_PIDS_FACTOR if gvisor else 1)
-    assert config["Memory"] == 1024 * 1024 * 1024 + (GVISOR_KERNEL_MEMORY if gvisor else 0)
-    assert attrs["Config"]["User"] == "1000:1000"
+    assert view.pids == 512 * (GVISOR_HOST_PIDS_FACTOR if gvisor else 1)
+    assert view.memory == 1024 * 1024 * 1024 + (GVISOR_KERNEL_MEMORY if gvisor else 0)
+    assert view.user == "1000:1000"
     # The home is the sandbox's own volume (with its size limit): files outlive the container.
-    mounts = {m["Destination"]: m for m in attrs["Mounts"]}
-    assert mounts["/home/user"]["Type"] == "volume"
+    assert view.volumes["/home/user"].startswith(identity.volume_name(sandbox_api.owner, ""))
     # The network interfaces from /proc (gVisor has no /sys/class/net): loopback alone.
     interfaces = "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"
     inside = await run(api, sandbox, f"grep CapEff /proc/self/status; {interfaces}")
@@ -280,7 +282,7 @@ async def wait_for(check: Any, timeout_s: float = 60.0) -> Any:
 
 @pytest.mark.timeout(240)
 async def test_idle_sandboxes_stop_keeping_files_and_ephemeral_ones_go(
-    own_server: SandboxApiServer, docker_client: docker.DockerClient
+    own_server: SandboxApiServer,
 ) -> None:
     # A window roomy enough that no step of this test (on a busy machine) outlasts it.
     own_server.env |= {
@@ -303,8 +305,8 @@ async def test_idle_sandboxes_stop_keeping_files_and_ephemeral_ones_go(
 
         async def exited() -> bool:
             # The record says stopped first (a request meanwhile wakes it), then the engine
-            # stops the container: a moment later under gVisor.
-            return bool(docker_client.containers.get(host).status == "exited")
+            # stops (or suspends) the container: a moment later under gVisor.
+            return owned_container(own_server.owner, host).status == "exited"
 
         await wait_for(exited, timeout_s=30)
         # Woken by the next call, quietly (no 409: an idle stop is not a crash).
@@ -390,17 +392,20 @@ async def test_a_service_restarted_mid_exec_loses_no_sandbox(own_server: Sandbox
 
 @pytest.mark.timeout(240)
 async def test_gc_removes_a_pool_claimed_sandbox_whose_record_is_gone(
-    own_server: SandboxApiServer, docker_client: docker.DockerClient
+    own_server: SandboxApiServer,
 ) -> None:
     own_server.env |= {"INSTANCE_AI_SANDBOX_API_POOL_SIZE": "1"}
     own_server.start()
-    pooled = {"label": [f"{identity.LABEL_OWNER}={own_server.owner}", identity.LABEL_POOL]}
 
     async def pool_ready() -> bool:
         # Ready once its worker runs (the last step of warming it, just before it is pooled).
-        members = docker_client.containers.list(filters=pooled)
+        members = [
+            c
+            for c in owned_containers(own_server.owner)
+            if identity.LABEL_POOL in c.labels and c.status == "running"
+        ]
         # (Asked inside: `docker top` of a gVisor sandbox lists the host's processes.)
-        return any(m.exec_run(["pgrep", "-f", "bin/worker[.]mjs"]).exit_code == 0 for m in members)
+        return any(exec_in(m, "pgrep", "-f", "bin/worker[.]mjs").exit_code == 0 for m in members)
 
     await wait_for(pool_ready)
     await asyncio.sleep(1)
@@ -411,14 +416,16 @@ async def test_gc_removes_a_pool_claimed_sandbox_whose_record_is_gone(
         lost_host = (await run(api, lost, "cat /etc/hostname"))["stdout"].strip()
         kept_host = (await run(api, kept, "cat /etc/hostname"))["stdout"].strip()
     # Claimed from the pool: its labels are the pool's, only its name says whose it is.
-    assert docker_client.containers.get(lost_host).labels[identity.LABEL_THREAD] == ""
+    assert owned_container(own_server.owner, lost_host).labels[identity.LABEL_THREAD] == ""
     own_server.stop()
+    # The service's stop leaves none of its sandboxes running (the pool's member removed).
+    assert [c.name for c in owned_containers(own_server.owner) if c.status == "running"] == []
     # Its record goes as a delete's would while the engine was away (the container stayed).
     with sqlite3.connect(own_server.data_dir / DATABASE_FILE_NAME) as db:
         db.execute("DELETE FROM service_sandboxes WHERE id = ?", (lost,))
     collected = own_server.cli("sandbox", "gc", "--json")
     assert collected.returncode == 0, collected.stderr
     assert json.loads(collected.stdout)["removedSandboxes"]
-    with pytest.raises(docker.errors.NotFound):
-        docker_client.containers.get(lost_host)
-    assert docker_client.containers.get(kept_host).status == "running"
+    assert not [c for c in owned_containers(own_server.owner) if c.id.startswith(lost_host)]
+    # Its sandbox kept (stopped, or suspended where the engine has snapshots), to wake again.
+    assert owned_container(own_server.owner, kept_host).status == "exited"

@@ -19,7 +19,7 @@ from sandbox.runtimes import GVISOR_HOST_PIDS_FACTOR, GVISOR_KERNEL_MEMORY, RUNS
 from server.app import Application
 from server.settings import Settings
 from tests.conftest import serving
-from tests.sandbox_fixtures import docker_attrs, output_of
+from tests.sandbox_fixtures import HostView, output_of
 
 
 @pytest.fixture
@@ -266,7 +266,7 @@ async def test_the_hardening_settings_reach_the_container(
         stub = workspace_pb2_grpc.WorkspaceStub(channel)
         await stub.WriteFile(workspace_pb2.WriteFileRequest(thread_id="t1", path="x", content="x"))
         container = await docker_manager(app).acquire("t1")
-        host = docker_attrs(container)["HostConfig"]
+        host = HostView.of(container)  # Docker's, or the runsc engine's own bundle
         if sandbox_limits.runtime == RUNSC:
             # gVisor: the host's limits are backstops; the sandbox's own kernel keeps each
             # command to its tasks (tests/test_sandbox.py checks how).
@@ -275,6 +275,6 @@ async def test_the_hardening_settings_reach_the_container(
             assert limits == JobLimits(processes=128)
         else:
             expected = (512 * 2**20, 128)
-        assert (host["Memory"], host["PidsLimit"], host["NanoCpus"]) == (*expected, 5 * 10**8)
-        assert "size=64m" in host["Tmpfs"]["/tmp"]
-        assert host["ReadonlyRootfs"] and host["NetworkMode"] == "none"
+        assert (host.memory, host.pids, host.nano_cpus) == (*expected, 5 * 10**8)
+        assert "size=64m" in host.tmp_options
+        assert host.read_only and host.network == "none" and host.runtime == sandbox_limits.runtime

@@ -25,7 +25,7 @@ from typing import Any
 import structlog
 
 from sandbox.errors import FileTooLargeError, PathEscapeError, WorkspaceFileNotFoundError
-from sandbox.protocol import Sandboxes, WorkflowToolchain
+from sandbox.protocol import Sandboxes, ToolchainHost, WorkflowToolchain
 from server.catalog import CatalogService
 from server.catalog.catalog import Catalog, Finding
 from server.core.caller import LOCAL, Caller
@@ -171,11 +171,11 @@ class WorkflowBuilder:
 
     async def toolchain(self, thread_id: str) -> WorkflowToolchain:
         manager = await self._sandboxes(thread_id)
-        if not isinstance(manager, WorkflowToolchain) or not manager.runs_image:
+        if not isinstance(manager, ToolchainHost) or not manager.runs_image:
             raise UnavailableError(
                 "building workflows needs Docker sandboxes (INSTANCE_AI_SANDBOX_PROVIDER=docker)"
             )
-        return manager
+        return manager.toolchain(thread_id)
 
     async def apply_credentials(
         self,
@@ -310,7 +310,6 @@ class WorkflowBuilder:
         `outcome`; or `outcome` failed with the errors."""
         try:
             compiled = await toolchain.compile(
-                request.thread_id,
                 request.file_path,
                 timeout_s=self._compile_timeout_s,
                 max_bytes=self._max_source_bytes,
@@ -388,7 +387,7 @@ class WorkflowBuilder:
         (the original errors stand on their own)."""
         try:
             report = await toolchain.diagnose(
-                request.thread_id, request.file_path, timeout_s=self._diagnostics_timeout_s
+                request.file_path, timeout_s=self._diagnostics_timeout_s
             )
         except Exception as exc:  # the check is a bonus: never let it hide the real errors
             log.warning("typescript diagnostics failed", error=str(exc))

@@ -102,7 +102,6 @@ class WorkflowRunner:
         secrets = await self._credentials_for(workflow.nodes, request.caller)
         try:
             outcome = await toolchain.execute(
-                request.thread_id,
                 workflow.as_json(),
                 execution_id=execution.id,
                 pin_data=pins,
@@ -113,7 +112,7 @@ class WorkflowRunner:
         except asyncio.CancelledError:
             # The caller went away: stop the run too, and record how it ended.
             with contextlib.suppress(Exception):
-                await toolchain.cancel_execution(request.thread_id, execution.id)
+                await toolchain.cancel_execution(execution.id)
             await self._executions.finish(
                 execution.id, status="canceled", result={}, error="the caller cancelled the run"
             )
@@ -159,7 +158,6 @@ class WorkflowRunner:
         }
         secrets = await self._credentials_for([node], caller)
         outcome = await toolchain.execute(
-            thread_id,
             workflow,
             execution_id=new_id("node"),
             pin_data={INPUT_NODE: items or [{}]},
@@ -199,7 +197,6 @@ class WorkflowRunner:
             )
         toolchain = await self._builder.toolchain(thread_id)
         found = await toolchain.resolve_parameters(
-            thread_id,
             workflow,
             nodes=recorded,
             node_name=node_name,
@@ -262,7 +259,7 @@ class WorkflowRunner:
             execution = await self._executions.require(execution_id)
             return False, f"execution {execution_id} is not running (status {execution.status})"
         toolchain = await self._builder.toolchain(thread_id)
-        await toolchain.cancel_execution(thread_id, execution_id)
+        await toolchain.cancel_execution(execution_id)
         return True, f"execution {execution_id} was asked to stop after its current node"
 
     async def _trigger(

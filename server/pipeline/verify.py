@@ -151,7 +151,6 @@ class Verifier:
                 continue
             parameters = node.get("parameters") or {}
             schemas[name] = await toolchain.output_schema(
-                request.thread_id,
                 str(node["type"]),
                 float(node.get("typeVersion", 1)),
                 resource=parameters.get("resource"),

@@ -85,7 +85,7 @@ class EngineSlot:
         self.connected = connected
         self.up = True
         for manager in connected.managers:
-            manager.refill_pool()
+            manager.pool.refill()
             self._spawn(self._housekeep(manager), "sandbox-housekeeping")
         self._spawn(self._watch(connected.manager), "sandbox-engine-watch")
 
@@ -145,7 +145,9 @@ class EngineSlot:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self.connected is not None:
+            # The service stops: nothing of it keeps running (the pool removed, sandboxes
+            # suspended or stopped, taken up again at the next start).
             for manager in self.connected.managers:
-                await manager.close()
+                await manager.shutdown()
             await asyncio.to_thread(self.connected.lease.release)
             self.connected.manager.engine.close()

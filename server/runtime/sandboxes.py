@@ -484,9 +484,7 @@ def connect_engine(
         driver = settings.sandbox_engine
         if driver == "docker" or runtime.name != RUNSC:
             return docker, runtime
-        why_not = runsc_usable() or (
-            None if host is None or host.local else "the Docker engine is on another host"
-        )
+        why_not = runsc_usable() or _why_not_runsc_for(settings, host)
         if why_not is not None:
             if driver == "runsc":
                 raise SandboxUnavailableError(
@@ -501,6 +499,19 @@ def connect_engine(
     log.info("sandboxes driven by runsc itself", engine=name, root=str(settings.sandbox_runsc_root))
     engine = RunscEngine(docker.client, settings.sandbox_runsc_root)
     return engine, dataclasses.replace(runtime, driver=RUNSC)
+
+
+def _why_not_runsc_for(settings: Settings, host: DockerHost | None) -> str | None:
+    """Why runsc cannot drive the sandboxes of Docker host `host` (None: it can). runsc has no
+    remote API: it drives this machine's sandboxes, so only for this machine's first engine
+    (another local engine's containers would share its records); several machines each run a
+    replica that drives its own (docs/architecture.md, "Several engines")."""
+    if host is not None and not host.local:
+        return "the Docker engine is on another host"
+    first_local = next((h for h in docker_hosts(settings) if h is None or h.local), host)
+    if host != first_local:
+        return "runsc drives this host's first engine only"
+    return None
 
 
 def engine_runtime(settings: Settings, engine: ContainerEngine, name: str = "") -> RuntimeChoice:
@@ -522,6 +533,7 @@ def _manager_over(settings: Settings, provider: SandboxProvider, **options: Any)
         ephemeral=s.sandbox_ephemeral,
         max_age=timedelta(hours=s.sandbox_max_age_hours),
         max_file_bytes=s.sandbox_max_file_bytes,
+        pool_window=timedelta(seconds=s.sandbox_pool_window_seconds),
         default_timeout_s=s.sandbox_command_timeout_seconds,
         **options,
     )

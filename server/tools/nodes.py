@@ -357,7 +357,6 @@ async def get_node_type_definition(
     version, _ = _version(node, args.version)
     toolchain = await ctx.services.builder.toolchain(ctx.thread_id)
     found = await toolchain.node_definition(
-        ctx.thread_id,
         node.name,
         version,
         resource=args.resource,
@@ -425,7 +424,6 @@ async def _materialize_one(
         version = _requested_version(node, wanted.version)
         toolchain = await ctx.services.builder.toolchain(ctx.thread_id)
         written = await toolchain.materialize_node_type(
-            ctx.thread_id,
             node.name,
             version,
             description=node.entry(version),
@@ -548,7 +546,6 @@ async def explore_node_resources(ctx: ToolContext[NodeTools], args: ExploreInput
         secrets = [str(v) for v in credentials[info.type].values() if len(str(v)) >= 4]
     toolchain = await ctx.services.builder.toolchain(ctx.thread_id)
     found = await toolchain.node_resources(
-        ctx.thread_id,
         {
             "name": "Explore",
             "type": node.name,

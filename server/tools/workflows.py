@@ -128,7 +128,7 @@ async def get_workflow_as_code(
 ) -> WorkflowCodeOutput:
     workflow = await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
     toolchain = await ctx.services.builder.toolchain(ctx.thread_id)
-    generated = await toolchain.workflow_to_code(ctx.thread_id, workflow.as_json())
+    generated = await toolchain.workflow_to_code(workflow.as_json())
     if not generated.get("ok"):
         raise UnavailableError(f"generating code failed: {generated.get('message')}")
     return WorkflowCodeOutput(workflow_id=workflow.id, code=generated["code"])

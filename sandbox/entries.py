@@ -1,0 +1,27 @@
+"""What the manager holds of one sandbox it has taken up (a thread's, or a pool member)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sandbox.engine import ContainerInfo
+from sandbox.readiness import Claim, Readiness
+from sandbox.worker import WorkerClient
+
+__all__ = ["SandboxEntry"]
+
+
+@dataclass(kw_only=True)
+class SandboxEntry:
+    container: ContainerInfo
+    last_used: float
+    running_commands: int = 0
+    worker: WorkerClient | None = None
+    # A pool member's: what it was warmed for; once claimed, its claim in the readiness mix.
+    readiness: Readiness | None = None
+    claim: Claim | None = None
+
+    def drop_worker(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
