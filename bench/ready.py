@@ -63,19 +63,19 @@ async def make_ready(
 ) -> tuple[ContainerInfo, float]:
     """A new pool member warmed to `readiness`, and its CPU time from creation to ready."""
     container = await asyncio.to_thread(manager.provider.create_pooled)
-    entry = await asyncio.to_thread(manager._warm, container, readiness)
-    manager._pool.append(entry)
+    entry = await asyncio.to_thread(manager.pool.warm, container, readiness)
+    manager.pool.members.append(entry)
     return entry.container, await asyncio.to_thread(cpu_seconds, client, entry.container.id)
 
 
 async def first_verification(manager: SandboxManager, thread: str) -> None:
     """Claim a member, build the five-node workflow and run it once with its fixtures."""
     await manager.write_file(thread, "src/bench.workflow.ts", SOURCE.read_bytes())
-    built = await manager.compile(thread, "src/bench.workflow.ts")
+    built = await manager.toolchain(thread).compile("src/bench.workflow.ts")
     if not built.get("ok"):
         raise SystemExit(f"the benchmark build failed: {built}")
-    ran = await manager.execute(
-        thread, built["workflow"], execution_id="bench", pin_data=built.get("fixtures") or {}
+    ran = await manager.toolchain(thread).execute(
+        built["workflow"], execution_id="bench", pin_data=built.get("fixtures") or {}
     )
     if ran.get("status") != "success":
         raise SystemExit(f"the benchmark run failed: {ran}")
@@ -92,23 +92,23 @@ async def measure(
                 figures[way].cpu.setdefault(readiness, []).append(cpu)
     await asyncio.sleep(2)  # let the warm-ups' garbage go before sampling
     for way in WAYS:
-        for entry in managers[way]._pool:
+        for entry in managers[way].pool.members:
             assert entry.readiness is not None
             mb = await asyncio.to_thread(container_mb, client, entry.container.id)
             figures[way].idle_mb.setdefault(entry.readiness, []).append(mb)
     for way in WAYS:
-        managers[way].pool_size = len(managers[way]._pool)  # claims take members, no refill
-        ready_to_verify = [e for e in managers[way]._pool if e.readiness == Readiness.VERIFY]
-        managers[way]._pool = ready_to_verify  # the claims below get these
+        managers[way].pool.size = len(managers[way].pool.members)  # claims take members, no refill
+        ready_to_verify = [e for e in managers[way].pool.members if e.readiness == Readiness.VERIFY]
+        managers[way].pool.members = ready_to_verify  # the claims below get these
         for n in range(len(ready_to_verify)):
             thread = f"{way}-verified-{n}"
             await first_verification(managers[way], thread)
             await asyncio.sleep(1)
-            container = managers[way]._entries[thread].container
+            container = managers[way].entries[thread].container
             figures[way].verified_mb.append(
                 await asyncio.to_thread(container_mb, client, container.id)
             )
-        managers[way].pool_size = 0
+        managers[way].pool.size = 0
     return figures
 
 

@@ -13,6 +13,11 @@ run's baseline.
   own time is outside it, and is in the wall time), wall time to the worker's first answer,
   and the memory of the idle sandbox after (its cgroup's, less the page cache it can drop).
 
+- **the pool's trade** (members sized by the claims, `sandbox/pool.py`): a new thread's
+  sandbox to its first command answered, claimed from a running member beside restored from
+  the template when no member runs; and what a running member costs meanwhile, idle (CPU, as a
+  share of a core) beside a suspended sandbox (nothing of it runs: no cgroup, no process).
+
 Needs the engine, the image (`make sandbox-image`) and root. Everything it creates carries a
 unique owner label and is removed at the end.
 
@@ -44,6 +49,7 @@ from sandbox.readiness import Readiness
 from sandbox.runsc_engine import CGROUP_PARENT, RunscEngine
 from sandbox.runtimes import RUNSC
 from sandbox.worker import WorkerClient
+from sandbox.workspace_seed import initialise
 from server.logs import configure_logging
 from server.settings import Settings
 
@@ -102,7 +108,7 @@ async def ready_figures(
     try:
         # The template: a sandbox warmed to build and verify, its channel closed, saved.
         template = await asyncio.to_thread(provider.create_pooled)
-        entry = await asyncio.to_thread(manager._warm, template, Readiness.VERIFY)
+        entry = await asyncio.to_thread(manager.pool.warm, template, Readiness.VERIFY)
         entry.drop_worker()
         image_dir = work / "template"
         await asyncio.to_thread(engine.checkpoint, template.id, image_dir, leave_running=False)
@@ -110,7 +116,7 @@ async def ready_figures(
         async def restored(thread: str) -> ContainerInfo:
             # Made its own as a cold one is (its workspace seeded), then its worker asked.
             container, _ = await asyncio.to_thread(provider.ensure_started, thread, image_dir)
-            await asyncio.to_thread(manager._initialise, container)
+            await asyncio.to_thread(initialise, engine, provider.kind, container)
             worker = await asyncio.to_thread(WorkerClient.start, engine, container.id)
             stats = await asyncio.to_thread(worker.call, "stats")
             worker.close()
@@ -119,7 +125,7 @@ async def ready_figures(
 
         async def cold(thread: str) -> ContainerInfo:
             container = await asyncio.to_thread(provider.create_pooled)
-            warmed = await asyncio.to_thread(manager._warm, container, Readiness.VERIFY)
+            warmed = await asyncio.to_thread(manager.pool.warm, container, Readiness.VERIFY)
             warmed.drop_worker()
             return container
 
@@ -164,6 +170,42 @@ async def wake_figures(
     return resumed, restarted
 
 
+async def pool_figures(
+    provider: SandboxProvider, engine: RunscEngine, rounds: int
+) -> dict[str, list[float]]:
+    """ms from a new thread to its first command answered, from a running pool member
+    ("member") and restored from the template with none running ("restored"); a running idle
+    member's CPU, % of a core ("idle"); a suspended sandbox's ("suspended": its cgroup gone, 0)."""
+    figures: dict[str, list[float]] = {"member": [], "restored": [], "idle": [], "suspended": []}
+    pooled = SandboxManager(provider, pool_size=1, adopt_pool=False)
+    bare = SandboxManager(provider, pool_size=0, adopt_pool=False)
+    try:
+        await pooled.pool.fill()  # its template made meanwhile
+        while pooled.pool.templates and pooled.pool.templates.ready(Readiness.BUILD) is None:
+            pooled.pool.template(Readiness.BUILD)
+            await asyncio.sleep(0.5)
+        for n in range(rounds):
+            await pooled.pool.fill()
+            member = pooled.pool.members[0].container.id
+            before = cgroup_cpu_s(member)
+            await asyncio.sleep(10)
+            figures["idle"].append((cgroup_cpu_s(member) - before) / 10 * 100)
+            for way, manager in (("member", pooled), ("restored", bare)):
+                started = time.perf_counter()
+                result = await manager.run_command(f"bench-{way}-{n}", "true")
+                figures[way].append((time.perf_counter() - started) * 1000)
+                assert result.success, result
+            await bare.stop(f"bench-restored-{n}")  # suspended: nothing of it runs
+            info = await asyncio.to_thread(provider.get, f"bench-restored-{n}")
+            assert info is not None and info.status == "exited"
+            cgroup = CGROUPS / "cpuacct" / CGROUP_PARENT.strip("/") / info.container_id
+            figures["suspended"].append(0.0 if not cgroup.exists() else float("nan"))
+    finally:
+        await pooled.close()
+        await bare.close()
+    return figures
+
+
 def row(name: str, ours: list[float], base: list[float], unit: str, note: str) -> str:
     record("runsc", name, p50(ours), p50(base), unit, note=note)
     ratio = p50(base) / p50(ours)
@@ -185,6 +227,7 @@ async def main(rounds: int) -> None:
             runsc_ms, docker_ms = await exec_figures(engine, docker_engine, image, owner, rounds)
             ready = await ready_figures(provider, engine, rounds, Path(work))
             resumed, restarted = await wake_figures(provider, engine, rounds)
+            pool = await pool_figures(provider, engine, rounds)
         restored, cold = ready["restored"], ready["cold"]
         cold_note = "baseline: made cold and warmed with a build and a run (a pool member today)"
         lines = [
@@ -199,7 +242,17 @@ async def main(rounds: int) -> None:
             row("wake + exec `true` of a stopped sandbox", resumed, restarted, "ms, p50",
                 "suspended (0 CPU, 0 MB while stopped) and resumed with its memory; "
                 "baseline: stopped and started afresh, its memory lost"),
+            row("new thread to first command, no member running", pool["restored"],
+                pool["member"], "ms, p50", "restored from the template; baseline: claimed "
+                "from a running pool member (what keeping one costs: the next row)"),
         ]  # fmt: skip
+        idle, suspended = p50(pool["idle"]), p50(pool["suspended"])
+        record("runsc", "idle pool member", idle, None, "% of a core, p50",
+               note=f"a suspended sandbox: {suspended:.2f} % (no cgroup, no process)")  # fmt: skip
+        lines.append(
+            f"{'an idle pool member, % of a core':<52} {idle:>9.2f} "
+            f"(a suspended sandbox: {suspended:.2f}: nothing of it runs)"
+        )
     finally:
         remove_owner(engine, owner)
         remove_owner(docker_engine, owner)

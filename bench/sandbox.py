@@ -59,8 +59,8 @@ def row(name: str, ours: float, base: float, unit: str = "ms, p50") -> str:
 
 async def acquire_figures(provider: SandboxProvider, rounds: int) -> tuple[float, float]:
     warm = SandboxManager(provider, pool_size=rounds)
-    await warm.fill_pool()
-    warm.pool_size = 0  # measure claims alone, no refill competing for the CPU
+    await warm.pool.fill()
+    warm.pool.size = 0  # measure claims alone, no refill competing for the CPU
     names = iter(range(10**6))
     pooled = await timed(lambda: warm.acquire(f"warm-{next(names)}"), rounds)
     cold = SandboxManager(provider, use_worker=False)
@@ -73,7 +73,7 @@ async def io_figures(provider: SandboxProvider, rounds: int) -> list[str]:
     manager = SandboxManager(provider)
     container = await manager.acquire("io")
     await manager.write_file("io", "warm-up.txt", b"x")  # starts the worker
-    entry = manager._entries["io"]
+    entry = manager.entries["io"]
     worker = entry.worker
     assert worker is not None
 
@@ -93,10 +93,10 @@ async def io_figures(provider: SandboxProvider, rounds: int) -> list[str]:
     read_w = await timed(lambda: manager.read_file("io", "w.bin"), rounds)
     read_e = await timed(lambda: in_thread(lambda: files.read_file(workspace, "a.bin")), rounds)
     template = "knowledge-base/templates/order-router.workflow.ts"
-    await manager.compile("io", template)  # loads the SDK in the compile thread once
-    compile_w = await timed(lambda: manager.compile("io", template), rounds)
+    await manager.toolchain("io").compile(template)  # loads the SDK in the compile thread once
+    compile_w = await timed(lambda: manager.toolchain("io").compile(template), rounds)
     one_shot = SandboxManager(provider, use_worker=False)
-    compile_e = await timed(lambda: one_shot.compile("io", template), 3)
+    compile_e = await timed(lambda: one_shot.toolchain("io").compile(template), 3)
     await manager.close()
     return [
         row("compile: worker vs one-shot run-op.mjs", p50(compile_w), p50(compile_e)),
@@ -108,8 +108,8 @@ async def io_figures(provider: SandboxProvider, rounds: int) -> list[str]:
 
 async def burst_figures(provider: SandboxProvider, threads: int) -> tuple[float, float]:
     warm = SandboxManager(provider, pool_size=threads)
-    await warm.fill_pool()
-    warm.pool_size = 0
+    await warm.pool.fill()
+    warm.pool.size = 0
     started = time.perf_counter()
     await asyncio.gather(*(warm.acquire(f"burst-warm-{n}") for n in range(threads)))
     pooled = (time.perf_counter() - started) * 1000
@@ -131,7 +131,7 @@ async def worker_growth(provider: SandboxProvider, builds: int) -> str:
         for n in range(1, builds + 1):
             edited = template.replace("Warm-up", f"Edit {n}").encode()
             await manager.write_file("growth", "src/a.workflow.ts", edited)
-            if not (await manager.compile("growth", "src/a.workflow.ts"))["ok"]:
+            if not (await manager.toolchain("growth").compile("src/a.workflow.ts"))["ok"]:
                 raise SystemExit("a build of the growth benchmark failed")
             if n in (100, builds):
                 stats = await manager.operation("growth", "stats")

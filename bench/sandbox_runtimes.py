@@ -100,25 +100,25 @@ async def ready_figures(
     for n in range(rounds):
         for runtime in in_turn(n):
             pool = pools[runtime]
-            pool.pool_size += 1
-            await pool.fill_pool()
-            if pool.pooled_count() < pool.pool_size:
+            pool.pool.size += 1
+            await pool.pool.fill()
+            if pool.pool.count() < pool.pool.size:
                 raise SystemExit(f"a {runtime} pool sandbox did not get ready (see the log)")
-            ready = pool._pool[-1].container.id
+            ready = pool.pool.members[-1].container.id
             cpu[runtime].append(await asyncio.to_thread(cpu_seconds, client, ready))
     await asyncio.sleep(2)  # let the warm-ups' garbage go before sampling
     for runtime in RUNTIMES:
-        for entry in pools[runtime]._pool:
+        for entry in pools[runtime].pool.members:
             mb = await asyncio.to_thread(container_mb, client, entry.container.id)
             memory[runtime].append(mb)
-        pools[runtime].pool_size = 0  # measure claims alone, no refill competing for the CPU
+        pools[runtime].pool.size = 0  # measure claims alone, no refill competing for the CPU
     for n in range(rounds):
         for runtime in in_turn(n):
             claim = functools.partial(pools[runtime].acquire, f"{runtime}-warm-{n}")
             acquire[runtime].append(await once(claim))
     for n in range(rounds * 20):
         for runtime in in_turn(n):
-            worker = pools[runtime]._entries[f"{runtime}-warm-0"].worker
+            worker = pools[runtime].entries[f"{runtime}-warm-0"].worker
             assert worker is not None
             ping[runtime].append(
                 await once(functools.partial(asyncio.to_thread, worker.call, "ping"))

@@ -4,10 +4,12 @@ measured in the same run, and n8n's own published figures as the peer to beat.
 - create: a new sandbox from the warm pool (the API's `POST /sandboxes`) vs a cold create
   (pool off) through the same API; and create to its first command's exit (`true`) answered;
 - reconnect: `POST /sandboxes {id}` of an existing sandbox vs `GET /sandboxes/{id}`;
-- exec `true`: `POST .../executions` (the NDJSON stream to its exit) vs `docker exec true`;
-- wake + exec `true` after an idle stop vs `docker start` + `docker exec true`;
-- write and read 10 KB: `PUT /files` and `GET /files/content` vs `docker exec` of `cat`;
-- list: `GET /files` of the workspace vs `docker exec ls`.
+- exec `true`: `POST .../executions` (the NDJSON stream to its exit) vs the engine's own exec
+  of `true` (`docker exec`, or `runsc exec` where runsc drives sandboxes);
+- wake + exec `true` after an idle stop (a suspend, where the engine has snapshots) vs the
+  engine's start after a plain stop + its exec;
+- write and read 10 KB: `PUT /files` and `GET /files/content` vs the engine's exec of `cat`;
+- list: `GET /files` of the workspace vs the engine's exec of `ls`.
 
 n8n's figures (its `docs/performance.md`, Firecracker staging, p50): create 732 ms, exec
 82 ms, wake + exec 240 ms.
@@ -21,7 +23,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import subprocess
 import time
 import uuid
 from typing import Any
@@ -31,6 +32,8 @@ import httpx
 from bench.sandbox import timed
 from bench.server import bench_server
 from bench.summary import record
+from sandbox.engine import ContainerEngine, Snapshots
+from sandbox.kinds import service_key
 
 KEY = "bench-sandbox-api-key"
 PAYLOAD = b"x" * 10 * 1024
@@ -53,13 +56,12 @@ def row(name: str, ours: list[float], base: list[float], baseline: str) -> str:
     )
 
 
-def docker_exec(container: str, *argv: str, data: bytes | None = None) -> bytes:
-    return subprocess.run(
-        ["docker", "exec", *(["-i"] if data is not None else []), container, *argv],
-        input=data,
-        capture_output=True,
-        check=True,
-    ).stdout
+def engine_exec(engine: ContainerEngine, container: str, *argv: str) -> bytes:
+    """A command through the engine itself (the baseline's way in), checked."""
+    result = engine.exec(container, list(argv), workdir="/")
+    if result.exit_code != 0:
+        raise RuntimeError(f"{argv} exited {result.exit_code}: {result.stderr[-300:]!r}")
+    return result.stdout
 
 
 async def run(api: httpx.AsyncClient, sandbox: str, command: str) -> dict[str, Any]:
@@ -86,7 +88,7 @@ async def measure(rounds: int) -> list[str]:
 
         async def create(created: list[float], first_exec: list[float]) -> None:
             """A new sandbox, then its first command `true`: the time to each."""
-            await manager.fill_pool()  # refilled between rounds: a pool member each time
+            await manager.pool.fill()  # refilled between rounds: a pool member each time
             started = time.perf_counter()
             answer = await api.post("/sandboxes")
             answer.raise_for_status()
@@ -98,7 +100,7 @@ async def measure(rounds: int) -> list[str]:
         pooled_exec: list[float] = []
         for _ in range(rounds):
             await create(pooled, pooled_exec)
-        manager.pool_size = 0
+        manager.pool.size = 0
         cold: list[float] = []
         cold_exec: list[float] = []
         for _ in range(rounds):
@@ -114,13 +116,16 @@ async def measure(rounds: int) -> list[str]:
         get = await timed(lambda: api.get(f"/sandboxes/{sandbox}"), rounds)
         lines.append(row("reconnect", reconnect, get, "GET /sandboxes/{id}"))
 
-        # Docker names a container's host after its id.
-        hostname = {"path": "/etc/hostname"}
-        container = (await api.get(f"/sandboxes/{sandbox}/files/content", params=hostname)).text
-        container = container.strip()
+        engine = manager.engine
+        info = await asyncio.to_thread(manager.provider.get, service_key(sandbox))
+        assert info is not None, "the sandbox API's sandbox has no container"
+        container = info.container_id
+        way_in = "runsc exec" if isinstance(engine, Snapshots) else "docker exec"
         ours = await timed(lambda: run(api, sandbox, "true"), rounds)
-        base = await timed(lambda: asyncio.to_thread(docker_exec, container, "true"), rounds)
-        lines.append(row("exec true", ours, base, "docker exec true"))
+        base = await timed(
+            lambda: asyncio.to_thread(engine_exec, engine, container, "true"), rounds
+        )
+        lines.append(row("exec true", ours, base, f"{way_in} true"))
 
         service = app.parts.service_sandboxes
         assert service is not None
@@ -131,37 +136,37 @@ async def measure(rounds: int) -> list[str]:
             begun = time.perf_counter()
             await run(api, sandbox, "true")
             woken.append((time.perf_counter() - begun) * 1000)
-            await service.stop(sandbox)
+            # A plain stop (the engine's kill: no snapshot to resume).
+            await asyncio.to_thread(engine.kill, container)
             begun = time.perf_counter()
-            await asyncio.to_thread(
-                subprocess.run, ["docker", "start", container], check=True, capture_output=True
-            )
-            await asyncio.to_thread(docker_exec, container, "true")
+            await asyncio.to_thread(engine.start, container)
+            await asyncio.to_thread(engine_exec, engine, container, "true")
             started_again.append((time.perf_counter() - begun) * 1000)
             await run(api, sandbox, "true")  # the service takes it up again
-        lines.append(row("wake + exec true", woken, started_again, "docker start + docker exec"))
+        lines.append(row("wake + exec true", woken, started_again, "start + exec (no snapshot)"))
 
         path = {"path": "/home/user/workspace/bench.txt"}
         files = f"/sandboxes/{sandbox}/files"
         ours = await timed(lambda: api.put(files, params=path, content=PAYLOAD), rounds)
-        target = "/home/user/workspace/bench-docker.txt"
+        target = "/home/user/workspace/bench-engine.txt"
+        script = f"printf '%s' '{PAYLOAD.decode()}' > {target}"
         base = await timed(
-            lambda: asyncio.to_thread(
-                docker_exec, container, "sh", "-c", f"cat > {target}", data=PAYLOAD
-            ),
+            lambda: asyncio.to_thread(engine_exec, engine, container, "sh", "-c", script),
             rounds,
         )
-        lines.append(row("write 10 KB", ours, base, "docker exec -i sh -c 'cat > f'"))
+        lines.append(row("write 10 KB", ours, base, f"{way_in} sh -c 'printf > f'"))
         ours = await timed(lambda: api.get(f"{files}/content", params=path), rounds)
-        base = await timed(lambda: asyncio.to_thread(docker_exec, container, "cat", target), rounds)
-        lines.append(row("read 10 KB", ours, base, "docker exec cat"))
+        base = await timed(
+            lambda: asyncio.to_thread(engine_exec, engine, container, "cat", target), rounds
+        )
+        lines.append(row("read 10 KB", ours, base, f"{way_in} cat"))
         listing = {"path": "/home/user/workspace"}
         ours = await timed(lambda: api.get(files, params=listing), rounds)
         base = await timed(
-            lambda: asyncio.to_thread(docker_exec, container, "ls", "-la", listing["path"]),
+            lambda: asyncio.to_thread(engine_exec, engine, container, "ls", "-la", listing["path"]),
             rounds,
         )
-        lines.append(row("list", ours, base, "docker exec ls -la"))
+        lines.append(row("list", ours, base, f"{way_in} ls -la"))
     return lines
 
 
