@@ -29,6 +29,7 @@ __all__ = [
     "runsc_argv",
     "runsc_usable",
     "said",
+    "sweep_cgroups",
 ]
 
 # What every runsc call is given: no network inside gVisor either (only loopback), and host
@@ -97,9 +98,32 @@ def remove_cgroups(container_id: str) -> None:
     """Remove the sandbox's cgroup in every controller. runsc removes some of them (under
     cgroup v1, not all: pids, cpu and others stay, empty), so without this every sandbox
     ever made would leave a directory behind in each. One still holding a process stays."""
-    for hierarchy in [CGROUPS, *CGROUPS.iterdir()]:  # cgroup v2's one, or v1's controllers
+    for parent in _cgroup_parents():
         with contextlib.suppress(OSError):
-            (hierarchy / CGROUP_PARENT.strip("/") / container_id).rmdir()
+            (parent / container_id).rmdir()
+
+
+def sweep_cgroups(known: set[str]) -> int:
+    """Remove the empty cgroups of sandboxes no record names (left by a service that died
+    before removing its sandboxes, or by a version that did not remove them). A container's
+    record exists before its cgroup and goes after it, and a cgroup that holds a process
+    cannot be removed: a running or starting sandbox keeps its own. How many were removed."""
+    removed = 0
+    for parent in _cgroup_parents():
+        with contextlib.suppress(OSError):
+            for cgroup in parent.iterdir():
+                if cgroup.is_dir() and cgroup.name not in known:
+                    with contextlib.suppress(OSError):
+                        cgroup.rmdir()
+                        removed += 1
+    return removed
+
+
+def _cgroup_parents() -> list[Path]:
+    """The sandboxes' parent cgroup in cgroup v2's one hierarchy, or in each of v1's."""
+    with contextlib.suppress(OSError):
+        return [h / CGROUP_PARENT.strip("/") for h in [CGROUPS, *CGROUPS.iterdir()]]
+    return []
 
 
 def runs(container_id: str) -> bool | None:

@@ -67,6 +67,7 @@ from sandbox.runsc_cli import (
     runsc_argv,
     runsc_usable,
     said,
+    sweep_cgroups,
 )
 from sandbox.runtimes import RUNSC
 from sandbox.worker import WORKER_SOCKET, WORKER_SOCKET_DIR
@@ -109,6 +110,9 @@ class RunscEngine(RecordVolumes, UidJobs):
         # process starts, so `out_of_memory_since` can tell a kill after a moment from one
         # before it.
         self._oom_marks: dict[str, list[tuple[float, int]]] = {}
+        swept = sweep_cgroups({record.id for record in self._store.records()})
+        if swept:
+            log.info("empty cgroups of sandboxes gone removed", cgroups=swept)
 
     @property
     def template_root(self) -> Path:

@@ -524,3 +524,18 @@ def test_the_engine_lists_only_what_runs_and_forgets_what_was_removed(
     bundle = json.loads((runsc_engine.root / "bundles" / b.id / "config.json").read_text())
     assert bundle["root"]["readonly"] is True and bundle["process"]["capabilities"] == {}
     assert not (runsc_engine.root / "bundles" / a.id).exists()
+
+
+def test_a_new_engine_sweeps_empty_cgroups_no_record_names(
+    runsc_engine: RunscEngine, sandbox_image: BuiltImage, owner: str
+) -> None:
+    """Cgroups left by sandboxes whose records are gone (a crash, an earlier version) go when
+    an engine starts; a running sandbox's stays, and it runs on."""
+    running = runsc_engine.start(new_container(runsc_engine, sandbox_image.tag, owner).id)
+    parent = CGROUPS / "pids" / CGROUP_PARENT.strip("/")
+    stray = parent / uuid.uuid4().hex
+    stray.mkdir(parents=True)
+    RunscEngine(runsc_engine.client, runsc_engine.root)
+    assert not stray.exists()
+    assert (parent / running.id).is_dir()
+    assert run(runsc_engine, running, "echo alive") == "alive\n"
