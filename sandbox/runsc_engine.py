@@ -72,7 +72,7 @@ from sandbox.runsc_cli import (
 from sandbox.runtimes import RUNSC
 from sandbox.worker import WORKER_SOCKET, WORKER_SOCKET_DIR
 from sandbox.worker_socket import wait_for_worker
-from sandbox.workspace_seed import MARKER
+from sandbox.workspace_seed import seed_on_host
 
 __all__ = ["CGROUP_PARENT", "RunscEngine", "runsc_usable"]
 
@@ -537,7 +537,7 @@ class RunscEngine(RecordVolumes, UidJobs):
             volume.mountpoint.chmod(stat.st_mode & 0o7777)
         seed = record.engine.get("volumeSeed")
         if seed:
-            seed_volume(rootfs / str(seed).lstrip("/"), volume.mountpoint)
+            seed_on_host(rootfs / str(seed).lstrip("/"), volume.mountpoint)
         self._store.set_volume_flag(volume.name, FILLED)
 
     def _exec_command(
@@ -596,33 +596,6 @@ class RunscEngine(RecordVolumes, UidJobs):
             marks = self._oom_marks.setdefault(record.id, [])
             marks.append((time.time(), count))
             del marks[:-64]
-
-
-def seed_volume(seed: Path, volume: Path) -> None:
-    """Seed a new workspace on the host as the seeding exec would inside (workspace_seed.py):
-    the seed's files, kept where the volume has one already, owned by the sandbox user,
-    group-writable (commands run as job uids of its group), directories setgid as the
-    workspace is; then the mark, so the exec seeds nothing."""
-    for directory, subdirectories, names in os.walk(seed):
-        relative = Path(directory).relative_to(seed)
-        for name in subdirectories:
-            target = volume / relative / name
-            with contextlib.suppress(FileExistsError):
-                target.mkdir()
-                os.chown(target, USER_UID, USER_UID)
-                target.chmod(0o2775)
-        for name in names:
-            target = volume / relative / name
-            if target.exists() or target.is_symlink():
-                continue
-            shutil.copyfile(Path(directory) / name, target, follow_symlinks=False)
-            os.chown(target, USER_UID, USER_UID, follow_symlinks=False)
-            if not target.is_symlink():
-                target.chmod(((Path(directory) / name).stat().st_mode | 0o020) & 0o775)
-    marker = volume / MARKER
-    marker.touch(mode=0o664)
-    os.chown(marker, USER_UID, USER_UID)
-    marker.chmod(0o664)  # as the exec's touch under umask 002 makes it
 
 
 def _state(record: ContainerRecord) -> Path:

@@ -10,13 +10,18 @@ so the exec finds it marked.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+from pathlib import Path
+
 from sandbox.egress import MOUNT_POINT
 from sandbox.engine import ContainerEngine, ContainerInfo
 from sandbox.errors import SandboxUnavailableError
-from sandbox.image.rootfs import APP_DIR, WORKSPACE
+from sandbox.image.rootfs import APP_DIR, USER_UID, WORKSPACE
 from sandbox.kinds import SandboxKind
 
-__all__ = ["BRIDGE_PID", "MARKER", "SEED_DIR", "initialise"]
+__all__ = ["BRIDGE_PID", "MARKER", "SEED_DIR", "initialise", "seed_on_host"]
 
 MARKER = ".sandbox-initialized"
 SEED_DIR = f"{APP_DIR}/seed"
@@ -47,3 +52,30 @@ def initialise(engine: ContainerEngine, kind: SandboxKind, container: ContainerI
     if result.exit_code != 0:
         output = (result.stdout + result.stderr).decode(errors="replace")
         raise SandboxUnavailableError(f"initialising the workspace failed: {output}")
+
+
+def seed_on_host(seed: Path, volume: Path) -> None:
+    """Seed a new workspace on the host as the seeding exec would inside (workspace_seed.py):
+    the seed's files, kept where the volume has one already, owned by the sandbox user,
+    group-writable (commands run as job uids of its group), directories setgid as the
+    workspace is; then the mark, so the exec seeds nothing."""
+    for directory, subdirectories, names in os.walk(seed):
+        relative = Path(directory).relative_to(seed)
+        for name in subdirectories:
+            target = volume / relative / name
+            with contextlib.suppress(FileExistsError):
+                target.mkdir()
+                os.chown(target, USER_UID, USER_UID)
+                target.chmod(0o2775)
+        for name in names:
+            target = volume / relative / name
+            if target.exists() or target.is_symlink():
+                continue
+            shutil.copyfile(Path(directory) / name, target, follow_symlinks=False)
+            os.chown(target, USER_UID, USER_UID, follow_symlinks=False)
+            if not target.is_symlink():
+                target.chmod(((Path(directory) / name).stat().st_mode | 0o020) & 0o775)
+    marker = volume / MARKER
+    marker.touch(mode=0o664)
+    os.chown(marker, USER_UID, USER_UID)
+    marker.chmod(0o664)  # as the exec's touch under umask 002 makes it
