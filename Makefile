@@ -9,15 +9,15 @@ SANDBOX_CACHE := .cache/sandbox
 
 .PHONY: run test setup system n8n contract client sandbox-client client-test sandbox-image lint typecheck proto proto-check bench clean
 
-## run: set up, then serve on the embedded defaults (127.0.0.1:50051, SQLite, Docker sandboxes),
+## run: set up, then serve on the embedded defaults (127.0.0.1:50051, SQLite, gVisor sandboxes),
 ## building the bundled example workflow through the API once serving and printing the result;
 ## the sandbox service API (n8n's sandbox provider) on 127.0.0.1:8080
 run: setup
 	$(BIN)/instance-ai serve --sandbox-api 127.0.0.1:8080 --build-example examples/order-intake.workflow.ts
 
 ## test: set up everything the tests need, then lint, type-check and run the suite (its
-## sandboxes under the default runtime, gVisor here), then the attack and fault suites again
-## under the other runtime (runc)
+## sandboxes under the default runtime, gVisor here, driven by runsc itself), then the attack
+## and fault suites again under the other runtime (runc, through Docker)
 test: setup n8n contract client sandbox-client lint typecheck
 	$(BIN)/pytest
 	INSTANCE_AI_SANDBOX_RUNTIME=runc $(BIN)/pytest -m "attack or fault"

@@ -39,6 +39,7 @@ __all__ = [
     "SandboxLimits",
     "Snapshots",
     "VolumeInfo",
+    "WorkerHeldError",
     "WorkerHost",
     "is_running",
 ]
@@ -262,8 +263,14 @@ class WorkerHost(Protocol):
     def worker_channel(self, container_id: str, timeout_s: float) -> Attached:
         """Listen on the container's worker socket until its worker connects (then listen no
         more: a worker that loses its connection waits for the next call); its replies come
-        back as STDOUT frames."""
+        back as STDOUT frames. WorkerHeldError when another process (a replica) holds that
+        worker's channel."""
         ...
+
+
+class WorkerHeldError(SandboxUnavailableError):
+    """The sandbox's main worker serves another process (a replica of the service): it has
+    one channel, so this one starts a worker of its own (`exec_attached`), as on Docker."""
 
 
 @runtime_checkable

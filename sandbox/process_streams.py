@@ -34,9 +34,14 @@ class ProcessStreams:
         process: subprocess.Popen[bytes] | None = None,
         *,
         on_exit: Callable[[], None] = lambda: None,
+        says_nothing: Callable[[int], bool] = lambda code: False,
     ):
         """Streams over a new socket pair: with a process, running at once, else once `run`
-        is given one (an attach made before its container starts)."""
+        is given one (an attach made before its container starts). `says_nothing(code)`:
+        whether an exit code is the runtime's own (its sandbox went away), not the process's;
+        `exit_code` then answers None (unknown)."""
+        self._says_nothing = says_nothing
+        self._exit_code: tuple[int | None] | None = None  # once known
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._process: subprocess.Popen[bytes] | None = None
         self._ours = ours
@@ -82,8 +87,12 @@ class ProcessStreams:
     def exit_code(self) -> int | None:
         if self._process is None:
             return None
-        code = self._process.poll()
-        return None if code is None else exit_code_of(code)
+        if self._exit_code is None:
+            code = self._process.poll()
+            if code is None:
+                return None
+            self._exit_code = (None if self._says_nothing(code) else exit_code_of(code),)
+        return self._exit_code[0]
 
     def close(self) -> None:
         if self._closed:

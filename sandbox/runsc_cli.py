@@ -18,7 +18,10 @@ from sandbox.runtimes import RUNSC
 
 __all__ = [
     "CGROUP_PARENT",
+    "GONE_EXIT",
+    "PIDS_CGROUPS",
     "RUNSC_CALL_S",
+    "RUNSC_FLAGS",
     "delete",
     "first_line",
     "is_gone",
@@ -42,6 +45,8 @@ MEMORY_CGROUPS = CGROUPS / "memory"
 PIDS_CGROUPS = CGROUPS / "pids"
 # How long a runsc call that manages a container (not a process in it) may take.
 RUNSC_CALL_S = 120.0
+# What `runsc exec` exits with when its sandbox is gone or ends under it.
+GONE_EXIT = 128
 # What runsc says when the container it was asked about does not exist or does not run.
 _GONE = ("loading container", "loading sandbox", "not running", "is not running", "stopped")
 

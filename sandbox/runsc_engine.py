@@ -24,6 +24,7 @@ ours nor restore into a new container, which idle sandboxes and templates need
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -46,6 +47,7 @@ from sandbox.engine import (
     ContainerInfo,
     ContainerSpec,
     ExecResult,
+    WorkerHeldError,
 )
 from sandbox.errors import SandboxUnavailableError
 from sandbox.identity import LABEL_LEASE, LABEL_OWNER
@@ -57,6 +59,7 @@ from sandbox.oci import ExportedImage, bundle_config, export_image
 from sandbox.process_streams import ProcessStreams
 from sandbox.runsc_cli import (
     CGROUP_PARENT,
+    GONE_EXIT,
     RUNSC_CALL_S,
     delete,
     first_line,
@@ -80,6 +83,8 @@ log = structlog.get_logger(__name__)
 
 # Each container's own directory for the worker's socket, in its bundle (worker_socket.py).
 CONTROL_DIR = "control"
+# Locked by the process that holds the worker's channel, in its bundle (`worker_channel`).
+WORKER_LOCK = "worker.lock"
 # Where a suspended sandbox's checkpoint is kept, in its bundle (`suspend`).
 SUSPENDED = "suspended"
 # The volume flag of one that got the image's files at its mount point (`_prepare_volume`).
@@ -240,6 +245,7 @@ class RunscEngine(RecordVolumes, UidJobs):
             run = [*self._runsc(record), "run", "--bundle", str(self._bundles / record.id)]
             process = self._popen([*run, record.id], stdin=True)
             attach.run(process, on_exit=lambda: self._ended(record.id))
+            _wait_until_running(record.id, process)
         else:
             self._launch(record, ["run"], "start")
         return self._started(record)
@@ -396,11 +402,30 @@ class RunscEngine(RecordVolumes, UidJobs):
         """The container's main worker, connected: listen on its socket (made anew, for the
         sandbox user) until the worker connects or `timeout_s` runs out, then no more."""
         record = self._store.require(container_id)
-        path = self._bundles / container_id / CONTROL_DIR / Path(WORKER_SOCKET).name
+        bundle = self._bundles / container_id
+        path = bundle / CONTROL_DIR / Path(WORKER_SOCKET).name
         with self._images_lock:
             lock = self._channel_locks.setdefault(container_id, threading.Lock())
         with lock:  # one wait at a time: each makes the socket anew
-            return wait_for_worker(path, timeout_s, lambda: self._status(record) == "running")
+            # The worker has one channel: held by whoever has the bundle's lock file locked
+            # (a replica of this service on this host), released with the channel or its
+            # holder's death.
+            held = os.open(bundle / WORKER_LOCK, os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(held)
+                raise WorkerHeldError("the sandbox's worker serves another process") from None
+            try:
+                return wait_for_worker(
+                    path,
+                    timeout_s,
+                    lambda: self._status(record) == "running",
+                    on_close=lambda: os.close(held),
+                )
+            except BaseException:
+                os.close(held)
+                raise
 
     # -- processes --------------------------------------------------------------------------
 
@@ -437,7 +462,11 @@ class RunscEngine(RecordVolumes, UidJobs):
         self._mark_memory(record)
         process_file = Path(command[-2])
         process = self._popen(command, stdin=stdin)
-        return ProcessStreams(process, on_exit=lambda: process_file.unlink(missing_ok=True))
+        return ProcessStreams(
+            process,
+            on_exit=lambda: process_file.unlink(missing_ok=True),
+            says_nothing=lambda code: code == GONE_EXIT and _ends(container_id),
+        )
 
     def out_of_memory_since(self, container_id: str, since: float) -> bool:
         """Whether the host's OOM killer struck in the sandbox's cgroup after `since`: its
@@ -571,7 +600,7 @@ class RunscEngine(RecordVolumes, UidJobs):
         return record, [*self._runsc(record), "exec", "--process", str(process_file), record.id]
 
     def _raise_if_gone(self, record: ContainerRecord, code: int, stderr: bytes) -> None:
-        if code == 128 and is_gone(stderr) and self._status(record) != "running":
+        if code == GONE_EXIT and is_gone(stderr) and self._status(record) != "running":
             raise ContainerGoneError(
                 "the sandbox went away during the call; it was removed or stopped from outside. "
                 "The next call makes it again, with the same workspace"
@@ -596,6 +625,31 @@ class RunscEngine(RecordVolumes, UidJobs):
             marks = self._oom_marks.setdefault(record.id, [])
             marks.append((time.time(), count))
             del marks[:-64]
+
+
+def _ends(container_id: str, settle_s: float = 2.0) -> bool:
+    """Whether the sandbox is ending, after a `runsc exec` in it answered 128 (what it answers
+    when the sandbox ends under it: removed, killed; its processes take a moment to go, and a
+    command may exit 128 itself)."""
+    deadline = time.monotonic() + settle_s
+    while (alive := runs(container_id)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return alive is False
+
+
+def _wait_until_running(container_id: str, process: subprocess.Popen[bytes]) -> None:
+    """Return once a foreground `runsc run` has its sandbox's processes up. Its status is
+    read from the sandbox's cgroup, which is empty until then: a container listed meanwhile
+    would look ended (and one to be removed when it ends, as a lease, would be removed)."""
+    deadline = time.monotonic() + RUNSC_CALL_S
+    while runs(container_id) is False:
+        if process.poll() is not None:
+            raise SandboxUnavailableError(
+                f"runsc could not start the sandbox: it ended at once (exit {process.returncode})"
+            )
+        if time.monotonic() >= deadline:
+            raise SandboxUnavailableError("runsc did not start the sandbox in time")
+        time.sleep(0.01)
 
 
 def _state(record: ContainerRecord) -> Path:

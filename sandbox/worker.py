@@ -27,6 +27,7 @@ from sandbox.engine import (
     STDOUT,
     Attached,
     ContainerEngine,
+    WorkerHeldError,
     WorkerHost,
     is_running,
 )
@@ -143,8 +144,11 @@ class WorkerClient:
     def _open(self) -> None:
         try:
             if isinstance(self._engine, WorkerHost):  # the sandbox's main process
-                self._attached = self._engine.worker_channel(self._container_id, CALL_TIMEOUT_S)
-            else:
+                try:
+                    self._attached = self._engine.worker_channel(self._container_id, CALL_TIMEOUT_S)
+                except WorkerHeldError:  # by a replica: a worker of our own, as on Docker
+                    log.info("the sandbox's worker serves another process; starting another")
+            if self._attached is None:
                 self._attached = self._engine.exec_attached(
                     self._container_id,
                     ["node", WORKER_SCRIPT],

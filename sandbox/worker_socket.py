@@ -24,8 +24,12 @@ POLL_S = 0.5
 class SocketChannel:
     """A worker's connection as the seam's `Attached`: what it sends is its STDOUT."""
 
-    def __init__(self, connection: socket.socket) -> None:
+    def __init__(
+        self, connection: socket.socket, on_close: Callable[[], None] = lambda: None
+    ) -> None:
         self._socket = connection
+        self._on_close = on_close
+        self._closed = False
 
     @property
     def socket(self) -> socket.socket:
@@ -44,12 +48,21 @@ class SocketChannel:
             self._socket.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self._socket.close()
+        if not self._closed:
+            self._closed = True
+            self._on_close()
 
 
-def wait_for_worker(path: Path, timeout_s: float, running: Callable[[], bool]) -> SocketChannel:
+def wait_for_worker(
+    path: Path,
+    timeout_s: float,
+    running: Callable[[], bool],
+    on_close: Callable[[], None] = lambda: None,
+) -> SocketChannel:
     """Listen at `path` (made anew, for the sandbox user) until the worker connects, then no
     more. ContainerGoneError when `running()` says its sandbox stopped meanwhile;
-    SandboxUnavailableError when `timeout_s` ran out."""
+    SandboxUnavailableError when `timeout_s` ran out. `on_close` runs once the channel is
+    closed."""
     deadline = time.monotonic() + timeout_s
     path.unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -72,4 +85,4 @@ def wait_for_worker(path: Path, timeout_s: float, running: Callable[[], bool]) -
         listener.close()
         path.unlink(missing_ok=True)
     connection.settimeout(None)
-    return SocketChannel(connection)
+    return SocketChannel(connection, on_close)

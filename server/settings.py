@@ -249,11 +249,12 @@ class Settings(BaseSettings):
         "where the engine has it registered, else runc with a warning at start-up and in health",
     )
     sandbox_engine: Literal["auto", "docker", "runsc"] = Field(
-        "docker",
-        description="what drives sandboxes under gVisor: docker (the default: Docker's runsc "
-        "runtime); runsc (runsc itself, over OCI bundles: an exec in ~30 ms instead of ~200, "
-        "checkpoint and restore); or auto: runsc where it can be driven here (this host's "
-        "first engine, as root, the runtime runsc), else Docker, said in the log and in health",
+        "auto",
+        description="what drives sandboxes under gVisor: auto (the default): runsc where it "
+        "can be driven here (this host's first engine, as root, the runtime runsc), else "
+        "Docker, said in the log and in health; runsc (runsc itself, over OCI bundles: an "
+        "exec in ~30 ms instead of ~200, checkpoint and restore; refuses to start where it "
+        "cannot be driven); or docker (Docker's runsc runtime)",
     )
     sandbox_runsc_root: Path = Field(
         Path("/var/lib/instance-ai/runsc"),

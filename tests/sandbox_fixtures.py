@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ from sandbox.docker_engine import DockerEngine, connect
 from sandbox.engine import ContainerEngine, ContainerInfo, ExecResult, SandboxLimits
 from sandbox.image.build import BuiltImage, ImageBuilder
 from sandbox.provider import SandboxProvider, remove_owner
-from sandbox.runsc_cli import RUNSC_FLAGS
+from sandbox.runsc_cli import CGROUP_PARENT, PIDS_CGROUPS, RUNSC_FLAGS
 from sandbox.runsc_engine import RunscEngine
 from sandbox.runtimes import AUTO, RUNC, RUNSC, RuntimeSetting, choose_runtime
 from server.settings import Settings
@@ -151,6 +153,28 @@ def exec_in(container: ContainerInfo, *argv: str) -> ExecResult:
         return engine.exec(container.id, list(argv), workdir="/")
     finally:
         client.close()
+
+
+def stop_from_outside(container_id: str) -> None:
+    """What an engine restart or the host does to a sandbox (by its id or an id prefix), its
+    service not told: Docker stops the container; a runsc sandbox's processes are all killed
+    on the host, from its cgroup. Returns once it is down."""
+    bundles = sorted((RUNSC_ROOT / "bundles").glob(f"{container_id}*"))
+    if not bundles:
+        client = connect()
+        try:
+            client.containers.get(container_id).stop(timeout=0)
+        finally:
+            client.close()
+        return
+    procs = PIDS_CGROUPS / CGROUP_PARENT.strip("/") / bundles[0].name / "cgroup.procs"
+    for pid in procs.read_text().split():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while procs.exists() and procs.read_text().strip():
+        assert time.monotonic() < deadline, "the sandbox's processes outlived SIGKILL"
+        time.sleep(0.05)
 
 
 def owned_container(owner: str, name_or_id: str) -> ContainerInfo:

@@ -1,12 +1,17 @@
 """Fault injection with real parts: the engine going away and coming back (through a cuttable
 path to the real engine, see engine_proxy.py), containers stopped or removed from outside.
-After each fault: a clear status while it lasts, nothing lost, the thread usable after."""
+After each fault: a clear status while it lasts, nothing lost, the thread usable after.
+
+The engine going away is the Docker engine's fault (runsc has no daemon: each call is a
+process of its own), so those tests drive Docker; the faults of sandboxes themselves run under
+both engines."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import time
@@ -15,7 +20,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import docker
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -29,7 +33,7 @@ from instance_ai.v1 import (
     workspace_pb2,
     workspace_pb2_grpc,
 )
-from sandbox import identity
+from sandbox.engine import ContainerInfo
 from sandbox.image.build import BuiltImage
 from sandbox.manager import SandboxManager
 from server.settings import Settings
@@ -37,7 +41,7 @@ from tests.agent_fixtures import Chat, model, model_env, of_type, with_model
 from tests.conftest import serving
 from tests.engine_proxy import EngineProxy, engine_proxy
 from tests.fake_model import FakeMessagesAPI, text, tool
-from tests.sandbox_fixtures import docker_env
+from tests.sandbox_fixtures import docker_env, exec_in, owned_containers, stop_from_outside
 from tests.test_cli import start_server, stop_server
 from tests.tool_client import ToolClient
 
@@ -52,6 +56,18 @@ def proxy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EnginePro
     with engine_proxy(tmp_path) as running:
         monkeypatch.setenv("DOCKER_HOST", running.docker_host)
         yield running
+
+
+# runsc drives gVisor's sandboxes alone: the suite's pass under runc has Docker's.
+ENGINES = (
+    ["docker"] if os.environ.get("INSTANCE_AI_SANDBOX_RUNTIME") == "runc" else ["docker", "runsc"]
+)
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    """The engine that drives the sandboxes of a test of sandbox faults."""
+    return str(request.param)
 
 
 async def health_of(channel: grpc.aio.Channel, service: str) -> int:
@@ -79,7 +95,7 @@ async def exec_all(stub: workspace_pb2_grpc.WorkspaceStub, thread: str, command:
 async def test_the_engine_going_away_is_unavailable_in_health_and_calls_then_recovers(
     make_docker_settings: Callable[..., Settings], proxy: EngineProxy
 ) -> None:
-    settings = make_docker_settings(sandbox_engine_probe_seconds=0.2)
+    settings = make_docker_settings(sandbox_engine="docker", sandbox_engine_probe_seconds=0.2)
     async with serving(settings) as (app, channel):
         await app.parts.events.append("t1", "thread-created")
         stub = workspace_pb2_grpc.WorkspaceStub(channel)
@@ -115,7 +131,7 @@ async def test_an_engine_that_comes_up_after_the_service_is_taken_up_then(
     make_docker_settings: Callable[..., Settings], proxy: EngineProxy
 ) -> None:
     proxy.cut()
-    settings = make_docker_settings(sandbox_engine_probe_seconds=0.2)
+    settings = make_docker_settings(sandbox_engine="docker", sandbox_engine_probe_seconds=0.2)
     async with serving(settings) as (app, channel):
         await app.parts.events.append("t1", "thread-created")
         stub = workspace_pb2_grpc.WorkspaceStub(channel)
@@ -132,7 +148,7 @@ async def test_an_engine_that_comes_up_after_the_service_is_taken_up_then(
 async def test_a_command_cut_off_by_the_engine_ends_unavailable_and_the_thread_goes_on(
     make_docker_settings: Callable[..., Settings], proxy: EngineProxy
 ) -> None:
-    async with serving(make_docker_settings()) as (app, channel):
+    async with serving(make_docker_settings(sandbox_engine="docker")) as (app, channel):
         await app.parts.events.append("t1", "thread-created")
         stub = workspace_pb2_grpc.WorkspaceStub(channel)
         assert await exec_all(stub, "t1", "echo warm") == "warm\n"
@@ -147,9 +163,10 @@ async def test_a_command_cut_off_by_the_engine_ends_unavailable_and_the_thread_g
 
 
 async def test_a_pooled_sandbox_stopped_from_outside_is_never_handed_out(
-    make_docker_settings: Callable[..., Settings], docker_client: docker.DockerClient
+    make_docker_settings: Callable[..., Settings], engine: str
 ) -> None:
-    async with serving(make_docker_settings(sandbox_pool_size=1)) as (app, channel):
+    settings = make_docker_settings(sandbox_engine=engine, sandbox_pool_size=1)
+    async with serving(settings) as (app, channel):
         manager = app.parts.sandboxes.manager
         assert isinstance(manager, SandboxManager)
         deadline = time.monotonic() + 60
@@ -157,18 +174,16 @@ async def test_a_pooled_sandbox_stopped_from_outside_is_never_handed_out(
             assert time.monotonic() < deadline
             await asyncio.sleep(0.1)
         (pooled,) = manager.provider.pooled()
-        docker_client.containers.get(pooled.id).stop(timeout=0)  # an engine restart does this
+        stop_from_outside(pooled.id)  # an engine restart does this
         await app.parts.events.append("t1", "thread-created")
         stub = workspace_pb2_grpc.WorkspaceStub(channel)
         assert await exec_all(stub, "t1", "echo fine") == "fine\n"
 
 
 async def test_a_sandbox_removed_from_outside_mid_call_is_made_again(
-    make_docker_settings: Callable[..., Settings],
-    docker_client: docker.DockerClient,
-    sandbox_image: BuiltImage,
+    make_docker_settings: Callable[..., Settings], engine: str
 ) -> None:
-    async with serving(make_docker_settings()) as (app, channel):
+    async with serving(make_docker_settings(sandbox_engine=engine)) as (app, channel):
         await app.parts.events.append("t1", "thread-created")
         stub = workspace_pb2_grpc.WorkspaceStub(channel)
         await stub.WriteFile(
@@ -200,9 +215,9 @@ async def events_of(address: str, thread: str) -> list[dict[str, Any]]:
 
 
 async def test_a_server_killed_mid_command_leaves_no_command_running_and_no_call_open(
-    tmp_path: Path, owner: str, sandbox_image: BuiltImage, docker_client: docker.DockerClient
+    tmp_path: Path, owner: str, sandbox_image: BuiltImage, engine: str
 ) -> None:
-    env = docker_env(owner)
+    env = docker_env(owner) | {"INSTANCE_AI_SANDBOX_ENGINE": engine}
     data = tmp_path / "data"
     server = await asyncio.to_thread(start_server, data, env=env)
     try:
@@ -217,9 +232,7 @@ async def test_a_server_killed_mid_command_leaves_no_command_running_and_no_call
             while container is None or "sleep 600" not in processes(container):
                 assert time.monotonic() < deadline, "the command never started"
                 await asyncio.sleep(0.2)
-                found = docker_client.containers.list(
-                    filters={"label": f"{identity.LABEL_OWNER}={owner}"}
-                )
+                found = owned_containers(owner)
                 container = found[0] if found else None
             server.process.send_signal(signal.SIGKILL)
             with pytest.raises(grpc.aio.AioRpcError):
@@ -258,8 +271,8 @@ def open_calls(events: list[dict[str, Any]]) -> set[str]:
     return calls - ended
 
 
-def processes(container: docker.models.containers.Container) -> str:
-    return str(container.exec_run(["ps", "-eo", "args"], user="1000:1000").output.decode())
+def processes(container: ContainerInfo) -> str:
+    return exec_in(container, "ps", "-eo", "args").stdout.decode()
 
 
 WORKFLOWS = Path(__file__).parent / "workflows"
@@ -278,7 +291,7 @@ async def build(channel: grpc.aio.Channel, path: str) -> pipeline_pb2.BuildWorkf
 async def test_the_engine_going_away_mid_build_is_unavailable_then_the_build_goes_through(
     make_docker_settings: Callable[..., Settings], proxy: EngineProxy
 ) -> None:
-    async with serving(make_docker_settings()) as (_app, channel):
+    async with serving(make_docker_settings(sandbox_engine="docker")) as (_app, channel):
         tools = ToolClient(channel, "t1")
         source = (WORKFLOWS / "switch.workflow.ts").read_text()
         await tools.call("workspace_write_file", path="src/slow.workflow.ts", content=SLOW_SOURCE)
@@ -297,9 +310,9 @@ async def test_the_engine_going_away_mid_build_is_unavailable_then_the_build_goe
 
 
 async def test_a_worker_killed_mid_compile_is_replaced_and_the_build_answers(
-    make_docker_settings: Callable[..., Settings],
+    make_docker_settings: Callable[..., Settings], engine: str
 ) -> None:
-    async with serving(make_docker_settings()) as (app, channel):
+    async with serving(make_docker_settings(sandbox_engine=engine)) as (app, channel):
         tools = ToolClient(channel, "t1")
         await tools.call("workspace_write_file", path="src/slow.workflow.ts", content=SLOW_SOURCE)
         building = asyncio.ensure_future(build(channel, "src/slow.workflow.ts"))
@@ -307,8 +320,9 @@ async def test_a_worker_killed_mid_compile_is_replaced_and_the_build_answers(
         manager = app.parts.sandboxes.manager
         assert isinstance(manager, SandboxManager)
         container = manager.provider.container("t1")
+        # The worker itself, not the init above it (whose arguments name it too).
         killed = manager.engine.exec(
-            container.id, ["pkill", "-KILL", "-f", "worker.mjs"], workdir="/"
+            container.id, ["pkill", "-KILL", "-f", "^node /opt/app/bin/worker.mjs"], workdir="/"
         )
         assert killed.exit_code == 0  # there was a worker to kill
         answer = await asyncio.wait_for(building, 60)

@@ -4,8 +4,10 @@ sandboxes, under Node 24 as n8n runs it: tests/sandbox_client/client.test.mjs.""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,8 @@ from tests.sandbox_api_fixtures import STATIC_KEY, SandboxApiServer, sandbox_api
 
 __all__ = ["sandbox_api"]
 
-CLIENT_TESTS = Path(__file__).parent / "sandbox_client"
+ROOT = Path(__file__).parent.parent
+CLIENT_TESTS = ROOT / "tests" / "sandbox_client"
 
 
 @pytest.mark.timeout(600)
@@ -34,6 +37,8 @@ def test_n8ns_sandbox_client_against_the_sandbox_api(sandbox_api: SandboxApiServ
             "SANDBOX_API_URL": sandbox_api.url,
             "SANDBOX_API_KEY": STATIC_KEY,
             "SANDBOX_API_OTHER_KEY": other_key,
+            "SANDBOX_STOP_COMMAND": json.dumps([sys.executable, "-m", "tests.stop_sandbox"]),
+            "PYTHONPATH": str(ROOT),
         },
     )
     report = result.stdout + result.stderr

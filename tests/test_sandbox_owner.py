@@ -14,10 +14,10 @@ import pytest
 
 from instance_ai.v1 import workspace_pb2, workspace_pb2_grpc
 from sandbox import identity
-from sandbox.docker_engine import DockerEngine
+from sandbox.engine import ContainerEngine
 from sandbox.errors import SandboxOwnerInUseError
 from sandbox.image.build import BuiltImage
-from sandbox.lease import OwnerLease
+from sandbox.lease import LABEL_HOLDER, OwnerLease
 from sandbox.manager import SandboxManager
 from server.app import Application
 from server.errors import FailedPreconditionError
@@ -92,40 +92,52 @@ async def test_a_second_live_service_with_the_same_owner_is_refused(
 
 HOLD_LEASE = """
 import sys, time
+import docker
 from sandbox.docker_engine import DockerEngine
-from sandbox.lease import OwnerLease
-OwnerLease.acquire(DockerEngine.connect(), image=sys.argv[1], owner=sys.argv[2], holder="child")
+from sandbox.runsc_engine import RunscEngine
+from sandbox.engine import ContainerEngine
+from sandbox.lease import LABEL_HOLDER, OwnerLease
+from tests.sandbox_fixtures import RUNSC_ROOT
+client = docker.from_env()
+engine = RunscEngine(client, RUNSC_ROOT) if sys.argv[3] == "runsc" else DockerEngine(client)
+OwnerLease.acquire(engine, image=sys.argv[1], owner=sys.argv[2], holder="child")
 print("held", flush=True)
 time.sleep(600)
 """
 
 
+@pytest.fixture(params=["docker", "runsc"])
+def lease_engine(request: pytest.FixtureRequest) -> tuple[str, ContainerEngine]:
+    """Either engine a service holds its lease on (runsc: a foreground `runsc run` of `cat`)."""
+    name = str(request.param)
+    return name, request.getfixturevalue(f"{name}_engine")
+
+
 def test_a_killed_holder_frees_its_owner(
-    docker_client: docker.DockerClient, sandbox_image: BuiltImage
+    lease_engine: tuple[str, ContainerEngine], sandbox_image: BuiltImage
 ) -> None:
+    name, engine = lease_engine
     owner = f"lease-{uuid.uuid4().hex[:8]}"
     child = subprocess.Popen(
-        [sys.executable, "-c", HOLD_LEASE, sandbox_image.tag, owner],
+        [sys.executable, "-c", HOLD_LEASE, sandbox_image.tag, owner, name],
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "held"
         with pytest.raises(SandboxOwnerInUseError, match=r"held by another running .*child"):
-            OwnerLease.acquire(
-                DockerEngine(docker_client), image=sandbox_image.tag, owner=owner, wait_s=0.5
-            )
+            OwnerLease.acquire(engine, image=sandbox_image.tag, owner=owner, wait_s=0.5)
     finally:
         child.kill()  # SIGKILL: no clean-up of its own
         child.wait()
         if child.stdout is not None:
             child.stdout.close()
-    lease = OwnerLease.acquire(DockerEngine(docker_client), image=sandbox_image.tag, owner=owner)
+    lease = OwnerLease.acquire(engine, image=sandbox_image.tag, owner=owner)
     try:
         assert lease.holder != "child"
+        assert [
+            c.labels[LABEL_HOLDER] for c in engine.containers({identity.LABEL_LEASE: owner})
+        ] == [lease.holder]
     finally:
         lease.release()
-    leases = docker_client.containers.list(
-        all=True, filters={"label": f"{identity.LABEL_LEASE}={owner}"}
-    )
-    assert leases == []
+    assert engine.containers({identity.LABEL_LEASE: owner}) == []

@@ -1,7 +1,8 @@
 // n8n's own sandbox service client (@n8n/sandbox-client 0.1.1, pinned in package-lock.json)
 // against this service's sandbox API: every method, as n8n's assistant calls them.
 // Driven by tests/test_sandbox_api_client.py, which starts the service and passes:
-//   SANDBOX_API_URL, SANDBOX_API_KEY, SANDBOX_API_OTHER_KEY
+//   SANDBOX_API_URL, SANDBOX_API_KEY, SANDBOX_API_OTHER_KEY, SANDBOX_STOP_COMMAND (a JSON argv
+//   that stops a container, given its id, from outside)
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
@@ -247,10 +248,10 @@ test('a killed container: 409 SandboxCrashedError once, then the same files', as
   // Docker names a container's host after its id.
   const container = (await sh('cat /etc/hostname')).stdout.trim();
   assert.match(container, /^[0-9a-f]{12}$/);
-  execFileSync('docker', ['kill', container]);
-  // The engine answers a kill before the container is down (under gVisor, a while after):
-  // the crash this test is about is a container that has stopped.
-  execFileSync('docker', ['wait', container]);
+  // Stopped as the host would stop it, whichever engine drives it; the command returns once
+  // the container is down (the crash this test is about is a container that has stopped).
+  const [stop, ...stopArgs] = JSON.parse(process.env.SANDBOX_STOP_COMMAND);
+  execFileSync(stop, [...stopArgs, container]);
   await assert.rejects(client.readFile(id, '/home/user/workspace/kept.txt'), (error) => {
     assert.ok(error instanceof SandboxCrashedError, `${error}`);
     assert.equal(error.status, 409);
