@@ -72,12 +72,12 @@ async def first_verification(manager: SandboxManager, thread: str) -> None:
     """Claim a member, build the five-node workflow and run it once with its fixtures."""
     await manager.write_file(thread, "src/bench.workflow.ts", SOURCE.read_bytes())
     built = await manager.toolchain(thread).compile("src/bench.workflow.ts")
-    if not built.get("ok"):
+    if not built.ok:
         raise SystemExit(f"the benchmark build failed: {built}")
     ran = await manager.toolchain(thread).execute(
-        built["workflow"], execution_id="bench", pin_data=built.get("fixtures") or {}
+        built.workflow, execution_id="bench", pin_data=built.fixtures
     )
-    if ran.get("status") != "success":
+    if ran.status != "success":
         raise SystemExit(f"the benchmark run failed: {ran}")
 
 

@@ -289,6 +289,11 @@ class Snapshots(Protocol):
         """Stop a sandbox with all of its state kept (its next `start` brings it back)."""
         ...
 
+    def resume(self, container_id: str) -> ContainerInfo | None:
+        """Bring a suspended sandbox back as it was (its processes, memory, files); None when
+        it is not suspended or the resume failed (logged; a `start` then starts it afresh)."""
+        ...
+
 
 def is_running(engine: ContainerEngine, container_id: str) -> bool:
     """Whether the engine says the container exists and runs."""

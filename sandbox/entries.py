@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 
 from sandbox.engine import ContainerInfo
 from sandbox.readiness import Claim, Readiness
@@ -17,6 +18,10 @@ class SandboxEntry:
     last_used: float
     running_commands: int = 0
     worker: WorkerClient | None = None
+    # Held while the worker is started: one channel at a time (the runsc engine's worker has
+    # one), and a connection made beside a command is kept referenced here.
+    worker_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    connecting: asyncio.Task[None] | None = None
     # A pool member's: what it was warmed for; once claimed, its claim in the readiness mix.
     readiness: Readiness | None = None
     claim: Claim | None = None

@@ -8,6 +8,16 @@ from sandbox.commands import CommandResult, OutputCallback
 from sandbox.files import FileEntry
 from sandbox.search import GrepQuery, GrepResult
 from sandbox.streams import ProcessStream
+from sandbox.toolchain_results import (
+    Compiled,
+    Diagnosed,
+    NodeDefinition,
+    NodeResources,
+    NodeTypeWritten,
+    ResolvedParameters,
+    RunReport,
+    WorkflowCode,
+)
 
 __all__ = ["BrowserHost", "Sandboxes", "ToolchainHost", "WorkflowToolchain"]
 
@@ -67,13 +77,13 @@ class WorkflowToolchain(Protocol):
 
     async def compile(
         self, path: str, *, timeout_s: float = 5.0, max_bytes: int | None = None
-    ) -> dict[str, Any]: ...
+    ) -> Compiled: ...
 
-    async def diagnose(self, path: str, *, timeout_s: float = 5.0) -> dict[str, Any]: ...
+    async def diagnose(self, path: str, *, timeout_s: float = 5.0) -> Diagnosed: ...
 
     async def workflow_to_code(
         self, workflow: dict[str, Any], *, timeout_s: float = 5.0
-    ) -> dict[str, Any]: ...
+    ) -> WorkflowCode: ...
 
     async def node_definition(
         self,
@@ -83,7 +93,7 @@ class WorkflowToolchain(Protocol):
         resource: str | None = None,
         operation: str | None = None,
         mode: str | None = None,
-    ) -> dict[str, Any]: ...
+    ) -> NodeDefinition: ...
 
     async def materialize_node_type(
         self,
@@ -94,7 +104,7 @@ class WorkflowToolchain(Protocol):
         resource: str | None = None,
         operation: str | None = None,
         mode: str | None = None,
-    ) -> dict[str, Any]: ...
+    ) -> NodeTypeWritten: ...
 
     async def execute(
         self,
@@ -105,7 +115,7 @@ class WorkflowToolchain(Protocol):
         start_node: str | None = None,
         timeout_s: float = 300.0,
         credentials: dict[str, dict[str, Any]] | None = None,
-    ) -> dict[str, Any]: ...
+    ) -> RunReport: ...
 
     async def cancel_execution(self, execution_id: str) -> None: ...
 
@@ -119,7 +129,7 @@ class WorkflowToolchain(Protocol):
         filter_text: str | None = None,
         pagination_token: str | None = None,
         timeout_s: float = 30.0,
-    ) -> dict[str, Any]: ...
+    ) -> NodeResources: ...
 
     async def resolve_parameters(
         self,
@@ -132,7 +142,7 @@ class WorkflowToolchain(Protocol):
         run_index: int | None = None,
         item_index: int = 0,
         timeout_s: float = 30.0,
-    ) -> dict[str, Any]: ...
+    ) -> ResolvedParameters: ...
 
     async def output_schema(
         self,

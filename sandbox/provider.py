@@ -14,6 +14,7 @@ PID 1 (without it orphans become zombies that exhaust the pids limit), uid 1000,
 from __future__ import annotations
 
 import contextlib
+import enum
 import re
 import shutil
 import uuid
@@ -46,9 +47,19 @@ __all__ = [
     "RestoreFailedError",
     "SandboxInfo",
     "SandboxProvider",
+    "Started",
     "remove_egress_dir",
     "remove_owner",
 ]
+
+
+class Started(enum.Enum):
+    """How `ensure_started` found or brought up a thread's sandbox."""
+
+    RUNNING = "running"  # it ran already: commands of an earlier process may be running
+    STARTED = "started"  # started now, afresh or from a template: nothing of before runs
+    RESUMED = "resumed"  # a suspended one brought back as it was: initialised already
+
 
 # The name of a container's egress directory (16 hex digits, its label).
 EGRESS_NAME = re.compile(r"[0-9a-f]{16}")
@@ -160,10 +171,9 @@ class SandboxProvider:
 
     def ensure_started(
         self, thread_id: str, template: Path | None = None
-    ) -> tuple[ContainerInfo, bool]:
-        """`ensure`, and whether the container was started now (then nothing of an earlier
-        process can be running in it). A sandbox made now is restored from `template` when
-        one is given (`restore_or_start`)."""
+    ) -> tuple[ContainerInfo, Started]:
+        """`ensure`, and how it came up (`Started`). A sandbox made now is restored from
+        `template` when one is given (`restore_or_start`)."""
         sid = identity.sandbox_id(thread_id)
         container = self._find(sid)
         volume = identity.volume_name(self.owner, sid)
@@ -175,10 +185,22 @@ class SandboxProvider:
             container = self._create_container(
                 identity.container_name(self.owner, sid), volume, self._labels(thread_id, sid)
             )
-            return self.restore_or_start(container, template), True
+            return self.restore_or_start(container, template), Started.STARTED
         if container.status == "running":
-            return container, False
-        return self.start(container), True
+            return container, Started.RUNNING
+        resumed = self.resume(container)
+        if resumed is not None:
+            return resumed, Started.RESUMED
+        return self.start(container), Started.STARTED
+
+    def resume(self, container: ContainerInfo) -> ContainerInfo | None:
+        """Bring a suspended sandbox back as it was (engines with snapshots); None when it
+        was not suspended or could not be resumed."""
+        if not isinstance(self.engine, Snapshots):
+            return None
+        if container.workspace_volume is not None:
+            self._attach_disk(container.workspace_volume)
+        return self.engine.resume(container.id)
 
     def restore_or_start(self, container: ContainerInfo, template: Path | None) -> ContainerInfo:
         """Start a new container: restored from `template` (its processes and memory, the

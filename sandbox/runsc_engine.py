@@ -71,6 +71,7 @@ from sandbox.runsc_cli import (
     runsc_usable,
     said,
     sweep_cgroups,
+    sweep_state_roots,
 )
 from sandbox.runtimes import RUNSC
 from sandbox.worker import WORKER_SOCKET, WORKER_SOCKET_DIR
@@ -118,6 +119,9 @@ class RunscEngine(RecordVolumes, UidJobs):
         swept = sweep_cgroups({record.id for record in self._store.records()})
         if swept:
             log.info("empty cgroups of sandboxes gone removed", cgroups=swept)
+        emptied = sweep_state_roots(self._state)
+        if emptied:
+            log.info("empty runsc state roots of owners gone removed", roots=emptied)
 
     @property
     def template_root(self) -> Path:
@@ -283,11 +287,22 @@ class RunscEngine(RecordVolumes, UidJobs):
         staging.rename(target)
         log.debug("sandbox suspended", container=record.name)
 
+    def resume(self, container_id: str) -> ContainerInfo | None:
+        record = self._store.require(container_id)
+        if self._status(record) == "running" or not self._suspended(record):
+            return None
+        self._delete_sandbox(record)
+        self._prepare_volume(record)
+        return self._started(record) if self._resume(record) else None
+
+    def _suspended(self, record: ContainerRecord) -> bool:
+        return (self._bundles / record.id / SUSPENDED / "checkpoint.img").is_file()
+
     def _resume(self, record: ContainerRecord) -> bool:
         """Restore a suspended sandbox (its checkpoint is used once, then removed). False when
         it was not suspended, or its restore failed (logged: it then starts afresh)."""
         suspended = self._bundles / record.id / SUSPENDED
-        if not (suspended / "checkpoint.img").is_file():
+        if not self._suspended(record):
             return False
         try:
             self._launch(record, ["restore", f"--image-path={suspended}"], "resume")

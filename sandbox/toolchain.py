@@ -2,21 +2,46 @@
 running in it (`image/bin/ops.mjs`), each one operation of its worker. A `ThreadToolchain` is
 bound to one thread (`SandboxManager.toolchain(thread_id)`), so its callers name it once.
 
-A failed build or run is data (`{ok: False, stage, message}`), not an error: the caller reports
-it to the model. Errors are for a sandbox that cannot answer (SandboxError).
+Each answers a typed reply (toolchain_results.py). A failed build or run is data (`ok` False,
+its `stage` and `message`), not an error: the caller reports it to the model. Errors are for a
+sandbox that cannot answer (SandboxError), or answers what no operation answers.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from sandbox import files
+from sandbox.errors import SandboxUnavailableError
+from sandbox.toolchain_results import (
+    Compiled,
+    Diagnosed,
+    NodeDefinition,
+    NodeResources,
+    NodeTypeWritten,
+    ResolvedParameters,
+    RunReport,
+    WorkflowCode,
+)
 
 __all__ = ["CPU_DEADLINE_ALLOWANCE", "ThreadToolchain"]
 
 # The compile thread's deadline is its CPU time, which a busy sandbox may stretch on the clock up
 # to this many times (ops.mjs BUSY_ALLOWANCE): the host waits that long for its operations.
 CPU_DEADLINE_ALLOWANCE = 4
+
+Reply = TypeVar("Reply", bound=BaseModel)
+
+
+def _parsed(model: type[Reply], op: str, reply: Any) -> Reply:
+    try:
+        return model.model_validate(reply)
+    except ValidationError as exc:
+        raise SandboxUnavailableError(
+            f"the sandbox's toolchain answered {op} with what it never answers: {exc}"
+        ) from None
 
 
 class _Operates(Protocol):
@@ -44,30 +69,29 @@ class ThreadToolchain:
         *,
         timeout_s: float = 5.0,
         max_bytes: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> Compiled:
         """Compile and validate a `.workflow.ts` (or WorkflowJSON) source with the SDK in the
-        sandbox: `{ok, workflow, fixtures, issues, sourceHash, typed}`, or `{ok: False, stage,
-        message}` (load, export or timeout). A failed build is data, not an error."""
-        return await self._source_operation("compile", path, timeout_s, max_bytes)
+        sandbox (failed at the stage load, export or timeout: data, not an error)."""
+        reply = await self._source_operation("compile", path, timeout_s, max_bytes)
+        return _parsed(Compiled, "compile", reply)
 
-    async def diagnose(self, path: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
+    async def diagnose(self, path: str, *, timeout_s: float = 5.0) -> Diagnosed:
         """TypeScript diagnostics for one source and its imports, with the workspace's
-        tsconfig: `{ok, diagnostics: [{file, line, column, code, message}]}` or
-        `{ok: False, message}` when the check itself failed or ran out of time."""
-        return await self._source_operation("diagnose", path, timeout_s, None)
+        tsconfig (`ok` False: the check itself failed or ran out of time)."""
+        reply = await self._source_operation("diagnose", path, timeout_s, None)
+        return _parsed(Diagnosed, "diagnose", reply)
 
     async def workflow_to_code(
         self, workflow: dict[str, Any], *, timeout_s: float = 5.0
-    ) -> dict[str, Any]:
-        """WorkflowJSON as SDK TypeScript: `{ok, code}` or `{ok: False, stage, message}`."""
-        return dict(
-            await self._operation(
-                "toCode",
-                timeout_s=timeout_s * CPU_DEADLINE_ALLOWANCE,
-                workflow=workflow,
-                timeoutMs=int(timeout_s * 1000),
-            )
+    ) -> WorkflowCode:
+        """WorkflowJSON as SDK TypeScript."""
+        reply = await self._operation(
+            "toCode",
+            timeout_s=timeout_s * CPU_DEADLINE_ALLOWANCE,
+            workflow=workflow,
+            timeoutMs=int(timeout_s * 1000),
         )
+        return _parsed(WorkflowCode, "toCode", reply)
 
     async def node_definition(
         self,
@@ -77,19 +101,18 @@ class ThreadToolchain:
         resource: str | None = None,
         operation: str | None = None,
         mode: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> NodeDefinition:
         """The TypeScript parameter types of one node version (of one resource/operation or
-        mode when the node is split by them): `{file, content, discriminators}`."""
-        return dict(
-            await self._operation(
-                "definition",
-                nodeType=node_type,
-                version=version,
-                resource=resource,
-                operation=operation,
-                mode=mode,
-            )
+        mode when the node is split by them)."""
+        reply = await self._operation(
+            "definition",
+            nodeType=node_type,
+            version=version,
+            resource=resource,
+            operation=operation,
+            mode=mode,
         )
+        return _parsed(NodeDefinition, "definition", reply)
 
     async def materialize_node_type(
         self,
@@ -100,25 +123,23 @@ class ThreadToolchain:
         resource: str | None = None,
         operation: str | None = None,
         mode: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> NodeTypeWritten:
         """Write one node version's typed parameters into the workspace (`node-types/...`):
         the image's files (a split node's whole folder), or generated from `description`
-        (the catalog's entry) when the image has none. `{path, content, source:
-        image|generated, files}`; `content` is the file of the resource/operation or mode
-        asked about, else the main one."""
-        return dict(
-            await self._operation(
-                "materialize",
-                timeout_s=30.0,
-                nodeType=node_type,
-                version=version,
-                description=description,
-                resource=resource,
-                operation=operation,
-                mode=mode,
-                maxBytes=self._sandboxes.max_file_bytes,
-            )
+        (the catalog's entry) when the image has none; `content` is the file of the
+        resource/operation or mode asked about, else the main one."""
+        reply = await self._operation(
+            "materialize",
+            timeout_s=30.0,
+            nodeType=node_type,
+            version=version,
+            description=description,
+            resource=resource,
+            operation=operation,
+            mode=mode,
+            maxBytes=self._sandboxes.max_file_bytes,
         )
+        return _parsed(NodeTypeWritten, "materialize", reply)
 
     async def execute(
         self,
@@ -129,23 +150,21 @@ class ThreadToolchain:
         start_node: str | None = None,
         timeout_s: float = 300.0,
         credentials: dict[str, dict[str, Any]] | None = None,
-    ) -> dict[str, Any]:
+    ) -> RunReport:
         """Run a WorkflowJSON on the n8n engine in the sandbox, nodes in `pin_data` replaced by
-        their items: `{ok, status, order, nodes: {name: {status, outputs, error, pinned}},
-        ...}`, or `{ok: False, stage, message}` when it could not finish (timeout, memory).
-        `credentials` (id → {type, data}) are what a live run's nodes may use."""
-        return dict(
-            await self._operation(
-                "execute",
-                timeout_s=timeout_s,
-                executionId=execution_id,
-                workflow=workflow,
-                pinData=pin_data or {},
-                startNode=start_node,
-                credentials=credentials or {},
-                timeoutMs=int(timeout_s * 1000),
-            )
+        their items (`ok` False when it could not finish: timeout, memory). `credentials`
+        (id → {type, data}) are what a live run's nodes may use."""
+        reply = await self._operation(
+            "execute",
+            timeout_s=timeout_s,
+            executionId=execution_id,
+            workflow=workflow,
+            pinData=pin_data or {},
+            startNode=start_node,
+            credentials=credentials or {},
+            timeoutMs=int(timeout_s * 1000),
         )
+        return _parsed(RunReport, "execute", reply)
 
     async def node_resources(
         self,
@@ -157,23 +176,21 @@ class ThreadToolchain:
         filter_text: str | None = None,
         pagination_token: str | None = None,
         timeout_s: float = 30.0,
-    ) -> dict[str, Any]:
+    ) -> NodeResources:
         """Run a node type's listSearch / loadOptions method in the sandbox with the given
-        credential data (its requests go out through the egress proxy): `{ok, value}` or
-        `{ok: False, stage, message}`."""
-        return dict(
-            await self._operation(
-                "nodeResources",
-                timeout_s=timeout_s,
-                node=node,
-                lookup=lookup,
-                method=method,
-                credentials=credentials,
-                filter=filter_text,
-                paginationToken=pagination_token,
-                timeoutMs=int(timeout_s * 1000),
-            )
+        credential data (its requests go out through the egress proxy)."""
+        reply = await self._operation(
+            "nodeResources",
+            timeout_s=timeout_s,
+            node=node,
+            lookup=lookup,
+            method=method,
+            credentials=credentials,
+            filter=filter_text,
+            paginationToken=pagination_token,
+            timeoutMs=int(timeout_s * 1000),
         )
+        return _parsed(NodeResources, "nodeResources", reply)
 
     async def resolve_parameters(
         self,
@@ -186,25 +203,22 @@ class ThreadToolchain:
         run_index: int | None = None,
         item_index: int = 0,
         timeout_s: float = 30.0,
-    ) -> dict[str, Any]:
+    ) -> ResolvedParameters:
         """A node's parameters with each expression evaluated by the engine against a past run
-        (`nodes`: the run's record, each node's `outputs` and `runs`): `{ok, nodeName,
-        runIndex, itemIndex, parameters, resolved, failedExpressions, emptyResolutions}`, or
-        `{ok: False, stage, message}`."""
-        return dict(
-            await self._operation(
-                "resolveParameters",
-                timeout_s=timeout_s,
-                workflow=workflow,
-                nodes=nodes,
-                nodeName=node_name,
-                runIndex=run_index,
-                itemIndex=item_index,
-                executionId=execution_id,
-                mode=mode,
-                timeoutMs=int(timeout_s * 1000),
-            )
+        (`nodes`: the run's record, each node's `outputs` and `runs`)."""
+        reply = await self._operation(
+            "resolveParameters",
+            timeout_s=timeout_s,
+            workflow=workflow,
+            nodes=nodes,
+            nodeName=node_name,
+            runIndex=run_index,
+            itemIndex=item_index,
+            executionId=execution_id,
+            mode=mode,
+            timeoutMs=int(timeout_s * 1000),
         )
+        return _parsed(ResolvedParameters, "resolveParameters", reply)
 
     async def output_schema(
         self,
@@ -232,15 +246,13 @@ class ThreadToolchain:
 
     async def _source_operation(
         self, op: str, path: str, timeout_s: float, max_bytes: int | None
-    ) -> dict[str, Any]:
+    ) -> Any:
         """A compile or diagnose of one workspace source, its CPU deadline allowed for."""
         files.confine(path)
-        return dict(
-            await self._operation(
-                op,
-                timeout_s=timeout_s * CPU_DEADLINE_ALLOWANCE,
-                path=path,
-                timeoutMs=int(timeout_s * 1000),
-                maxBytes=max_bytes or self._sandboxes.max_file_bytes,
-            )
+        return await self._operation(
+            op,
+            timeout_s=timeout_s * CPU_DEADLINE_ALLOWANCE,
+            path=path,
+            timeoutMs=int(timeout_s * 1000),
+            maxBytes=max_bytes or self._sandboxes.max_file_bytes,
         )

@@ -12,6 +12,7 @@ import pytest
 
 from sandbox.manager import SandboxManager
 from sandbox.provider import SandboxProvider
+from sandbox.toolchain_results import Compiled
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,10 +49,10 @@ async def manager(provider: SandboxProvider) -> Any:
     await manager.close()
 
 
-async def compiled(manager: SandboxManager, source: Path) -> dict[str, Any]:
+async def compiled(manager: SandboxManager, source: Path) -> Compiled:
     await manager.write_file("t1", f"src/{source.name}", await asyncio.to_thread(source.read_bytes))
     built = await manager.toolchain("t1").compile(f"src/{source.name}", timeout_s=20)
-    assert built["ok"], built
+    assert built.ok, built
     return built
 
 
@@ -59,41 +60,41 @@ async def test_a_pinned_write_lets_its_downstream_run_on_the_fixture(
     manager: SandboxManager,
 ) -> None:
     built = await compiled(manager, ROOT / "examples/order-intake.workflow.ts")
-    pins = {**built["fixtures"], "Announce": [{"ok": True, "ts": "1700000000.1"}]}
-    run = await manager.toolchain("t1").execute(built["workflow"], execution_id="e1", pin_data=pins)
-    assert run["status"] == "success", run
-    assert run["order"] == ["Order Intake", "Prioritise", "Urgent?", "Announce"]
-    prioritised = run["nodes"]["Prioritise"]["outputs"][0]["items"][0]
+    pins = {**built.fixtures, "Announce": [{"ok": True, "ts": "1700000000.1"}]}
+    run = await manager.toolchain("t1").execute(built.workflow, execution_id="e1", pin_data=pins)
+    assert run.status == "success", run
+    assert run.order == ["Order Intake", "Prioritise", "Urgent?", "Announce"]
+    prioritised = run.nodes["Prioritise"]["outputs"][0]["items"][0]
     assert prioritised["urgent"] is True and prioritised["orderId"] == "A-7"
     # The IF took its true branch on the real expression; the false branch got nothing.
-    assert [o["count"] for o in run["nodes"]["Urgent?"]["outputs"]] == [1, 0]
-    assert "Queue" not in run["nodes"]
-    assert run["nodes"]["Announce"]["pinned"] and not run["nodes"]["Prioritise"]["pinned"]
+    assert [o["count"] for o in run.nodes["Urgent?"]["outputs"]] == [1, 0]
+    assert "Queue" not in run.nodes
+    assert run.nodes["Announce"]["pinned"] and not run.nodes["Prioritise"]["pinned"]
 
     # Unpinned, the Slack node has no credentials to use: the run fails there, saying so.
     unpinned = await manager.toolchain("t1").execute(
-        built["workflow"], execution_id="e2", pin_data=built["fixtures"]
+        built.workflow, execution_id="e2", pin_data=built.fixtures
     )
-    assert unpinned["status"] == "error"
-    assert unpinned["error"]["node"] == "Announce"
-    assert "credentials" in unpinned["nodes"]["Announce"]["error"]["message"]
+    assert unpinned.status == "error"
+    assert unpinned.error["node"] == "Announce"
+    assert "credentials" in unpinned.nodes["Announce"]["error"]["message"]
 
 
 async def test_switch_branches_and_the_code_node_run_for_real(manager: SandboxManager) -> None:
     built = await compiled(manager, ROOT / "tests/workflows/switch.workflow.ts")
     for priority, reached in [("high", "High"), ("normal", "Normal"), ("low", "Low")]:
         run = await manager.toolchain("t1").execute(
-            built["workflow"],
+            built.workflow,
             execution_id=f"s-{priority}",
             pin_data={"Start": [{"priority": priority}]},
         )
-        assert run["status"] == "success"
-        assert set(run["order"]) == {"Start", "By Priority", reached}
+        assert run.status == "success"
+        assert set(run.order) == {"Start", "By Priority", reached}
 
     merged = await compiled(manager, ROOT / "tests/workflows/merge-code.workflow.ts")
-    run = await manager.toolchain("t1").execute(merged["workflow"], execution_id="m")
-    assert run["status"] == "success", run
-    assert run["nodes"]["Total"]["outputs"][0]["items"] == [{"total": 30}]
+    run = await manager.toolchain("t1").execute(merged.workflow, execution_id="m")
+    assert run.status == "success", run
+    assert run.nodes["Total"]["outputs"][0]["items"] == [{"total": 30}]
 
 
 async def test_a_failing_code_node_is_named_and_logs_are_kept(manager: SandboxManager) -> None:
@@ -104,10 +105,10 @@ async def test_a_failing_code_node_is_named_and_logs_are_kept(manager: SandboxMa
         ),
         execution_id="c",
     )
-    assert run["status"] == "error"
-    assert run["error"]["node"] == "Explode"
-    assert "amount is missing" in run["nodes"]["Explode"]["error"]["message"]
-    assert run["logs"] == ["log: shaping 1"]
+    assert run.status == "error"
+    assert run.error["node"] == "Explode"
+    assert "amount is missing" in run.nodes["Explode"]["error"]["message"]
+    assert run.logs == ["log: shaping 1"]
 
 
 async def test_a_code_node_may_return_its_input_objects_as_they_are(
@@ -123,9 +124,9 @@ async def test_a_code_node_may_return_its_input_objects_as_they_are(
         ),
         execution_id="proxies",
     )
-    assert run["status"] == "success", run
-    assert run["nodes"]["One Each"]["outputs"][0]["items"] == [{"email": "a@x"}, {"email": "b@x"}]
-    assert run["nodes"]["Per Item"]["outputs"][0]["items"] == [{"email": "a@x"}, {"email": "b@x"}]
+    assert run.status == "success", run
+    assert run.nodes["One Each"]["outputs"][0]["items"] == [{"email": "a@x"}, {"email": "b@x"}]
+    assert run.nodes["Per Item"]["outputs"][0]["items"] == [{"email": "a@x"}, {"email": "b@x"}]
 
 
 async def test_runs_that_never_end_are_stopped_and_the_sandbox_keeps_serving(
@@ -134,21 +135,21 @@ async def test_runs_that_never_end_are_stopped_and_the_sandbox_keeps_serving(
     spin = await manager.toolchain("t1").execute(
         chain(code("Spin", "while (true) {}")), execution_id="a"
     )
-    assert spin["status"] == "error"
-    assert "timed out" in spin["nodes"]["Spin"]["error"]["message"]
+    assert spin.status == "error"
+    assert "timed out" in spin.nodes["Spin"]["error"]["message"]
 
     forever = chain(code("Forever", "for (;;) { await null; }"))
     stopped = await manager.toolchain("t1").execute(forever, execution_id="b", timeout_s=2)
-    assert (stopped["ok"], stopped["stage"]) == (False, "timeout")
+    assert (stopped.ok, stopped.stage) == (False, "timeout")
 
     hoard = chain(code("Hoard", "const h = []; for (;;) h.push(new Array(1e6).fill(1));"))
     exhausted = await manager.toolchain("t1").execute(hoard, execution_id="c", timeout_s=60)
-    assert (exhausted["ok"], exhausted["stage"]) == (False, "run")
-    assert "384 MB" in exhausted["message"]
+    assert (exhausted.ok, exhausted.stage) == (False, "run")
+    assert "384 MB" in exhausted.message
 
     fine = chain(code("Fine", "return [{json: {}}];"))
     after = await manager.toolchain("t1").execute(fine, execution_id="d")
-    assert after["status"] == "success"
+    assert after.status == "success"
 
 
 async def test_a_run_can_be_cancelled_mid_way(manager: SandboxManager) -> None:
@@ -159,7 +160,7 @@ async def test_a_run_can_be_cancelled_mid_way(manager: SandboxManager) -> None:
     await asyncio.sleep(2)  # the engine is warm: the run is in its 30 s wait by now
     await manager.toolchain("t1").cancel_execution("w")
     run = await asyncio.wait_for(running, timeout=10)
-    assert run["status"] == "canceled"
+    assert run.status == "canceled"
 
 
 async def test_nodes_that_cannot_run_here_say_to_simulate_them(manager: SandboxManager) -> None:
@@ -172,17 +173,17 @@ async def test_nodes_that_cannot_run_here_say_to_simulate_them(manager: SandboxM
         "parameters": {},
     }
     run = await manager.toolchain("t1").execute(chain(agent), execution_id="x")
-    assert run["status"] == "error"
-    assert "simulate it" in run["error"]["message"]
+    assert run.status == "error"
+    assert "simulate it" in run.error["message"]
     pinned = await manager.toolchain("t1").execute(
         chain(agent), execution_id="y", pin_data={"Agent": [{}]}
     )
-    assert pinned["status"] == "success"
+    assert pinned.status == "success"
     # An AI workflow with its trigger and agent simulated runs; the sub-nodes never do.
     built = await compiled(manager, ROOT / "tests/workflows/ai-agent.workflow.ts")
     pins = {"Chat": [{"chatInput": "where is order A-7?"}], "Assistant": [{"output": "shipped"}]}
-    ai = await manager.toolchain("t1").execute(built["workflow"], execution_id="z", pin_data=pins)
-    assert ai["status"] == "success" and ai["order"] == ["Chat", "Assistant"]
+    ai = await manager.toolchain("t1").execute(built.workflow, execution_id="z", pin_data=pins)
+    assert ai.status == "success" and ai.order == ["Chat", "Assistant"]
 
 
 async def test_output_schemas_shipped_with_the_nodes(manager: SandboxManager) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import time
 import uuid
@@ -122,13 +123,13 @@ async def test_the_manager_builds_runs_and_cuts_off_commands_on_runsc(
     manager = SandboxManager(runsc_provider)
     try:
         built = await manager.toolchain("t1").compile(ORDER_ROUTER, timeout_s=20)
-        assert built["ok"], built
+        assert built.ok, built
         ran = await manager.toolchain("t1").execute(
-            built["workflow"], execution_id="e1", pin_data=built["fixtures"]
+            built.workflow, execution_id="e1", pin_data=built.fixtures
         )
-        assert ran["status"] == "success", ran
-        assert ran["order"][0] == "Start"
-        assert ran["nodes"]["Start"]["outputs"][0]["count"] == 2
+        assert ran.status == "success", ran
+        assert ran.order[0] == "Start"
+        assert ran.nodes["Start"]["outputs"][0]["count"] == 2
         # A deadline takes the whole tree, setsid escapees included; the sandbox lives on.
         started = time.monotonic()
         result = await manager.run_command(
@@ -158,7 +159,7 @@ async def test_a_warm_worker_comes_back_in_each_sandbox_restored_from_its_checkp
     each work on their own workspace."""
     template = SandboxManager(runsc_provider)
     built = await template.toolchain("template").compile(ORDER_ROUTER, timeout_s=20)
-    assert built["ok"], built
+    assert built.ok, built
     before = await template.operation("template", "stats")
     assert before["threads"]["compiler"] is True
     container = await template.acquire("template")
@@ -178,7 +179,7 @@ async def test_a_warm_worker_comes_back_in_each_sandbox_restored_from_its_checkp
             # is its alone, and it builds.
             await clones.write_file(thread, "mine.txt", thread.encode())
             rebuilt = await clones.toolchain(thread).compile(ORDER_ROUTER, timeout_s=20)
-            assert rebuilt["ok"] and rebuilt["sourceHash"] == built["sourceHash"]
+            assert rebuilt.ok and rebuilt.source_hash == built.source_hash
         assert await clones.read_file("clone-1", "mine.txt") == b"clone-1"
         assert await clones.read_file("clone-2", "mine.txt") == b"clone-2"
         listing, _cut = await clones.list_files("template")
@@ -215,8 +216,8 @@ RANDOM_DRAWS = {
 
 async def drawn(manager: SandboxManager, thread: str, run: str) -> dict[str, object]:
     ran = await manager.toolchain(thread).execute(RANDOM_DRAWS, execution_id=run)
-    assert ran["status"] == "success", ran
-    item = ran["nodes"]["Code"]["outputs"][0]["items"][0]
+    assert ran.status == "success", ran
+    item = ran.nodes["Code"]["outputs"][0]["items"][0]
     assert isinstance(item, dict) and {"id", "expression", "code"} <= set(item), item
     return item
 
@@ -539,3 +540,26 @@ def test_a_new_engine_sweeps_empty_cgroups_no_record_names(
     assert not stray.exists()
     assert (parent / running.id).is_dir()
     assert run(runsc_engine, running, "echo alive") == "alive\n"
+
+
+def test_a_new_engine_sweeps_empty_state_roots_left_long_ago(
+    runsc_engine: RunscEngine, sandbox_image: BuiltImage, owner: str
+) -> None:
+    """Each owner's runsc state root stays behind when its last sandbox goes (a test suite
+    leaves hundreds): an engine that starts removes the empty ones untouched for an hour; a
+    fresh empty one (runsc may be about to write into it) and one in use stay."""
+    running = runsc_engine.start(new_container(runsc_engine, sandbox_image.tag, owner).id)
+    state = runsc_engine.root / "state"
+    in_use = [root for root in state.iterdir() if any(root.glob(f"{running.id}_sandbox:*"))]
+    assert len(in_use) == 1
+    old, fresh = state / uuid.uuid4().hex[:16], state / uuid.uuid4().hex[:16]
+    for root in (old, fresh, in_use[0]):
+        root.mkdir(exist_ok=True)
+    long_ago = time.time() - 2 * 3600
+    for root in (old, in_use[0]):
+        os.utime(root, (long_ago, long_ago))
+    RunscEngine(runsc_engine.client, runsc_engine.root)
+    assert not old.exists()
+    assert fresh.is_dir() and in_use[0].is_dir()
+    assert run(runsc_engine, running, "echo alive") == "alive\n"
+    fresh.rmdir()

@@ -572,12 +572,12 @@ async def test_pool_members_are_as_ready_as_the_traffic_needs(
             "builder", "src/a.workflow.ts", (BIN_DIR / "warm.workflow.ts").read_bytes()
         )
         built = await manager.toolchain("builder").compile("src/a.workflow.ts")
-        assert built["ok"], built
+        assert built.ok, built
         assert (await manager.operation("builder", "stats"))["threads"]["engine"] is False
         ran = await manager.toolchain("builder").execute(
-            built["workflow"], execution_id="first", pin_data=built["fixtures"]
+            built.workflow, execution_id="first", pin_data=built.fixtures
         )
-        assert ran["status"] == "success", ran
+        assert ran.status == "success", ran
         after = await manager.operation("builder", "stats")
         assert after["threads"]["engine"] is True and after["pid"] == pids[builder.id]
         assert manager.pool.readiness.snapshot() == {
@@ -641,7 +641,7 @@ async def test_a_worker_past_its_memory_bound_recycles_its_threads_and_keeps_bui
             worker.close()
         # The default bound is far above a worker's size: the manager's worker never recycles.
         for _ in range(25):
-            assert (await manager.toolchain("t1").compile("src/a.workflow.ts"))["ok"]
+            assert (await manager.toolchain("t1").compile("src/a.workflow.ts")).ok
         assert (await manager.operation("t1", "stats"))["recycled"] == 0
     finally:
         await manager.close()
@@ -662,17 +662,17 @@ async def test_a_fresh_thread_loading_its_modules_is_not_charged_to_the_call_dea
             "engine": False,
         }
         built = await manager.toolchain("t1").compile("src/a.workflow.ts", timeout_s=0.5)
-        assert built["ok"], built
+        assert built.ok, built
         ran = await manager.toolchain("t1").execute(
-            built["workflow"], execution_id="e1", pin_data=built["fixtures"], timeout_s=0.5
+            built.workflow, execution_id="e1", pin_data=built.fixtures, timeout_s=0.5
         )
-        assert ran["ok"] and ran["status"] == "success", ran
+        assert ran.ok and ran.status == "success", ran
         # A call that is itself too slow still meets its deadline.
         await manager.write_file(
             "t1", "src/loop.workflow.ts", b"while (true) {}\nexport default 1;\n"
         )
         stuck = await manager.toolchain("t1").compile("src/loop.workflow.ts", timeout_s=0.5)
-        assert stuck["stage"] == "timeout" and "did not finish within 500 ms" in stuck["message"]
+        assert stuck.stage == "timeout" and "did not finish within 500 ms" in stuck.message
     finally:
         await manager.close()
 
@@ -794,20 +794,21 @@ async def test_compile_returns_workflow_json_with_fixtures_apart(
 ) -> None:
     manager = SandboxManager(provider, use_worker=use_worker)
     built = await manager.toolchain("t1").compile(TEMPLATE, timeout_s=20)
-    assert built["ok"], built
-    assert {n["name"] for n in built["workflow"]["nodes"]} == {
+    assert built.ok, built
+    assert {n["name"] for n in built.workflow["nodes"]} == {
         "Start",
         "Label Order",
         "Is Large?",
         "Large Order",
         "Small Order",
     }
-    assert "pinData" not in built["workflow"]  # fixtures are never part of the workflow
-    assert built["fixtures"] == {
+    assert "pinData" not in built.workflow  # fixtures are never part of the workflow
+    assert built.fixtures == {
         "Start": [{"orderId": "A-1", "amount": 250}, {"orderId": "A-2", "amount": 40}]
     }
-    assert built["issues"] == []
-    assert len(built["sourceHash"]) == 64 and built["typed"] is False
+    assert built.issues == []
+    assert built.source_hash is not None and len(built.source_hash) == 64
+    assert built.typed is False
 
 
 async def test_compile_sees_every_edit(provider: SandboxProvider) -> None:
@@ -818,7 +819,7 @@ async def test_compile_sees_every_edit(provider: SandboxProvider) -> None:
             "t1", "src/w.workflow.ts", source.replace("Large Order", name).encode()
         )
         built = await manager.toolchain("t1").compile("src/w.workflow.ts")
-        assert name in {n["name"] for n in built["workflow"]["nodes"]}
+        assert name in {n["name"] for n in built.workflow["nodes"]}
 
 
 async def test_compile_failures_are_reported_by_stage_and_an_endless_loop_is_cut_off(
@@ -827,19 +828,19 @@ async def test_compile_failures_are_reported_by_stage_and_an_endless_loop_is_cut
     manager = SandboxManager(provider)
     await manager.write_file("t1", "src/broken.workflow.ts", b"export default {\n  oops: ,\n};\n")
     broken = await manager.toolchain("t1").compile("src/broken.workflow.ts")
-    assert (broken["ok"], broken["stage"]) == (False, "load")
-    assert "broken.workflow.ts(2," in broken["message"]
+    assert (broken.ok, broken.stage) == (False, "load")
+    assert "broken.workflow.ts(2," in broken.message
     await manager.write_file("t1", "src/none.workflow.ts", b"export default 42;\n")
-    assert (await manager.toolchain("t1").compile("src/none.workflow.ts"))["stage"] == "export"
+    assert (await manager.toolchain("t1").compile("src/none.workflow.ts")).stage == "export"
     await manager.write_file(
         "t1", "src/hang.workflow.ts", b"while (Date.now() > 0) {}\nexport default 1;\n"
     )
     started = time.monotonic()
     hung = await manager.toolchain("t1").compile("src/hang.workflow.ts", timeout_s=1)
-    assert (hung["ok"], hung["stage"]) == (False, "timeout")
+    assert (hung.ok, hung.stage) == (False, "timeout")
     assert time.monotonic() - started < 10
     # The worker lives on, the next build works, and the cut-off thread left no zombie.
-    assert (await manager.toolchain("t1").compile(TEMPLATE))["ok"]
+    assert (await manager.toolchain("t1").compile(TEMPLATE)).ok
     container = await manager.acquire("t1")
     assert not [s for s in sh(container, "ps -eo stat=").split() if s.startswith("Z")]
     await manager.write_file(
@@ -848,7 +849,7 @@ async def test_compile_failures_are_reported_by_stage_and_an_endless_loop_is_cut
         json.dumps({"name": "J", "nodes": [], "connections": {}, "pinData": {"A": [{}]}}).encode(),
     )
     parsed = await manager.toolchain("t1").compile("src/w.json")
-    assert parsed["ok"] and parsed["workflow"]["name"] == "J" and parsed["fixtures"] == {"A": [{}]}
+    assert parsed.ok and parsed.workflow["name"] == "J" and parsed.fixtures == {"A": [{}]}
 
 
 async def _refuse(_thread: str, _host: str, _port: int) -> str:

@@ -313,6 +313,10 @@ async def test_idle_sandboxes_stop_keeping_files_and_ephemeral_ones_go(
         read = await api.get(f"/sandboxes/{kept}/files/content", params=path)
         assert read.status_code == 200 and read.content == b"kept"
         assert (await api.get(f"/sandboxes/{kept}")).json()["status"] == "running"
+        # Its way out came back with it (resumed, its bridge runs on): the proxy answers, here
+        # refusing a private address.
+        private = "curl -sS -m 10 -o /dev/null -w '%{http_code}' http://10.9.8.7/"
+        assert (await run(api, kept, private))["stdout"] == "403"
 
         async def gone() -> bool:
             return (await api.get(f"/sandboxes/{passing}")).status_code == 404

@@ -26,6 +26,7 @@ import structlog
 
 from sandbox.errors import FileTooLargeError, PathEscapeError, WorkspaceFileNotFoundError
 from sandbox.protocol import Sandboxes, ToolchainHost, WorkflowToolchain
+from sandbox.toolchain_results import Compiled, SdkIssue
 from server.catalog import CatalogService
 from server.catalog.catalog import Catalog, Finding
 from server.core.caller import LOCAL, Caller
@@ -319,25 +320,25 @@ class WorkflowBuilder:
             return _failed(outcome, [BuildIssue(message=f"{exc}{advice}", source="input")])
         except (PathEscapeError, WorkspaceFileNotFoundError) as exc:
             return _failed(outcome, [BuildIssue(message=str(exc), source="input")])
-        outcome.source_hash = compiled.get("sourceHash")
+        outcome.source_hash = compiled.source_hash
         is_typescript = not request.file_path.endswith(".json")
-        if not compiled.get("ok"):
+        if not compiled.ok:
             errors = [_stage_issue(compiled, request.file_path)]
-            if is_typescript and compiled.get("stage") in ("load", "export"):
+            if is_typescript and compiled.stage in ("load", "export"):
                 errors += await self._diagnostics(toolchain, request, errors)
             return _failed(outcome, errors)
 
-        workflow: dict[str, Any] = compiled["workflow"]
+        workflow = compiled.workflow
         catalog = await self._catalog.get()
-        issues = [_sandbox_issue(i, request.file_path) for i in compiled.get("issues", [])]
+        issues = [_sandbox_issue(i, request.file_path) for i in compiled.issues]
         issues += [_catalog_issue(f) for f in catalog.check_workflow(workflow)]
         errors = _dedupe([i for severity, i in issues if severity == "error"])
         outcome.warnings = _dedupe([i for severity, i in issues if severity != "error"])
-        if is_typescript and (errors or compiled.get("typed")):
+        if is_typescript and (errors or compiled.typed):
             errors += await self._diagnostics(toolchain, request, errors)
         if errors:
             return _failed(outcome, errors)
-        return workflow, compiled.get("fixtures") or {}
+        return workflow, compiled.fixtures
 
     async def _compile_and_save(
         self,
@@ -392,20 +393,19 @@ class WorkflowBuilder:
         except Exception as exc:  # the check is a bonus: never let it hide the real errors
             log.warning("typescript diagnostics failed", error=str(exc))
             return []
-        if not report.get("ok"):
-            log.info("typescript diagnostics unavailable", reason=report.get("message"))
+        if not report.ok:
+            log.info("typescript diagnostics unavailable", reason=report.message)
             return []
         found = [
             BuildIssue(
-                message=f"{d['file']}({d['line']},{d['column']}): error {d['code']}: "
-                f"{d['message']}",
+                message=f"{d.file}({d.line},{d.column}): error {d.code}: {d.message}",
                 source="typescript",
-                code=d["code"],
-                line=d["line"],
-                column=d["column"],
-                file=d["file"],
+                code=d.code,
+                line=d.line,
+                column=d.column,
+                file=d.file,
             )
-            for d in report.get("diagnostics", [])
+            for d in report.diagnostics
         ]
         return [issue for issue in _dedupe(found) if issue not in originals]
 
@@ -526,9 +526,9 @@ _STAGE_ADVICE = {
 }
 
 
-def _stage_issue(compiled: dict[str, Any], file_path: str) -> BuildIssue:
-    stage = str(compiled.get("stage", "load"))
-    message = str(compiled.get("message", "")).strip()
+def _stage_issue(compiled: Compiled, file_path: str) -> BuildIssue:
+    stage = compiled.stage or "load"
+    message = (compiled.message or "").strip()
     return BuildIssue(
         message=f"{_STAGE_ADVICE.get(stage, stage)}: {message}",
         source=stage,
@@ -537,17 +537,16 @@ def _stage_issue(compiled: dict[str, Any], file_path: str) -> BuildIssue:
     )
 
 
-def _sandbox_issue(raw: dict[str, Any], file_path: str) -> tuple[str, BuildIssue]:
-    line = raw.get("line")
-    return str(raw.get("severity", "error")), BuildIssue(
-        message=str(raw.get("message", "")),
-        source=str(raw.get("source", "graph")),
-        code=raw.get("code"),
-        node_name=raw.get("nodeName"),
-        path=raw.get("path"),
-        line=line,
-        column=raw.get("column"),
-        file=file_path if line else None,
+def _sandbox_issue(issue: SdkIssue, file_path: str) -> tuple[str, BuildIssue]:
+    return issue.severity, BuildIssue(
+        message=issue.message,
+        source=issue.source,
+        code=issue.code,
+        node_name=issue.node_name,
+        path=issue.path,
+        line=issue.line,
+        column=issue.column,
+        file=file_path if issue.line else None,
     )
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import structlog
 
+from sandbox.toolchain_results import ResolvedParameters, RunReport
 from server.catalog import CatalogService
 from server.core.caller import LOCAL, Caller
 from server.core.ids import new_id
@@ -124,9 +125,7 @@ class WorkflowRunner:
             raise
         finally:
             self._running.pop(execution.id, None)
-        if request.simulated is not None and outcome.get("ok", True):
-            outcome["simulation"] = {"simulatedNodes": request.simulated}
-        return await self._record(execution.id, masked(outcome, secrets), request.timeout_s)
+        return await self._record(execution.id, outcome, secrets, request)
 
     async def execute_node(
         self,
@@ -165,7 +164,7 @@ class WorkflowRunner:
             timeout_s=timeout_s,
             credentials=secrets,
         )
-        return masked(outcome, secrets)
+        return masked(outcome.raw(), secrets)
 
     async def resolve_parameters(
         self,
@@ -175,11 +174,10 @@ class WorkflowRunner:
         *,
         item_index: int = 0,
         run_index: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> ResolvedParameters:
         """The node's parameters with every expression evaluated by the engine, in the thread's
         sandbox, against what `execution` recorded (the workflow version it ran, each node's
-        last run): `{nodeName, runIndex, itemIndex, parameters, resolved, failedExpressions,
-        emptyResolutions}`. Nothing runs: the nodes' outputs are the run's."""
+        last run). Nothing runs: the nodes' outputs are the run's."""
         workflow = await self._workflows.version_json(execution.version_id, execution.workflow_id)
         if not any(n.get("name") == node_name for n in workflow.get("nodes") or []):
             names = ", ".join(str(n.get("name")) for n in workflow.get("nodes") or []) or "none"
@@ -205,9 +203,9 @@ class WorkflowRunner:
             run_index=run_index,
             item_index=item_index,
         )
-        if not found.pop("ok", True):
+        if not found.ok:
             raise UnavailableError(
-                f"resolving the parameters of {node_name!r} failed: {found.get('message')}"
+                f"resolving the parameters of {node_name!r} failed: {found.message}"
             )
         return found
 
@@ -234,23 +232,30 @@ class WorkflowRunner:
         return found
 
     async def _record(
-        self, execution_id: str, outcome: dict[str, Any], timeout_s: float
+        self,
+        execution_id: str,
+        outcome: RunReport,
+        secrets: dict[str, dict[str, Any]],
+        request: RunRequest,
     ) -> Execution:
-        if not outcome.get("ok", True):
-            stage = outcome.get("stage")
+        """The run's record, finished as the engine reported it (credential values masked)."""
+        report = masked(outcome.raw(), secrets)
+        if not outcome.ok:
             message = (
-                f"the run did not finish within {timeout_s:g} s and was stopped"
-                if stage == "timeout"
-                else str(outcome.get("message", "the run failed"))
+                f"the run did not finish within {request.timeout_s:g} s and was stopped"
+                if outcome.stage == "timeout"
+                else str(report.get("message") or "the run failed")
             )
             return await self._executions.finish(
                 execution_id, status="error", result={}, error=message
             )
-        result = {k: v for k, v in outcome.items() if k not in ("ok", "status", "error")}
-        failure = outcome.get("error") or {}
+        result = {k: v for k, v in report.items() if k not in ("ok", "status", "error")}
+        if request.simulated is not None:
+            result["simulation"] = {"simulatedNodes": request.simulated}
+        failure = report.get("error") or {}
         error = failure.get("message") if isinstance(failure, dict) else None
         return await self._executions.finish(
-            execution_id, status=str(outcome.get("status", "error")), result=result, error=error
+            execution_id, status=outcome.status or "error", result=result, error=error
         )
 
     async def stop(self, execution_id: str) -> tuple[bool, str]:

@@ -490,15 +490,15 @@ async def get_resolved_parameters(
         item_index=args.item_index,
         run_index=args.run_index,
     )
-    resolved = found.get("resolved")
+    resolved = found.resolved
     return ResolvedParametersOutput(
-        node_name=found["nodeName"],
-        run_index=found["runIndex"],
-        item_index=found["itemIndex"],
-        parameters=found.get("parameters"),
+        node_name=found.node_name,
+        run_index=found.run_index,
+        item_index=found.item_index,
+        parameters=found.parameters,
         resolved=json.dumps(resolved, indent=2) if resolved is not None else None,
-        failed_expressions=[FailedExpression.model_validate(f) for f in found["failedExpressions"]],
-        empty_resolutions=[EmptyResolution.model_validate(e) for e in found["emptyResolutions"]],
+        failed_expressions=[FailedExpression.model_validate(f) for f in found.failed_expressions],
+        empty_resolutions=[EmptyResolution.model_validate(e) for e in found.empty_resolutions],
     )
 
 

@@ -366,10 +366,10 @@ async def get_node_type_definition(
     return NodeTypeDefinitionOutput(
         node_type=node.name,
         version=version,
-        file=found["file"],
-        content=found["content"],
-        discriminators=found["discriminators"],
-        import_path=_import_path(node.name, found["file"]),
+        file=found.file,
+        content=found.content,
+        discriminators=found.discriminators,
+        import_path=_import_path(node.name, found.file),
     )
 
 
@@ -433,13 +433,13 @@ async def _materialize_one(
         )
     except (NotFoundError, SandboxError) as exc:
         return MaterializedDefinition(node_id=wanted.node_id, path="", content="", error=str(exc))
-    path = str(written["path"])  # node-types/<package folder>/<file>
+    path = written.path  # node-types/<package folder>/<file>
     return MaterializedDefinition(
         node_id=node.name,
         path=path,
-        content=str(written["content"]),
+        content=written.content,
         import_path=_import_path(node.name, path.split("/", 2)[2]),
-        source=str(written["source"]),
+        source=written.source,
     )
 
 
@@ -558,12 +558,12 @@ async def explore_node_resources(ctx: ToolContext[NodeTools], args: ExploreInput
         filter_text=args.filter,
         pagination_token=args.pagination_token,
     )
-    if not found.get("ok"):
+    if not found.ok:
         raise UnavailableError(
-            f"exploring {args.resource} failed: {_scrub(str(found.get('message')), secrets)}"
+            f"exploring {args.resource} failed: {_scrub(str(found.message), secrets)}"
         )
-    value = found.get("value")
-    if found.get("lookup") == "listSearch" and isinstance(value, dict):
+    value = found.value
+    if found.lookup == "listSearch" and isinstance(value, dict):
         return ExploreOutput(
             node_type=node.name,
             resource=args.resource,

@@ -129,9 +129,9 @@ async def get_workflow_as_code(
     workflow = await visible_workflow(ctx.services.workflows, ctx.caller, args.workflow_id)
     toolchain = await ctx.services.builder.toolchain(ctx.thread_id)
     generated = await toolchain.workflow_to_code(workflow.as_json())
-    if not generated.get("ok"):
-        raise UnavailableError(f"generating code failed: {generated.get('message')}")
-    return WorkflowCodeOutput(workflow_id=workflow.id, code=generated["code"])
+    if not generated.ok or generated.code is None:
+        raise UnavailableError(f"generating code failed: {generated.message}")
+    return WorkflowCodeOutput(workflow_id=workflow.id, code=generated.code)
 
 
 TOOLS: list[ToolSpec[Any]] = [
