@@ -1,5 +1,6 @@
-"""A server for benchmarks: real gRPC on loopback, real Docker sandboxes under a throw-away
-owner label (everything it made is removed afterwards), and a timer inside the sandbox."""
+"""A server for benchmarks: real gRPC on loopback, real sandboxes under a throw-away owner
+label (everything it made is removed afterwards, on either engine), and a timer inside the
+sandbox."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from bench.sandbox import cleanup
 from instance_ai.json_text import to_json
 from instance_ai.v1 import tools_pb2, tools_pb2_grpc
 from sandbox.docker_engine import DockerEngine
+from sandbox.runsc_engine import RunscEngine
 from server.app import Application
 from server.logs import configure_logging
 from server.settings import load_settings
@@ -37,8 +39,10 @@ async def bench_server(**overrides: Any) -> AsyncIterator[tuple[Application, grp
             ):
                 yield app, channel
         finally:
+            # Whichever engine drove its sandboxes: Docker, or runsc itself (the default).
             engine = DockerEngine.connect()
             cleanup(engine, owner)
+            cleanup(RunscEngine(engine.client, settings.sandbox_runsc_root), owner)
             engine.close()
 
 

@@ -116,7 +116,13 @@ class RunscEngine(RecordVolumes, UidJobs):
         # process starts, so `out_of_memory_since` can tell a kill after a moment from one
         # before it.
         self._oom_marks: dict[str, list[tuple[float, int]]] = {}
-        swept = sweep_cgroups({record.id for record in self._store.records()})
+        records = self._store.records()
+        # Leases whose holder died go when their owner's leases are next listed: of an owner
+        # never used again (a test's), nobody would.
+        ended = [r for r in records if self._removed_if_ended(r, self._status(r))]
+        if ended:
+            log.info("ended sandboxes that were to go removed", sandboxes=len(ended))
+        swept = sweep_cgroups({record.id for record in records} - {r.id for r in ended})
         if swept:
             log.info("empty cgroups of sandboxes gone removed", cgroups=swept)
         emptied = sweep_state_roots(self._state)

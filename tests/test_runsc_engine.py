@@ -10,6 +10,8 @@ import asyncio
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 import uuid
 from datetime import timedelta
@@ -27,10 +29,12 @@ from sandbox.kinds import THREAD
 from sandbox.manager import SandboxManager
 from sandbox.provider import SandboxProvider
 from sandbox.readiness import Readiness
+from sandbox.runsc_cli import runs
 from sandbox.runsc_engine import CGROUP_PARENT, RunscEngine
 from sandbox.runtimes import GVISOR_HOST_PIDS_FACTOR, GVISOR_KERNEL_MEMORY, RUNSC
 from sandbox.worker import worker_main_command
 from sandbox.workspace_seed import MARKER, SEED_DIR, initialise
+from tests.test_sandbox_owner import HOLD_LEASE
 
 ORDER_ROUTER = "knowledge-base/templates/order-router.workflow.ts"
 CGROUPS = Path("/sys/fs/cgroup")
@@ -563,3 +567,38 @@ def test_a_new_engine_sweeps_empty_state_roots_left_long_ago(
     assert fresh.is_dir() and in_use[0].is_dir()
     assert run(runsc_engine, running, "echo alive") == "alive\n"
     fresh.rmdir()
+
+
+def test_a_new_engine_removes_the_leases_of_holders_that_died(
+    runsc_engine: RunscEngine, sandbox_image: BuiltImage
+) -> None:
+    """A lease goes with its holder: under runsc, when the holder is killed its `cat` ends but
+    nothing removes the record until that owner's leases are listed again, which for an owner
+    never used again (a test's) is never. An engine that starts removes it."""
+    owner = f"lease-{uuid.uuid4().hex[:8]}"
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LEASE, sandbox_image.tag, owner, "runsc"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "held"
+        records = runsc_engine.root / "records" / "containers"
+        held = [
+            path
+            for path in records.glob("*.json")
+            if json.loads(path.read_text())["labels"].get(identity.LABEL_LEASE) == owner
+        ]
+        assert len(held) == 1
+    finally:
+        child.kill()  # SIGKILL: no clean-up of its own
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+    deadline = time.monotonic() + 30
+    while runs(held[0].stem):  # its `cat` ends with the holder's end of its stdin
+        assert time.monotonic() < deadline, "the lease outlived its holder"
+        time.sleep(0.05)
+    assert held[0].exists()
+    RunscEngine(runsc_engine.client, runsc_engine.root)
+    assert not held[0].exists()
