@@ -256,7 +256,12 @@ class SandboxManager:
         directory = workdir or directory
         container = await self.acquire(thread_id)
         entry = self.entries[thread_id]
-        if isinstance(self.engine, WorkerHost) and self.use_worker:
+        if (
+            isinstance(self.engine, WorkerHost)
+            and self.use_worker
+            and not (entry.worker is not None and entry.worker.alive)
+            and (entry.connecting is None or entry.connecting.done())
+        ):
             # The worker runs there anyway (the main process): asked how many processes a
             # command left, it spares the kill script after most commands. Connected beside
             # the command (after a resume that takes ~15 ms), not before it.
