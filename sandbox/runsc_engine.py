@@ -24,7 +24,6 @@ ours nor restore into a new container, which idle sandboxes and templates need
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -47,7 +46,6 @@ from sandbox.engine import (
     ContainerInfo,
     ContainerSpec,
     ExecResult,
-    WorkerHeldError,
 )
 from sandbox.errors import SandboxUnavailableError
 from sandbox.identity import LABEL_LEASE, LABEL_OWNER
@@ -428,25 +426,9 @@ class RunscEngine(RecordVolumes, UidJobs):
         with self._images_lock:
             lock = self._channel_locks.setdefault(container_id, threading.Lock())
         with lock:  # one wait at a time: each makes the socket anew
-            # The worker has one channel: held by whoever has the bundle's lock file locked
-            # (a replica of this service on this host), released with the channel or its
-            # holder's death.
-            held = os.open(bundle / WORKER_LOCK, os.O_CREAT | os.O_RDWR, 0o600)
-            try:
-                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(held)
-                raise WorkerHeldError("the sandbox's worker serves another process") from None
-            try:
-                return wait_for_worker(
-                    path,
-                    timeout_s,
-                    lambda: self._status(record) == "running",
-                    on_close=lambda: os.close(held),
-                )
-            except BaseException:
-                os.close(held)
-                raise
+            return wait_for_worker(
+                path, bundle / WORKER_LOCK, timeout_s, lambda: self._status(record) == "running"
+            )
 
     # -- processes --------------------------------------------------------------------------
 

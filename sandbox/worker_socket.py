@@ -2,17 +2,24 @@
 worker connects out to a socket in the sandbox's own control directory (worker.mjs
 `--connect`), which the host makes only while it waits for that worker. Between two channels
 the worker holds nothing of the host's, so a checkpoint of its sandbox restores anywhere.
+
+The worker has one channel: whoever holds it keeps a lock file locked (released with the
+channel, or by the kernel when its holder dies), so another process (a replica of the service
+on this host) is told at once (WorkerHeldError) instead of waiting for a worker that will not
+come.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
 import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from sandbox.engine import STDOUT, ContainerGoneError
+from sandbox.engine import STDOUT, ContainerGoneError, WorkerHeldError
 from sandbox.errors import SandboxUnavailableError
 
 __all__ = ["SocketChannel", "wait_for_worker"]
@@ -54,15 +61,27 @@ class SocketChannel:
 
 
 def wait_for_worker(
-    path: Path,
-    timeout_s: float,
-    running: Callable[[], bool],
-    on_close: Callable[[], None] = lambda: None,
+    path: Path, lock: Path, timeout_s: float, running: Callable[[], bool]
 ) -> SocketChannel:
-    """Listen at `path` (made anew, for the sandbox user) until the worker connects, then no
-    more. ContainerGoneError when `running()` says its sandbox stopped meanwhile;
-    SandboxUnavailableError when `timeout_s` ran out. `on_close` runs once the channel is
-    closed."""
+    """Hold `lock` (WorkerHeldError when another process does), then listen at `path` (made
+    anew, for the sandbox user) until the worker connects, then no more. ContainerGoneError
+    when `running()` says its sandbox stopped meanwhile; SandboxUnavailableError when
+    `timeout_s` ran out. The lock goes with the channel."""
+    held = os.open(lock, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(held)
+        raise WorkerHeldError("the sandbox's worker serves another process") from None
+    try:
+        connection = _accept(path, timeout_s, running)
+    except BaseException:
+        os.close(held)
+        raise
+    return SocketChannel(connection, on_close=lambda: os.close(held))
+
+
+def _accept(path: Path, timeout_s: float, running: Callable[[], bool]) -> socket.socket:
     deadline = time.monotonic() + timeout_s
     path.unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -85,4 +104,4 @@ def wait_for_worker(
         listener.close()
         path.unlink(missing_ok=True)
     connection.settimeout(None)
-    return SocketChannel(connection, on_close)
+    return connection
