@@ -12,6 +12,7 @@ is written into the workspace when it was cut, and its path returned so it can b
 
 from __future__ import annotations
 
+import collections
 import functools
 import io
 import tarfile
@@ -81,17 +82,20 @@ class CommandResult:
 
 
 class JobUidPool:
-    """Hands out job uids; thread-safe. A uid is reused only after its command ended."""
+    """Hands out job uids; thread-safe. A uid is reused only after its command ended, and
+    the least recently released first: the zombies a killed job leaves (a fork bomb's
+    thousands) count against its uid's process limit until PID 1 reaps them, and a command
+    handed that uid at once could not fork."""
 
     def __init__(self, first: int = JOB_UID_FIRST, count: int = JOB_UID_COUNT) -> None:
         self._lock = threading.Lock()
-        self._free = list(range(first + count - 1, first - 1, -1))
+        self._free = collections.deque(range(first, first + count))
 
     def acquire(self) -> int:
         with self._lock:
             if not self._free:
                 raise SandboxUnavailableError("too many commands running at once; retry later")
-            return self._free.pop()
+            return self._free.popleft()
 
     def release(self, uid: int) -> None:
         with self._lock:

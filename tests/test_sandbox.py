@@ -418,6 +418,7 @@ async def test_a_fork_bomb_and_a_memory_hog_are_contained(provider: SandboxProvi
     # Swept: nothing of any job uid is left alive, only the sandbox user's processes and this
     # check's own job. (Dead ones may wait a moment for PID 1 to reap them.)
     listed = await manager.run_command("bomb", "id -u; ps -eo uid=,stat=", timeout_s=60)
+    assert listed.exit_code == 0, listed.stderr  # forks: not handed the bomb's uid and zombies
     own, *table = listed.stdout.split()
     alive = {uid for uid, stat in zip(table[::2], table[1::2], strict=True) if stat[0] != "Z"}
     assert alive == {"1000", own}, listed.stdout
