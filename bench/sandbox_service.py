@@ -5,7 +5,7 @@ measured in the same run, and n8n's own published figures as the peer to beat.
   (pool off) through the same API; and create to its first command's exit (`true`) answered;
 - reconnect: `POST /sandboxes {id}` of an existing sandbox vs `GET /sandboxes/{id}`;
 - exec `true`: `POST .../executions` (the NDJSON stream to its exit) vs the engine's own exec
-  of `true` (`docker exec`, or `runsc exec` where runsc drives sandboxes);
+  of `true` (`docker exec`, or the sandbox's job launcher where runsc drives sandboxes);
 - wake + exec `true` after an idle stop (a suspend, where the engine has snapshots) vs the
   engine's start after a plain stop + its exec;
 - write and read 10 KB: `PUT /files` and `GET /files/content` vs the engine's exec of `cat`;
@@ -120,7 +120,7 @@ async def measure(rounds: int) -> list[str]:
         info = await asyncio.to_thread(manager.provider.get, service_key(sandbox))
         assert info is not None, "the sandbox API's sandbox has no container"
         container = info.container_id
-        way_in = "runsc exec" if isinstance(engine, Snapshots) else "docker exec"
+        way_in = "the job launcher's" if isinstance(engine, Snapshots) else "docker exec"
         ours = await timed(lambda: run(api, sandbox, "true"), rounds)
         base = await timed(
             lambda: asyncio.to_thread(engine_exec, engine, container, "true"), rounds

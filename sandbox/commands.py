@@ -13,13 +13,14 @@ is written into the workspace when it was cut, and its path returned so it can b
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import io
 import tarfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from queue import Empty, Queue
 
@@ -102,6 +103,28 @@ class JobUidPool:
             self._free.append(uid)
 
 
+class KeyedLocks:
+    """A lock per key, kept only while someone holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._locks: dict[Hashable, tuple[threading.Lock, list[int]]] = {}
+
+    @contextlib.contextmanager
+    def hold(self, key: Hashable) -> Iterator[None]:
+        with self._lock:
+            lock, users = self._locks.setdefault(key, (threading.Lock(), [0]))
+            users[0] += 1
+        try:
+            with lock:
+                yield
+        finally:
+            with self._lock:
+                users[0] -= 1
+                if not users[0]:
+                    del self._locks[key]
+
+
 @dataclass(frozen=True)
 class JobLimits:
     """Limits a command runs under, set on everything it starts, where the container's
@@ -157,6 +180,7 @@ class CommandRunner:
         self.max_output_bytes = max_output_bytes
         self.max_saved_bytes = max_saved_bytes
         self.uids = uids or JobUidPool()
+        self._kills = KeyedLocks()
 
     def run(
         self,
@@ -242,9 +266,11 @@ class CommandRunner:
     def _kill_job(self, container_id: str, job: int) -> None:
         """Kill every process of the job; when that fails (still alive after every round, or
         the engine cannot reach in) stop the container whole: the next use starts it again
-        with the workspace intact."""
-        if not self.engine.kill_job(container_id, job):
-            self.engine.kill(container_id)
+        with the workspace intact. One kill of a job at a time: two at once (the janitor's
+        and the sandbox's own reaper) run as the same uid, and each kills the other."""
+        with self._kills.hold((container_id, job)):
+            if not self.engine.kill_job(container_id, job):
+                self.engine.kill(container_id)
 
     def _health(self, container_id: str, since: float, watch_memory: bool) -> str | None:
         """Why a running command will not end by itself: "gone" (its container stopped), "oom"

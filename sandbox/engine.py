@@ -102,6 +102,9 @@ class ContainerSpec:
     stdin_open: bool = False
     # Removed by the engine as soon as its main process ends.
     auto_remove: bool = False
+    # The main command runs under the image's job launcher (job_launcher.py), which then
+    # starts the container's commands; engines that start each with an exec ignore it.
+    job_launcher: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,8 +7,9 @@
   running a command;
 - **the reaper** (at start-up): commands left running by a process that died are killed;
 - **the janitor** (one replica for all): sandboxes of threads that no longer exist, sandboxes
-  older than `max_age`, workspace volumes left without a container and egress directories no
-  container names are removed, by owner label.
+  older than `max_age`, sandboxes a dead process left half made into a template, workspace
+  volumes left without a container and egress directories no container names are removed,
+  by owner label.
 """
 
 from __future__ import annotations
@@ -90,6 +91,9 @@ async def janitor(manager: SandboxManager) -> JanitorReport:
                 entry.drop_worker()
             await in_thread(provider.remove, info)
             report.removed_sandboxes.append(info.thread_id or info.sandbox_id)
+    for info in await in_thread(provider.stale_template_sources):
+        await in_thread(provider.remove, info)
+        report.removed_sandboxes.append(info.sandbox_id)
     for volume in await in_thread(provider.orphan_volumes):
         await in_thread(provider.remove_volume, volume)
         report.removed_volumes.append(volume)

@@ -23,6 +23,7 @@ __all__ = [
     "pool_name",
     "sandbox_id",
     "sandbox_id_from_name",
+    "template_source_name",
     "volume_name",
 ]
 
@@ -65,6 +66,12 @@ def pool_name(owner: str, pool_id: str, kind: str = "") -> str:
     Each kind has its own pool (`kind` is in the name of any but a thread's)."""
     pool = f"{kind}pool" if kind else "pool"
     return f"instance-ai-{_owner_tag(owner)}-{pool}-{pool_id}"
+
+
+def template_source_name(owner: str, source_id: str, kind: str = "") -> str:
+    """A sandbox warmed to be saved as a template, then removed: never a pool member (its
+    name is not a pool name, so no process adopts or claims it)."""
+    return f"instance-ai-{_owner_tag(owner)}-{kind}template-{source_id}"
 
 
 def lease_name(owner: str, claim: str) -> str:

@@ -5,6 +5,8 @@ reaches all of them, `setsid` escapees included, and nothing of other uids.
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Mapping
 
 from sandbox.engine import ExecResult
@@ -19,7 +21,7 @@ __all__ = ["LIST_UIDS", "UidJobs", "jobs_listed", "kill_job_argv"]
 # stopped processes fork no more, so a fork bomb dies within a round or two. No fork in the
 # loop (the count reads /proc with shell builtins): a uid at its process limit must still be
 # killable. The pause lets exiting processes finish.
-_KILL_ALL = """me=$1; round=0
+_KILL_ALL = """me=$1; round=0; clean=0
 while [ $round -lt 40 ]; do
   round=$((round + 1))
   kill -STOP -1 2>/dev/null; kill -KILL -1 2>/dev/null
@@ -32,10 +34,17 @@ while [ $round -lt 40 ]; do
     done 2>/dev/null <"$status"
     [ "$uid" = "$me" ] && [ "$state" != Z ] && left=$((left + 1))
   done
-  [ $left -eq 0 ] && exit 0
+  if [ $left -eq 0 ]; then clean=$((clean + 1)); else clean=0; fi
+  [ $clean -ge 3 ] && exit 0
   sleep 0.05 2>/dev/null
 done
 exit 1"""
+
+# A kill script killed itself: another kill of the same job ran at once (another process's:
+# a replica; one process runs one at a time), each the other's target. It runs again, after
+# a random pause, a few times before the caller is told the job could not be killed.
+KILLED_BY_ANOTHER = 137
+KILL_ATTEMPTS = 3
 
 # Every process's uid, one a line.
 LIST_UIDS = ["ps", "-eo", "uid="]
@@ -69,7 +78,11 @@ class UidJobs:
 
     def kill_job(self, container_id: str, job: int) -> bool:
         try:
-            result = self.exec(container_id, kill_job_argv(job), workdir="/", job=job)
+            for _ in range(KILL_ATTEMPTS):
+                result = self.exec(container_id, kill_job_argv(job), workdir="/", job=job)
+                if result.exit_code != KILLED_BY_ANOTHER:
+                    break
+                time.sleep(random.uniform(0, 0.2))  # noqa: S311 (not the same moment again)
         except SandboxUnavailableError:
             return False
         return result.exit_code == 0

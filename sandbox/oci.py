@@ -22,6 +22,7 @@ import docker.errors
 
 from sandbox.engine import ContainerSpec, SandboxLimits
 from sandbox.errors import SandboxUnavailableError
+from sandbox.job_launcher import launcher_process
 from sandbox.runtimes import GVISOR_HOST_PIDS_FACTOR, GVISOR_KERNEL_MEMORY
 
 __all__ = ["INIT", "ExportedImage", "bundle_config", "export_image"]
@@ -125,6 +126,13 @@ def bundle_config(
     limits = spec.limits
     uid, gid = (int(part) for part in limits.user.split(":"))
     args = list(spec.command if spec.command is not None else image.command)
+    identity: dict[str, Any] = {
+        "user": {"uid": uid, "gid": gid, "additionalGids": [gid]},
+        "capabilities": {},
+    }
+    if spec.job_launcher:
+        identity = launcher_process(limits.user, args)
+        args = identity.pop("args")
     mounts = _base_mounts(etc_dir)
     if limits.init:
         args = [INIT, "--", *args]
@@ -140,11 +148,10 @@ def bundle_config(
     return {
         "ociVersion": "1.0.2-dev",
         "process": {
-            "user": {"uid": uid, "gid": gid, "additionalGids": [gid]},
+            **identity,
             "args": args,
             "env": env_list(image, spec.environment),
             "cwd": spec.working_dir or image.working_dir,
-            "capabilities": {},
             "rlimits": rlimits(limits),
             "noNewPrivileges": limits.no_new_privileges,
             "terminal": False,

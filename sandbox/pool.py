@@ -263,7 +263,7 @@ class WarmPool:
         nothing of the host's), checkpoint it as the template, remove it."""
         assert self.templates is not None and isinstance(self.engine, Snapshots)
         engine = self.engine
-        container = self.provider.create_pooled()
+        container = self.provider.create_template_source()
         try:
             entry = self.warm(container, readiness)
             entry.drop_worker()

@@ -65,7 +65,7 @@ class Started(enum.Enum):
 EGRESS_NAME = re.compile(r"[0-9a-f]{16}")
 
 # A volume is made (and its filesystem formatted) before the container that mounts it: one
-# younger than this is being set up, not left behind.
+# younger than this is being set up, not left behind (as is a sandbox being made a template).
 ORPHAN_GRACE = timedelta(minutes=2)
 
 
@@ -299,6 +299,17 @@ class SandboxProvider:
         container = self._create_container(name, identity.volume_name(self.owner, pool_id), labels)
         return self.restore_or_start(container, template)
 
+    def create_template_source(self) -> ContainerInfo:
+        """A started sandbox, made cold, to be warmed and saved as a template: as a pool
+        member is, under a name of its own (`identity.template_source_name`)."""
+        source_id = uuid.uuid4().hex
+        name = identity.template_source_name(self.owner, source_id, self.kind.name)
+        labels = self._labels("", source_id)
+        container = self._create_container(
+            name, identity.volume_name(self.owner, source_id), labels
+        )
+        return self.start(container)
+
     def pooled(self) -> list[ContainerInfo]:
         """Unclaimed pool sandboxes (claimed ones were renamed away from the pool name)."""
         pool_prefix = identity.pool_name(self.owner, "", self.kind.name)
@@ -320,14 +331,31 @@ class SandboxProvider:
 
     def list_sandboxes(self, *, every_kind: bool = False) -> list[SandboxInfo]:
         """This owner's sandboxes of this kind (`every_kind`: of any kind) that were given
-        out (not an unclaimed pool's)."""
+        out (not an unclaimed pool's, nor one being made a template)."""
         found = self.engine.containers({identity.LABEL_OWNER: self.owner})
         return [
             self._info(c)
             for c in found
-            if (every_kind or self.kind.owns(c.labels))
-            and not c.name.startswith(identity.pool_name(self.owner, "", _kind_of(c.labels)))
+            if (every_kind or self.kind.owns(c.labels)) and not self._unclaimed(c)
         ]
+
+    def stale_template_sources(self) -> list[SandboxInfo]:
+        """Sandboxes being made templates for longer than `orphan_grace` (a few seconds is
+        usual): left by a process that died making one."""
+        prefix = identity.template_source_name(self.owner, "", self.kind.name)
+        found = self.engine.containers({identity.LABEL_OWNER: self.owner})
+        made_before = datetime.now(UTC) - self.orphan_grace
+        infos = [self._info(c) for c in found if c.name.startswith(prefix)]
+        return [i for i in infos if i.created_at is not None and i.created_at < made_before]
+
+    def _unclaimed(self, container: ContainerInfo) -> bool:
+        kind = _kind_of(container.labels)
+        return container.name.startswith(
+            (
+                identity.pool_name(self.owner, "", kind),
+                identity.template_source_name(self.owner, "", kind),
+            )
+        )
 
     def remove(self, info: SandboxInfo) -> None:
         """Remove a listed sandbox and its workspace (whether or not it has a thread label)."""
@@ -427,7 +455,8 @@ class SandboxProvider:
                 self.engine.create_volume(volume, labels)
             self._attach_disk(volume)
             # Where the engine reaches the worker through a socket (runsc), the worker is the
-            # main process: then it is in a checkpoint, and comes back in a restore.
+            # main process: then it is in a checkpoint, and comes back in a restore. It runs
+            # under the job launcher, which starts the sandbox's commands there.
             main, worker_env = None, {}
             if isinstance(self.engine, WorkerHost):
                 main, worker_env = worker_main_command(), worker_environment()
@@ -444,6 +473,7 @@ class SandboxProvider:
                     environment={**self.kind.environment, **environment, **worker_env},
                     working_dir=self.kind.working_dir,
                     command=main,
+                    job_launcher=main is not None,
                 )
             )
         except BaseException:

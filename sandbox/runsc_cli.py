@@ -115,17 +115,23 @@ def remove_cgroups(container_id: str) -> None:
             (parent / container_id).rmdir()
 
 
-def sweep_cgroups(known: set[str]) -> int:
+def sweep_cgroups(known: set[str], older_than_s: float = 600.0) -> int:
     """Remove the empty cgroups of sandboxes no record names (left by a service that died
     before removing its sandboxes, or by a version that did not remove them). A container's
     record exists before its cgroup and goes after it, and a cgroup that holds a process
-    cannot be removed: a running or starting sandbox keeps its own. How many were removed."""
+    cannot be removed; but `known` was read a moment ago, and another process of this host
+    (a replica, a test) may have made a sandbox since, whose cgroup runsc makes before it
+    moves the sandbox in: only cgroups untouched for `older_than_s` go. How many were
+    removed."""
     removed = 0
+    cutoff = time.time() - older_than_s
     for parent in _cgroup_parents():
         with contextlib.suppress(OSError):
             for cgroup in parent.iterdir():
-                if cgroup.is_dir() and cgroup.name not in known:
-                    with contextlib.suppress(OSError):
+                if not (cgroup.is_dir() and cgroup.name not in known):
+                    continue
+                with contextlib.suppress(OSError):
+                    if cgroup.stat().st_mtime < cutoff:
                         cgroup.rmdir()
                         removed += 1
     return removed

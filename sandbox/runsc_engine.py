@@ -13,8 +13,11 @@ ours nor restore into a new container, which idle sandboxes and templates need
 - A volume is a directory (the workspace disk mounts its ext4 there, as on Docker); on its
   first mount it gets what the image holds at the mount point, owner and mode included, as a
   new Docker volume does.
-- Processes are `runsc exec` with a process spec of their own: the container's environment,
-  `HOME`, the sandbox user or a job's uid, the container's limits, no capabilities.
+- Processes are started by the sandbox's job launcher (job_launcher.py), where it has one:
+  a fork in the sandbox instead of a runsc process on the host. Else, and for a process
+  that needs stdin, `runsc exec` with a process spec of its own. Either way: the container's
+  environment, `HOME`, the sandbox user or a job's uid, the container's limits, no
+  capabilities.
 - A container whose stdin is kept open (the owner lease's `cat`) runs `runsc run` in the
   foreground with its streams on the attach: it ends when the attaching process does.
 - Its state is asked of runsc each time (`runsc state`, `runsc list`): a sandbox killed from
@@ -33,6 +36,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
@@ -53,6 +57,12 @@ from sandbox.image.build import require_image
 from sandbox.image.catalog import extract_catalog
 from sandbox.image.rootfs import USER_UID
 from sandbox.job_kill import UidJobs
+from sandbox.job_launcher import (
+    LAUNCHER_SOCKET_DIR,
+    JobChannel,
+    JobLaunchers,
+    LauncherGoneError,
+)
 from sandbox.oci import ExportedImage, bundle_config, export_image
 from sandbox.process_streams import ProcessStreams
 from sandbox.runsc_cli import (
@@ -86,6 +96,11 @@ CONTROL_DIR = "control"
 WORKER_LOCK = "worker.lock"
 # Where a suspended sandbox's checkpoint is kept, in its bundle (`suspend`).
 SUSPENDED = "suspended"
+# What a call is told when its sandbox ended under it.
+GONE = (
+    "the sandbox went away during the call; it was removed or stopped from outside. "
+    "The next call makes it again, with the same workspace"
+)
 # The volume flag of one that got the image's files at its mount point (`_prepare_volume`).
 FILLED = "filled"
 
@@ -108,6 +123,8 @@ class RunscEngine(RecordVolumes, UidJobs):
         self._images_lock = threading.Lock()
         # One wait for a container's worker at a time (each makes its socket anew).
         self._channel_locks: dict[str, threading.Lock] = {}
+        # Channels to the sandboxes' job launchers.
+        self._launchers = JobLaunchers()
         # Attaches made before their container started (the lease's), by container id.
         self._attaches: dict[str, ProcessStreams] = {}
         # Per container: (when, the OOM kills its cgroup had counted then), taken as each
@@ -144,6 +161,7 @@ class RunscEngine(RecordVolumes, UidJobs):
             ) from exc
 
     def close(self) -> None:
+        self._launchers.close()
         self.client.close()
 
     def runtimes(self) -> frozenset[str]:
@@ -205,6 +223,7 @@ class RunscEngine(RecordVolumes, UidJobs):
                     "volumeMount": spec.volume_mount,
                     "volumeSeed": spec.volume_seed,
                     "rootfs": str(image.rootfs),
+                    "jobLauncher": spec.job_launcher,
                 },
             )
             self._write_bundle(record, spec, image)
@@ -229,6 +248,9 @@ class RunscEngine(RecordVolumes, UidJobs):
         control = bundle / CONTROL_DIR
         control.mkdir(exist_ok=True)
         control.chmod(0o755)
+        binds = {control: WORKER_SOCKET_DIR}
+        if spec.job_launcher:
+            binds[JobLaunchers.prepare(bundle)] = LAUNCHER_SOCKET_DIR
         config = bundle_config(
             spec,
             image,
@@ -236,7 +258,7 @@ class RunscEngine(RecordVolumes, UidJobs):
             cgroups_path=f"{CGROUP_PARENT}/{record.id}",
             etc_dir=etc,
             volume_dir=volume.mountpoint if volume is not None else None,
-            extra_binds={control: WORKER_SOCKET_DIR},
+            extra_binds=binds,
         )
         (bundle / "config.json").write_text(json.dumps(config))
 
@@ -262,9 +284,16 @@ class RunscEngine(RecordVolumes, UidJobs):
         """Save the running sandbox (its memory, its processes, its /tmp) to `image_dir`;
         with `leave_running` it runs on, else it ends. Uncompressed: a restore then reads the
         pages as they are (runsc's default, flate, costs each restore its inflation). A
-        sandbox with a process whose streams are the host's (one started by `exec`) is saved
-        but cannot be restored: those streams are not in the image."""
+        sandbox with a process whose streams are the host's (one started by `runsc exec`, not
+        by its job launcher) is saved but cannot be restored: those streams are not in the
+        image."""
         record = self._store.require(container_id)
+        # The launcher's channel, opened if it was not, then closed: no channel to the host is
+        # in the image, and a launcher tries again every 20 ms after a channel ends (every
+        # 250 ms once long unheard), so a restored one is there at the first command.
+        with contextlib.suppress(SandboxUnavailableError):
+            self._launcher(record)
+        self._launchers.forget(record.id)
         image_dir.mkdir(parents=True, exist_ok=True)
         argv = [*self._runsc(record), "checkpoint", f"--image-path={image_dir}"]
         argv += ["--compression=none", *(["--leave-running"] if leave_running else [])]
@@ -353,6 +382,7 @@ class RunscEngine(RecordVolumes, UidJobs):
             record = self._store.require(record.id)
             record.status = "running"
             self._store.save(record)
+        self._launchers.forget(record.id)  # a launcher to wait for again
         self._mark_memory(record)
         return self._info(record)
 
@@ -441,7 +471,16 @@ class RunscEngine(RecordVolumes, UidJobs):
         env: Mapping[str, str] | None = None,
         job: int | None = None,
     ) -> ExecResult:
-        record, command = self._exec_command(container_id, argv, workdir, env, job)
+        record, process = self._process(container_id, argv, workdir, env, job)
+        launcher = self._launcher(record)
+        if launcher is not None:
+            try:
+                return launcher.run(argv, **_launched(process))
+            except LauncherGoneError:
+                if _ends(record.id):
+                    raise ContainerGoneError(GONE) from None
+                raise
+        command = self._exec_command(record, process)
         try:
             done = subprocess.run(
                 command, stdin=subprocess.DEVNULL, capture_output=True, check=False
@@ -461,12 +500,16 @@ class RunscEngine(RecordVolumes, UidJobs):
         job: int | None = None,
         stdin: bool = False,
     ) -> Attached:
-        record, command = self._exec_command(container_id, argv, workdir, env, job)
+        record, process = self._process(container_id, argv, workdir, env, job)
         self._mark_memory(record)
+        launcher = None if stdin else self._launcher(record)
+        if launcher is not None:
+            return launcher.spawn(argv, **_launched(process))
+        command = self._exec_command(record, process)
         process_file = Path(command[-2])
-        process = self._popen(command, stdin=stdin)
+        popen = self._popen(command, stdin=stdin)
         return ProcessStreams(
-            process,
+            popen,
             on_exit=lambda: process_file.unlink(missing_ok=True),
             says_nothing=lambda code: code == GONE_EXIT and _ends(container_id),
         )
@@ -483,9 +526,10 @@ class RunscEngine(RecordVolumes, UidJobs):
     def copy_in(self, container_id: str, directory: str, archive: bytes) -> None:
         """Unpacked by the sandbox user inside the sandbox (its kernel confines the paths);
         an existing file is replaced, never followed if it is a link."""
-        record, command = self._exec_command(
+        record, process = self._process(
             container_id, ["tar", "-x", "-p", "-f", "-", "-C", directory], directory, None, None
         )
+        command = self._exec_command(record, process)
         try:
             done = subprocess.run(command, input=archive, capture_output=True, check=False)
         finally:
@@ -542,6 +586,7 @@ class RunscEngine(RecordVolumes, UidJobs):
     def _delete_sandbox(self, record: ContainerRecord, *, even_unstarted: bool = False) -> None:
         """Kill and forget the record's runsc sandbox, if any (its cgroup goes with it); one
         never started has none, unless a start of it failed half-way (`even_unstarted`)."""
+        self._launchers.forget(record.id)
         if record.status == "created" and not even_unstarted:
             return
         delete(_state(record), record.id)
@@ -572,16 +617,16 @@ class RunscEngine(RecordVolumes, UidJobs):
             seed_on_host(rootfs / str(seed).lstrip("/"), volume.mountpoint)
         self._store.set_volume_flag(volume.name, FILLED)
 
-    def _exec_command(
+    def _process(
         self,
         container_id: str,
         argv: list[str],
         workdir: str,
         env: Mapping[str, str] | None,
         job: int | None,
-    ) -> tuple[ContainerRecord, list[str]]:
-        """`runsc exec --process <file> <id>`, with the process spec in a file of its own
-        (the caller removes it: `command[-2]`)."""
+    ) -> tuple[ContainerRecord, dict[str, Any]]:
+        """The OCI process spec of a command in the container: its environment and `HOME`,
+        the sandbox user or the job's uid, the container's limits, no capabilities."""
         record = self._store.require(container_id)
         config = json.loads((self._bundles / container_id / "config.json").read_text())
         spec = config["process"]
@@ -591,23 +636,35 @@ class RunscEngine(RecordVolumes, UidJobs):
         process = {
             **spec,
             "user": {"uid": uid, "gid": USER_UID, "additionalGids": [USER_UID]},
+            "capabilities": {},
             "args": argv,
             "env": [f"{k}={v}" for k, v in environment.items()],
             "cwd": workdir,
             "rlimits": spec["rlimits"],
         }
-        directory = self._bundles / container_id / "processes"
+        return record, process
+
+    def _exec_command(self, record: ContainerRecord, process: dict[str, Any]) -> list[str]:
+        """`runsc exec --process <file> <id>`, with the process spec in a file of its own
+        (the caller removes it: `command[-2]`)."""
+        directory = self._bundles / record.id / "processes"
         directory.mkdir(exist_ok=True)
         process_file = directory / f"{os.urandom(8).hex()}.json"
         process_file.write_text(json.dumps(process))
-        return record, [*self._runsc(record), "exec", "--process", str(process_file), record.id]
+        return [*self._runsc(record), "exec", "--process", str(process_file), record.id]
+
+    def _launcher(self, record: ContainerRecord) -> JobChannel | None:
+        """The sandbox's job launcher, where it was made with one and this process holds
+        its channel."""
+        if not record.engine.get("jobLauncher"):
+            return None
+        return self._launchers.channel(
+            record.id, self._bundles / record.id, lambda: self._status(record) == "running"
+        )
 
     def _raise_if_gone(self, record: ContainerRecord, code: int, stderr: bytes) -> None:
         if code == GONE_EXIT and is_gone(stderr) and self._status(record) != "running":
-            raise ContainerGoneError(
-                "the sandbox went away during the call; it was removed or stopped from outside. "
-                "The next call makes it again, with the same workspace"
-            )
+            raise ContainerGoneError(GONE)
 
     @staticmethod
     def _popen(argv: list[str], *, stdin: bool) -> subprocess.Popen[bytes]:
@@ -628,6 +685,15 @@ class RunscEngine(RecordVolumes, UidJobs):
             marks = self._oom_marks.setdefault(record.id, [])
             marks.append((time.time(), count))
             del marks[:-64]
+
+
+def _launched(process: dict[str, Any]) -> dict[str, Any]:
+    """The launcher's terms for an OCI process spec (its limits are the launcher's own)."""
+    return {
+        "uid": process["user"]["uid"],
+        "cwd": process["cwd"],
+        "env": dict(item.split("=", 1) for item in process["env"]),
+    }
 
 
 def _ends(container_id: str, settle_s: float = 2.0) -> bool:

@@ -61,27 +61,27 @@ class SocketChannel:
 
 
 def wait_for_worker(
-    path: Path, lock: Path, timeout_s: float, running: Callable[[], bool]
+    path: Path, lock: Path, timeout_s: float, running: Callable[[], bool], who: str = "worker"
 ) -> SocketChannel:
     """Hold `lock` (WorkerHeldError when another process does), then listen at `path` (made
-    anew, for the sandbox user) until the worker connects, then no more. ContainerGoneError
-    when `running()` says its sandbox stopped meanwhile; SandboxUnavailableError when
-    `timeout_s` ran out. The lock goes with the channel."""
+    anew) until the sandbox's `who` (its worker, its job launcher) connects, then no more.
+    ContainerGoneError when `running()` says its sandbox stopped meanwhile;
+    SandboxUnavailableError when `timeout_s` ran out. The lock goes with the channel."""
     held = os.open(lock, os.O_CREAT | os.O_RDWR, 0o600)
     try:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(held)
-        raise WorkerHeldError("the sandbox's worker serves another process") from None
+        raise WorkerHeldError(f"the sandbox's {who} serves another process") from None
     try:
-        connection = _accept(path, timeout_s, running)
+        connection = _accept(path, timeout_s, running, who)
     except BaseException:
         os.close(held)
         raise
     return SocketChannel(connection, on_close=lambda: os.close(held))
 
 
-def _accept(path: Path, timeout_s: float, running: Callable[[], bool]) -> socket.socket:
+def _accept(path: Path, timeout_s: float, running: Callable[[], bool], who: str) -> socket.socket:
     deadline = time.monotonic() + timeout_s
     path.unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -95,10 +95,10 @@ def _accept(path: Path, timeout_s: float, running: Callable[[], bool]) -> socket
                 connection, _ = listener.accept()
                 break
             if not running():
-                raise ContainerGoneError("the sandbox stopped before its worker connected")
+                raise ContainerGoneError(f"the sandbox stopped before its {who} connected")
             if time.monotonic() >= deadline:
                 raise SandboxUnavailableError(
-                    f"the sandbox's worker did not connect within {timeout_s:.0f} s"
+                    f"the sandbox's {who} did not connect within {timeout_s:.0f} s"
                 )
     finally:
         listener.close()

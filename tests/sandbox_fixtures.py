@@ -22,6 +22,7 @@ from sandbox import identity
 from sandbox.docker_engine import DockerEngine, connect
 from sandbox.engine import ContainerEngine, ContainerInfo, ExecResult, SandboxLimits
 from sandbox.image.build import BuiltImage, ImageBuilder
+from sandbox.job_launcher import LAUNCHER_SCRIPT
 from sandbox.provider import SandboxProvider, remove_owner
 from sandbox.runsc_cli import CGROUP_PARENT, PIDS_CGROUPS, RUNSC_FLAGS
 from sandbox.runsc_engine import RunscEngine
@@ -193,7 +194,10 @@ class HostView:
     runtime: str
     read_only: bool
     network: str
+    # Of the sandbox's first process: none, or the job launcher's (job_launcher.py), which
+    # runs everything else as `user`.
     capabilities: frozenset[str]
+    launcher: bool
     no_new_privileges: bool
     user: str
     memory: int
@@ -218,6 +222,7 @@ class HostView:
             capabilities=frozenset(host["CapAdd"] or ()) - {"ALL"}
             if host["CapDrop"] == ["ALL"]
             else frozenset({"(not all dropped)"}),
+            launcher=False,
             no_new_privileges="no-new-privileges" in (host["SecurityOpt"] or []),
             user=attrs["Config"]["User"],
             memory=host["Memory"],
@@ -232,7 +237,8 @@ class HostView:
         process, resources = config["process"], config["linux"]["resources"]
         cpu = resources["cpu"]
         tmp = next(m for m in config["mounts"] if m["destination"] == "/tmp")
-        user = process["user"]
+        user, args = process["user"], process["args"]
+        launcher = LAUNCHER_SCRIPT in args
         return cls(
             driver="runsc",
             runtime=RUNSC,
@@ -242,8 +248,9 @@ class HostView:
             capabilities=frozenset(
                 cap for kind in process.get("capabilities", {}).values() for cap in kind
             ),
+            launcher=launcher,
             no_new_privileges=process["noNewPrivileges"],
-            user=f"{user['uid']}:{user['gid']}",
+            user=args[args.index("--user") + 1] if launcher else f"{user['uid']}:{user['gid']}",
             memory=resources["memory"]["limit"],
             pids=resources["pids"]["limit"],
             nano_cpus=cpu["quota"] * 10**9 // cpu["period"],

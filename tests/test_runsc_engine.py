@@ -25,6 +25,7 @@ from sandbox.engine import ContainerInfo, ContainerSpec, SandboxLimits
 from sandbox.errors import SandboxUnavailableError
 from sandbox.image.build import BuiltImage
 from sandbox.image.rootfs import WORKSPACE
+from sandbox.job_launcher import LAUNCHER_SOCKET_DIR, launcher_process
 from sandbox.kinds import THREAD
 from sandbox.manager import SandboxManager
 from sandbox.provider import SandboxProvider
@@ -108,9 +109,11 @@ def test_a_runsc_sandbox_is_hardened_inside_and_limited_on_the_host(
     # The user's own home, outside the workspace: writable by permissions, not by the mount.
     assert "Read-only file system" in lines[4]
     assert lines[5] == "1"  # no-new-privileges
-    # An init that reaps orphans, under it the worker (which a checkpoint then holds).
+    # An init that reaps orphans, under it the job launcher, under that the worker (which a
+    # checkpoint then holds with them).
     main = run(runsc_engine, container, "cat /proc/1/cmdline | tr '\\0' ' '").split()
-    assert main == ["/sbin/docker-init", "--", *worker_main_command()]
+    launcher = launcher_process("1000:1000", worker_main_command())["args"]
+    assert main == ["/sbin/docker-init", "--", *launcher]
     run(runsc_engine, container, "echo kept > note.txt")
     # The host's cgroup holds the sandbox's kernel to the limits (a backstop above its own).
     cgroup = CGROUPS
@@ -119,6 +122,69 @@ def test_a_runsc_sandbox_is_hardened_inside_and_limited_on_the_host(
     assert memory == 1024**3 + GVISOR_KERNEL_MEMORY
     assert int((cgroup / "pids" / path / "pids.max").read_text()) == 512 * GVISOR_HOST_PIDS_FACTOR
     assert int((cgroup / "cpu" / path / "cpu.cfs_quota_us").read_text()) == 100_000
+
+
+# Of a process: its uids, gids and groups, and its capabilities.
+STATUS = "grep -E '^(Uid|Gid|Groups|Cap(Inh|Prm|Eff|Bnd)):' /proc/{pid}/status"
+
+
+def status_of(listing: str) -> dict[str, str]:
+    fields = (line.split(":", 1) for line in listing.splitlines() if ":" in line)
+    return {key: " ".join(value.split()) for key, value in fields}
+
+
+@pytest.mark.attack
+def test_commands_are_started_by_the_job_launcher_with_nothing_of_its_privilege(
+    runsc_provider: SandboxProvider, runsc_engine: RunscEngine
+) -> None:
+    """The launcher is root with CAP_SETUID and CAP_SETGID (0xc0) alone; what it starts has
+    its own uid, group 1000, no capability, no_new_privs, and no way to the launcher."""
+    container = runsc_provider.ensure("thread-launcher")
+    job = JOB_UID_FIRST + 7
+    script = STATUS.format(pid="$$") + "; echo parent $PPID"
+    found = runsc_engine.exec(container.id, ["sh", "-c", script], workdir="/", job=job)
+    assert found.exit_code == 0, found
+    own = status_of(found.stdout.decode())
+    assert own["Uid"] == f"{job} {job} {job} {job}" and own["Gid"] == "1000 1000 1000 1000"
+    assert own["Groups"] == "1000"
+    for kind in ("CapInh", "CapPrm", "CapEff"):
+        assert own[kind] == "0000000000000000", kind
+    # no_new_privs (gVisor's status leaves it out: prctl says; gVisor has no ambient
+    # capabilities), and no way back to root or its group.
+    escape = (
+        "import ctypes, os\n"
+        "print(ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))\n"  # PR_GET_NO_NEW_PRIVS
+        "for attempt in (os.setuid, os.setgid, lambda _: os.setgroups([0])):\n"
+        " try: attempt(0); print('done')\n"
+        " except PermissionError: print('refused')"
+    )
+    tried = runsc_engine.exec(container.id, ["python3", "-c", escape], workdir="/", job=job)
+    assert tried.stdout.decode().split() == ["1", "refused", "refused", "refused"], tried
+    # Its parent is the launcher (a fork in the sandbox, not a `runsc exec`).
+    parent = found.stdout.decode().split("parent ")[1].strip()
+    command_line = run(runsc_engine, container, f"tr '\\0' ' ' < /proc/{parent}/cmdline")
+    assert "launcher.py" in command_line
+    held = status_of(run(runsc_engine, container, STATUS.format(pid=parent)))
+    assert held["Uid"] == "0 0 0 0"
+    assert held["CapEff"] == held["CapPrm"] == held["CapBnd"] == "00000000000000c0"
+    # A command can neither reach the launcher's socket nor signal it, and the launcher
+    # starts nothing as root.
+    reach = f"ls {LAUNCHER_SOCKET_DIR} 2>&1; kill -0 {parent} 2>&1; :"
+    reached = run(runsc_engine, container, reach)
+    assert "Permission denied" in reached and "not permitted" in reached.lower(), reached
+    as_root = runsc_engine.exec(container.id, ["id", "-u"], workdir="/", job=0)
+    assert as_root.exit_code == 127 and as_root.stdout == b"", as_root
+    assert b"a job runs as the sandbox user or above it" in as_root.stderr
+    # A job stopped, then killed (as the job kill does) takes nothing else with it (in the
+    # launcher's process group, the kernel hung up on the launcher and the worker: 3 in 5).
+    for _ in range(3):
+        sleeper = runsc_engine.exec_attached(
+            container.id, ["sh", "-c", "echo begun; sleep 60"], workdir="/", job=job
+        )
+        assert next(iter(sleeper.frames()))[1] == b"begun\n"
+        assert runsc_engine.kill_job(container.id, job)
+        assert list(sleeper.frames()) == [] and sleeper.exit_code() == 137
+        assert run(runsc_engine, container, "echo alive") == "alive\n"
 
 
 async def test_the_manager_builds_runs_and_cuts_off_commands_on_runsc(
@@ -535,13 +601,19 @@ def test_a_new_engine_sweeps_empty_cgroups_no_record_names(
     runsc_engine: RunscEngine, sandbox_image: BuiltImage, owner: str
 ) -> None:
     """Cgroups left by sandboxes whose records are gone (a crash, an earlier version) go when
-    an engine starts; a running sandbox's stays, and it runs on."""
+    an engine starts, once ten minutes old; a fresh one (the sandbox another process of this
+    host is making) and a running sandbox's stay, and it runs on."""
     running = runsc_engine.start(new_container(runsc_engine, sandbox_image.tag, owner).id)
     parent = CGROUPS / "pids" / CGROUP_PARENT.strip("/")
-    stray = parent / uuid.uuid4().hex
-    stray.mkdir(parents=True)
+    stray, fresh = parent / uuid.uuid4().hex, parent / uuid.uuid4().hex
+    for cgroup in (stray, fresh):
+        cgroup.mkdir(parents=True)
+    long_ago = time.time() - 601
+    os.utime(stray, (long_ago, long_ago))
     RunscEngine(runsc_engine.client, runsc_engine.root)
     assert not stray.exists()
+    assert fresh.is_dir()
+    fresh.rmdir()
     assert (parent / running.id).is_dir()
     assert run(runsc_engine, running, "echo alive") == "alive\n"
 

@@ -221,12 +221,18 @@ async def test_the_janitor_removes_orphans_and_keeps_live_threads(
         "instance-ai-orphan-" + uuid.uuid4().hex[:6],
         labels={identity.LABEL_OWNER: provider.owner},
     )
+    # A sandbox being made a template: neither a pool member nor listed.
+    source = provider.create_template_source()
+    assert source.id not in {c.id for c in provider.pooled()}
     report = await manager.janitor()
     assert report.removed_sandboxes == ["deleted-while-down"]
     assert report.removed_volumes == []  # too young: it may be a sandbox being made
     provider.orphan_grace = timedelta(0)
     report = await manager.janitor()
     assert len(report.removed_volumes) == 1
+    # Once older than the grace, one a dead process left half made.
+    assert report.removed_sandboxes == [source.labels[identity.LABEL_SANDBOX]]
+    assert provider.engine.inspect(source.id) is None
     assert [i.thread_id for i in provider.list_sandboxes()] == ["alive"]
 
 

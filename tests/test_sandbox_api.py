@@ -23,6 +23,7 @@ import pytest
 
 from sandbox import identity
 from sandbox.engine import SandboxLimits
+from sandbox.job_launcher import LAUNCHER_CAPABILITIES
 from sandbox.kinds import service_key
 from sandbox.runtimes import GVISOR_HOST_PIDS_FACTOR, GVISOR_KERNEL_MEMORY, RUNSC
 from server.settings import DATABASE_FILE_NAME
@@ -208,7 +209,12 @@ async def test_the_sandbox_has_what_n8n_expects_hardened_like_thread_sandboxes(
     assert curl.startswith("curl") and workspace == "/home/user/workspace"
 
     view = HostView.of(owned_container(sandbox_api.owner, host))
-    assert view.read_only and view.capabilities == frozenset() and view.no_new_privileges
+    assert view.read_only and view.no_new_privileges
+    # None, but the job launcher's two under runsc (tests/test_runsc_engine.py: nothing of
+    # them reaches what it starts).
+    launcher = frozenset(LAUNCHER_CAPABILITIES)
+    assert view.capabilities == (launcher if view.launcher else frozenset())
+    assert view.launcher == (view.driver == "runsc")
     assert view.network == "none"
     # Under the runtime the service chose, with its limits (tests/test_sandbox.py checks them).
     assert view.runtime == sandbox_limits.runtime

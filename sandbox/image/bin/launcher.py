@@ -1,0 +1,249 @@
+"""The job launcher: the first process of a sandbox the runsc engine drives, under its init.
+
+It starts what follows its `--` (the worker) as the sandbox user, then starts the host's
+commands (jobs) as their own uids, in place of a `runsc exec` each (~22 ms of a runsc process
+on the host, and a process whose streams are the host's, which a checkpoint cannot keep).
+
+It is root in the sandbox with two capabilities and no other: CAP_SETUID and CAP_SETGID,
+which it needs to hand each job its uid. A job is started as a uid of at least 1000 in group
+1000 (never root), and that change of every uid from 0 to another clears all of a child's
+capabilities (permitted, effective, ambient) before it runs anything; no_new_privs holds for
+the whole sandbox. Nothing in the sandbox can reach the launcher: it listens on nothing and
+connects out, like the worker, to a socket the host makes (only while it wants a channel) in
+a directory that only root may enter.
+
+Frames both ways: a header (request id: 4 bytes, kind: 1 byte, payload length: 4 bytes, big
+endian), then the payload.
+
+  host -> SPAWN  {"argv": [...], "uid": 20001, "cwd": "/workspace", "env": {...}}
+  host <- STDOUT / STDERR  bytes of the job's output
+  host <- EXIT   {"code": 0}  (a signal's death as a shell says it: 128 + the signal)
+
+A job whose channel ended (the host went away) runs on unheard, until the next host's reaper
+ends it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from typing import IO
+
+__all__ = ["Launcher", "main"]
+
+HEADER = struct.Struct("!IBI")
+SPAWN, STDOUT, STDERR, EXIT = 1, 2, 3, 4
+SANDBOX_GROUP = 1000
+LOWEST_UID = 1000  # the sandbox user; jobs have uids of their own above it
+CHUNK = 65536
+# As the worker retries its own socket (worker.mjs): counted in attempts, not on the clock.
+RETRY_FAST_S, RETRY_SLOW_S, FAST_ATTEMPTS = 0.02, 0.25, 250
+# What is read of a job's pipes once it has ended: what it wrote before it did.
+DRAIN_CHUNKS = 64
+
+
+Process = subprocess.Popen[bytes]
+
+
+class Launcher:
+    def __init__(self, path: str, worker: Process) -> None:
+        self.path = path
+        self.worker = worker
+        self.selector = selectors.DefaultSelector()
+        self.connection: socket.socket | None = None
+        self.received = b""
+        self.failed = 0
+        self.next_attempt = 0.0
+        # pid -> (its request id, None once its channel ended; the process)
+        self.jobs: dict[int, tuple[int | None, Process]] = {}
+        # A job's pipe by its fd, while it is read.
+        self.pipes: dict[int, IO[bytes]] = {}
+        wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_write)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        # Nothing should hang up on the launcher (see `spawn`); if anything does, it stays.
+        signal.signal(signal.SIGHUP, lambda *_: None)
+        self.selector.register(wake_read, selectors.EVENT_READ, ("wake", None))
+
+    def run(self) -> None:
+        while True:
+            now = time.monotonic()
+            if self.next_attempt - now > RETRY_SLOW_S:  # a clock restored behind its checkpoint
+                self.next_attempt = now
+            if self.connection is None and now >= self.next_attempt:
+                self.connect()
+            timeout = None
+            if self.connection is None:
+                timeout = max(self.next_attempt - time.monotonic(), 0)
+            for key, _ in self.selector.select(timeout):
+                what, detail = key.data
+                if what == "wake":
+                    _drain_fd(key.fd)
+                elif what == "host":
+                    self.receive()
+                else:
+                    self.forward(key.fd, what, detail)
+            self.reap()
+
+    # -- the host's channel -------------------------------------------------------------------
+
+    def connect(self) -> None:
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            connection.connect(self.path)
+        except OSError:
+            connection.close()
+            self.failed += 1
+            delay = RETRY_FAST_S if self.failed < FAST_ATTEMPTS else RETRY_SLOW_S
+            self.next_attempt = time.monotonic() + delay
+            return
+        self.failed = 0
+        self.connection = connection
+        self.selector.register(connection, selectors.EVENT_READ, ("host", None))
+
+    def disconnect(self) -> None:
+        """The channel ended: its jobs run on unheard; the next channel is tried soon."""
+        if self.connection is None:
+            return
+        self.selector.unregister(self.connection)
+        self.connection.close()
+        self.connection = None
+        self.received = b""
+        self.next_attempt = time.monotonic() + RETRY_FAST_S
+        self.jobs = {pid: (None, process) for pid, (_, process) in self.jobs.items()}
+
+    def receive(self) -> None:
+        assert self.connection is not None
+        try:
+            data = self.connection.recv(CHUNK)
+        except OSError:
+            data = b""
+        if not data:
+            self.disconnect()
+            return
+        self.received += data
+        while len(self.received) >= HEADER.size:
+            request, kind, length = HEADER.unpack_from(self.received)
+            if len(self.received) < HEADER.size + length:
+                return
+            payload = self.received[HEADER.size : HEADER.size + length]
+            self.received = self.received[HEADER.size + length :]
+            if kind == SPAWN:
+                self.spawn(request, payload)
+
+    def send(self, request: int | None, kind: int, payload: bytes) -> None:
+        if request is None or self.connection is None:
+            return
+        try:
+            self.connection.sendall(HEADER.pack(request, kind, len(payload)) + payload)
+        except OSError:
+            self.disconnect()
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    def spawn(self, request: int, payload: bytes) -> None:
+        try:
+            order = json.loads(payload)
+            uid = order["uid"]
+            if type(uid) is not int or uid < LOWEST_UID:
+                raise ValueError(f"uid {uid!r}: a job runs as the sandbox user or above it")
+            process = subprocess.Popen(
+                [str(part) for part in order["argv"]],
+                user=uid,
+                group=SANDBOX_GROUP,
+                extra_groups=[SANDBOX_GROUP],
+                cwd=order.get("cwd") or "/",
+                env={str(k): str(v) for k, v in order.get("env", {}).items()},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                # A session of its own, as an exec's: in the launcher's process group, a job
+                # stopped and then killed (the job kill does both) left the group orphaned
+                # with a stopped member, and the kernel hung up on the whole group, the
+                # launcher and the worker included: the sandbox ended.
+                start_new_session=True,
+            )
+        except (OSError, ValueError, KeyError, TypeError, subprocess.SubprocessError) as exc:
+            code = 126 if isinstance(exc, PermissionError) else 127
+            self.send(request, STDERR, f"the command could not start: {exc}\n".encode())
+            self.send(request, EXIT, json.dumps({"code": code}).encode())
+            return
+        self.jobs[process.pid] = (request, process)
+        for kind, pipe in _pipes(process):
+            os.set_blocking(pipe.fileno(), False)
+            self.pipes[pipe.fileno()] = pipe
+            self.selector.register(pipe, selectors.EVENT_READ, (kind, process.pid))
+
+    def forward(self, fd: int, kind: int, pid: int) -> None:
+        request = self.jobs[pid][0] if pid in self.jobs else None
+        try:
+            data = os.read(fd, CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            self.send(request, kind, data)
+        else:
+            self.close_pipe(fd)
+
+    def close_pipe(self, fd: int) -> None:
+        pipe = self.pipes.pop(fd, None)
+        if pipe is not None:
+            self.selector.unregister(fd)
+            pipe.close()
+
+    def reap(self) -> None:
+        code = self.worker.poll()
+        if code is not None:  # the worker is the sandbox's life: it ends with it
+            sys.exit(128 - code if code < 0 else code)
+        for pid, (request, process) in list(self.jobs.items()):
+            code = process.poll()
+            if code is None:
+                continue
+            del self.jobs[pid]
+            for kind, pipe in _pipes(process):
+                if pipe.closed:
+                    continue  # read to its end already
+                for _ in range(DRAIN_CHUNKS):
+                    try:
+                        data = os.read(pipe.fileno(), CHUNK)
+                    except OSError:
+                        break
+                    if not data:
+                        break
+                    self.send(request, kind, data)
+                self.close_pipe(pipe.fileno())
+            exit_code = 128 - code if code < 0 else code
+            self.send(request, EXIT, json.dumps({"code": exit_code}).encode())
+
+
+def _pipes(process: Process) -> list[tuple[int, IO[bytes]]]:
+    return [(k, pipe) for k, pipe in ((STDOUT, process.stdout), (STDERR, process.stderr)) if pipe]
+
+
+def _drain_fd(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def main(argv: list[str]) -> None:
+    split = argv.index("--")
+    options = dict(zip(argv[1:split:2], argv[2:split:2], strict=True))
+    uid, gid = (int(part) for part in options["--user"].split(":"))
+    worker = subprocess.Popen(argv[split + 1 :], user=uid, group=gid, extra_groups=[gid])
+    Launcher(options["--connect"], worker).run()
+
+
+if __name__ == "__main__":
+    main(sys.argv)
