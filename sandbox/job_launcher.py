@@ -75,7 +75,7 @@ class LauncherGoneError(SandboxUnavailableError):
 class LaunchedJob:
     """A command the launcher started, as the seam's `Attached` without stdin."""
 
-    def __init__(self, forget: Any) -> None:
+    def __init__(self, forget: Callable[[], None]) -> None:
         self._frames: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
         self._exit_code: int | None = None
         self._forget = forget

@@ -24,7 +24,7 @@ from sandbox.commands import JOB_UID_FIRST
 from sandbox.engine import ContainerInfo, ContainerSpec, SandboxLimits
 from sandbox.errors import SandboxUnavailableError
 from sandbox.image.build import BuiltImage
-from sandbox.image.rootfs import WORKSPACE
+from sandbox.image.rootfs import APP_DIR, WORKSPACE
 from sandbox.job_launcher import LAUNCHER_SOCKET_DIR, launcher_process
 from sandbox.kinds import THREAD
 from sandbox.manager import SandboxManager
@@ -175,6 +175,13 @@ def test_commands_are_started_by_the_job_launcher_with_nothing_of_its_privilege(
     as_root = runsc_engine.exec(container.id, ["id", "-u"], workdir="/", job=0)
     assert as_root.exit_code == 127 and as_root.stdout == b"", as_root
     assert b"a job runs as the sandbox user or above it" in as_root.stderr
+    # Its helper, run by a command, has nothing to change a uid with.
+    helper = f"{APP_DIR}/bin/as-job"
+    for ids in (["1000", "1000"], ["0", "0"]):
+        tried = runsc_engine.exec(
+            container.id, [helper, *ids, "/", "id", "-u"], workdir="/", job=job
+        )
+        assert tried.exit_code in (126, 127) and tried.stdout == b"", tried
     # A job stopped, then killed (as the job kill does) takes nothing else with it (in the
     # launcher's process group, the kernel hung up on the launcher and the worker: 3 in 5).
     for _ in range(3):

@@ -455,7 +455,7 @@ def _stage_code(node_modules: Path, staging: Path) -> None:
     """bin/ and seed/ as committed, plus the threads' bundles and the seed's node type index
     made from the catalog."""
     shutil.copytree(BIN_DIR, staging / "bin")
-    _build_reseed(staging / "bin")
+    _build_native(staging / "bin")
     specs = [f"{name}={','.join(packages)}" for name, packages in BUNDLES.items()]
     bundles = staging / "bin" / "bundles"
     image_modules = f"{rootfs.APP_DIR}/node_modules"
@@ -473,26 +473,25 @@ def _stage_code(node_modules: Path, staging: Path) -> None:
     index.write_text(node_type_index(node_modules))
 
 
-def _build_reseed(bin_dir: Path) -> None:
+def _build_native(bin_dir: Path) -> None:
     """bin/reseed.node from bin/reseed.c: a Node-API module without headers (fresh-random.cjs
-    reseeds OpenSSL with it in restored sandboxes)."""
-    source = bin_dir / "reseed.c"
+    reseeds OpenSSL with it in restored sandboxes); bin/as-job from bin/as-job.c (the job
+    launcher starts each command through it)."""
+    _compile(bin_dir / "reseed.c", bin_dir / "reseed.node", ["-shared", "-fPIC"])
+    _compile(bin_dir / "as-job.c", bin_dir / "as-job", [])
+
+
+def _compile(source: Path, target: Path, flags: list[str]) -> None:
+    """`target` from the C `source` with this host's cc (the image's libc is this host's),
+    the source then removed from the image."""
     result = subprocess.run(
-        [
-            _host_program("cc"),
-            "-shared",
-            "-fPIC",
-            "-O2",
-            str(source),
-            "-o",
-            str(bin_dir / "reseed.node"),
-        ],
+        [_host_program("cc"), *flags, "-O2", str(source), "-o", str(target)],
         capture_output=True,
         text=True,
     )
     if result.returncode != 0:
         raise ImageBuildError(
-            f"building bin/reseed.node failed (is gcc installed?):\n{result.stderr[-2000:]}"
+            f"building bin/{target.name} failed (is gcc installed?):\n{result.stderr[-2000:]}"
         )
     source.unlink()
 

@@ -5,12 +5,13 @@ commands (jobs) as their own uids, in place of a `runsc exec` each (~22 ms of a 
 on the host, and a process whose streams are the host's, which a checkpoint cannot keep).
 
 It is root in the sandbox with two capabilities and no other: CAP_SETUID and CAP_SETGID,
-which it needs to hand each job its uid. A job is started as a uid of at least 1000 in group
-1000 (never root), and that change of every uid from 0 to another clears all of a child's
-capabilities (permitted, effective, ambient) before it runs anything; no_new_privs holds for
-the whole sandbox. Nothing in the sandbox can reach the launcher: it listens on nothing and
-connects out, like the worker, to a socket the host makes (only while it wants a channel) in
-a directory that only root may enter.
+which it needs to hand each job its uid. A job is started through `as-job` (as-job.c, with
+posix_spawn: a vfork, where a fork of this process costs gVisor ~30 ms) as a uid of at least
+1000 in group 1000 (never root), and that change of every uid from 0 to another clears all of
+the child's capabilities before it runs anything; no_new_privs holds for the whole sandbox.
+Nothing in the sandbox can reach the launcher: it listens on nothing and connects out, like
+the worker, to a socket the host makes (only while it wants a channel) in a directory that
+only root may enter.
 
 Frames both ways: a header (request id: 4 bytes, kind: 1 byte, payload length: 4 bytes, big
 endian), then the payload.
@@ -34,12 +35,12 @@ import struct
 import subprocess
 import sys
 import time
-from typing import IO
 
 __all__ = ["Launcher", "main"]
 
 HEADER = struct.Struct("!IBI")
 SPAWN, STDOUT, STDERR, EXIT = 1, 2, 3, 4
+AS_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "as-job")
 SANDBOX_GROUP = 1000
 LOWEST_UID = 1000  # the sandbox user; jobs have uids of their own above it
 CHUNK = 65536
@@ -61,10 +62,10 @@ class Launcher:
         self.received = b""
         self.failed = 0
         self.next_attempt = 0.0
-        # pid -> (its request id, None once its channel ended; the process)
-        self.jobs: dict[int, tuple[int | None, Process]] = {}
-        # A job's pipe by its fd, while it is read.
-        self.pipes: dict[int, IO[bytes]] = {}
+        # A running job's pid -> its request id (None once its channel ended).
+        self.jobs: dict[int, int | None] = {}
+        # A job's pipe, while it is read: fd -> the job's pid.
+        self.pipes: dict[int, int] = {}
         wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_write)
         signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -117,7 +118,7 @@ class Launcher:
         self.connection = None
         self.received = b""
         self.next_attempt = time.monotonic() + RETRY_FAST_S
-        self.jobs = {pid: (None, process) for pid, (_, process) in self.jobs.items()}
+        self.jobs = dict.fromkeys(self.jobs)
 
     def receive(self) -> None:
         assert self.connection is not None
@@ -154,35 +155,50 @@ class Launcher:
             uid = order["uid"]
             if type(uid) is not int or uid < LOWEST_UID:
                 raise ValueError(f"uid {uid!r}: a job runs as the sandbox user or above it")
-            process = subprocess.Popen(
-                [str(part) for part in order["argv"]],
-                user=uid,
-                group=SANDBOX_GROUP,
-                extra_groups=[SANDBOX_GROUP],
-                cwd=order.get("cwd") or "/",
-                env={str(k): str(v) for k, v in order.get("env", {}).items()},
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                # A session of its own, as an exec's: in the launcher's process group, a job
-                # stopped and then killed (the job kill does both) left the group orphaned
-                # with a stopped member, and the kernel hung up on the whole group, the
-                # launcher and the worker included: the sandbox ended.
-                start_new_session=True,
-            )
-        except (OSError, ValueError, KeyError, TypeError, subprocess.SubprocessError) as exc:
-            code = 126 if isinstance(exc, PermissionError) else 127
-            self.send(request, STDERR, f"the command could not start: {exc}\n".encode())
-            self.send(request, EXIT, json.dumps({"code": code}).encode())
+            argv = [str(part) for part in order["argv"]]
+            env = {str(k): str(v) for k, v in order.get("env", {}).items()}
+            cwd = str(order.get("cwd") or "/")
+        except (ValueError, KeyError, TypeError) as exc:
+            self.refuse(request, 127, str(exc))
             return
-        self.jobs[process.pid] = (request, process)
-        for kind, pipe in _pipes(process):
-            os.set_blocking(pipe.fileno(), False)
-            self.pipes[pipe.fileno()] = pipe
-            self.selector.register(pipe, selectors.EVENT_READ, (kind, process.pid))
+        pipes = [os.pipe2(os.O_CLOEXEC) for _ in (STDOUT, STDERR)]
+        actions = [
+            (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, pipes[0][1], 1),
+            (os.POSIX_SPAWN_DUP2, pipes[1][1], 2),
+        ]
+        try:
+            # A session of its own, as an exec's: in the launcher's process group, a job
+            # stopped and then killed (the job kill does both) left the group orphaned with a
+            # stopped member, and the kernel hung up on the whole group, the launcher and the
+            # worker included: the sandbox ended. SIGPIPE as the job expects it (Python
+            # ignores it, and what is ignored stays so across an exec).
+            pid = os.posix_spawn(
+                AS_JOB,
+                [AS_JOB, str(uid), str(SANDBOX_GROUP), cwd, *argv],
+                env,
+                file_actions=actions,
+                setsid=True,
+                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+            )
+        except OSError as exc:
+            for read_end, write_end in pipes:
+                os.close(read_end)
+                os.close(write_end)
+            self.refuse(request, 127, str(exc))
+            return
+        self.jobs[pid] = request
+        for kind, (read_end, write_end) in zip((STDOUT, STDERR), pipes, strict=True):
+            os.close(write_end)
+            os.set_blocking(read_end, False)
+            self.pipes[read_end] = pid
+            self.selector.register(read_end, selectors.EVENT_READ, (kind, pid))
+
+    def refuse(self, request: int, code: int, why: str) -> None:
+        self.send(request, STDERR, f"the command could not start: {why}\n".encode())
+        self.send(request, EXIT, json.dumps({"code": code}).encode())
 
     def forward(self, fd: int, kind: int, pid: int) -> None:
-        request = self.jobs[pid][0] if pid in self.jobs else None
         try:
             data = os.read(fd, CHUNK)
         except BlockingIOError:
@@ -190,43 +206,50 @@ class Launcher:
         except OSError:
             data = b""
         if data:
-            self.send(request, kind, data)
+            self.send(self.jobs.get(pid), kind, data)
         else:
             self.close_pipe(fd)
 
     def close_pipe(self, fd: int) -> None:
-        pipe = self.pipes.pop(fd, None)
-        if pipe is not None:
+        if self.pipes.pop(fd, None) is not None:
             self.selector.unregister(fd)
-            pipe.close()
+            os.close(fd)
 
     def reap(self) -> None:
         code = self.worker.poll()
         if code is not None:  # the worker is the sandbox's life: it ends with it
             sys.exit(128 - code if code < 0 else code)
-        for pid, (request, process) in list(self.jobs.items()):
-            code = process.poll()
-            if code is None:
+        for pid, request in list(self.jobs.items()):
+            try:
+                ended, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                ended, status = pid, 0
+            if ended != pid:
                 continue
             del self.jobs[pid]
-            for kind, pipe in _pipes(process):
-                if pipe.closed:
-                    continue  # read to its end already
+            # What it wrote before it ended; what its children write after goes unread.
+            for fd, kind in self.pipes_of(pid):
                 for _ in range(DRAIN_CHUNKS):
                     try:
-                        data = os.read(pipe.fileno(), CHUNK)
+                        data = os.read(fd, CHUNK)
                     except OSError:
                         break
                     if not data:
                         break
                     self.send(request, kind, data)
-                self.close_pipe(pipe.fileno())
-            exit_code = 128 - code if code < 0 else code
+                self.close_pipe(fd)
+            exit_code = os.waitstatus_to_exitcode(status)
+            exit_code = 128 - exit_code if exit_code < 0 else exit_code
             self.send(request, EXIT, json.dumps({"code": exit_code}).encode())
 
-
-def _pipes(process: Process) -> list[tuple[int, IO[bytes]]]:
-    return [(k, pipe) for k, pipe in ((STDOUT, process.stdout), (STDERR, process.stderr)) if pipe]
+    def pipes_of(self, pid: int) -> list[tuple[int, int]]:
+        """The job's pipes still read: (fd, STDOUT or STDERR)."""
+        found = []
+        for fd, owner in self.pipes.items():
+            if owner == pid:
+                key = self.selector.get_key(fd)
+                found.append((fd, int(key.data[0])))
+        return found
 
 
 def _drain_fd(fd: int) -> None:
