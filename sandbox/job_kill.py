@@ -18,13 +18,14 @@ __all__ = ["LIST_UIDS", "UidJobs", "jobs_listed", "kill_job_argv"]
 # script (`kill -1` reaches every process the caller may signal, and Linux lets a process
 # signal its own uid's alone), then counts what is left of the uid that is not a zombie.
 # Stopping first matters under gVisor, whose kill(-1) lets a child forked meanwhile escape:
-# stopped processes fork no more, so a fork bomb dies within a round or two. No fork in the
-# loop (the count reads /proc with shell builtins): a uid at its process limit must still be
-# killable. The pause lets exiting processes finish.
-_KILL_ALL = """me=$1; round=0; clean=0
-while [ $round -lt 40 ]; do
-  round=$((round + 1))
-  kill -STOP -1 2>/dev/null; kill -KILL -1 2>/dev/null
+# stopped processes fork no more, so a fork bomb dies within a round or two. But such a child
+# can show up late (not yet in /proc when a round counts, later forking on; the later the
+# more loaded the machine): the kill ends only after rounds in a row find nothing, three for
+# a job that had a few processes, twenty (a second) for one that had many (a fork bomb).
+# No fork in the loop (the count reads /proc with shell builtins): a uid at its process limit
+# must still be killable. The pause lets exiting processes finish.
+_KILL_ALL = """me=$1
+count() {
   left=0
   for status in /proc/[0-9]*/status; do
     [ "$status" = "/proc/$$/status" ] && continue
@@ -34,8 +35,15 @@ while [ $round -lt 40 ]; do
     done 2>/dev/null <"$status"
     [ "$uid" = "$me" ] && [ "$state" != Z ] && left=$((left + 1))
   done
+}
+count; had=$left; round=0; clean=0
+while [ $round -lt 80 ]; do
+  round=$((round + 1))
+  kill -STOP -1 2>/dev/null; kill -KILL -1 2>/dev/null
+  count
   if [ $left -eq 0 ]; then clean=$((clean + 1)); else clean=0; fi
-  [ $clean -ge 3 ] && exit 0
+  [ $clean -ge 20 ] && exit 0
+  [ $clean -ge 3 ] && [ $had -lt 16 ] && exit 0
   sleep 0.05 2>/dev/null
 done
 exit 1"""

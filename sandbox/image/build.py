@@ -110,11 +110,15 @@ def _digest(*parts: bytes) -> str:
     return digest.hexdigest()[:16]
 
 
+# What Python leaves beside a module it compiled (pip does, installing the wheel): not an input.
+BYTECODE = "__pycache__"
+
+
 def _tree_bytes(directory: Path) -> bytes:
     return b"".join(
         p.relative_to(directory).as_posix().encode() + b"\0" + p.read_bytes()
         for p in sorted(directory.rglob("*"))
-        if p.is_file()
+        if p.is_file() and BYTECODE not in p.relative_to(directory).parts
     )
 
 
@@ -454,7 +458,7 @@ def _unpack_pinned(npm: str, name: str, pin: dict[str, Any], target: Path) -> No
 def _stage_code(node_modules: Path, staging: Path) -> None:
     """bin/ and seed/ as committed, plus the threads' bundles and the seed's node type index
     made from the catalog."""
-    shutil.copytree(BIN_DIR, staging / "bin")
+    shutil.copytree(BIN_DIR, staging / "bin", ignore=shutil.ignore_patterns(BYTECODE))
     _build_native(staging / "bin")
     specs = [f"{name}={','.join(packages)}" for name, packages in BUNDLES.items()]
     bundles = staging / "bin" / "bundles"
