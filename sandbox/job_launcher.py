@@ -11,7 +11,6 @@ sandbox's commands at once, each a request id.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import queue
 import socket
@@ -196,10 +195,15 @@ class JobChannel:
         if kind in _STREAMS:
             job.output(_STREAMS[kind], payload)
         elif kind == _EXIT:
-            with contextlib.suppress(ValueError, TypeError, KeyError):
-                job.end(int(json.loads(payload)["code"]))
-                return
-            job.end(None)
+            job.end(_exit_code(payload))
+
+
+def _exit_code(payload: bytes) -> int | None:
+    """The code an EXIT frame tells; None for one that says nothing readable."""
+    try:
+        return int(json.loads(payload)["code"])
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 class JobLaunchers:
