@@ -95,6 +95,9 @@ async def measure(rounds: int) -> list[str]:
             created.append((time.perf_counter() - started) * 1000)
             await run(api, answer.json()["id"], "true")
             first_exec.append((time.perf_counter() - started) * 1000)
+            # Removed, not left running: forty idle sandboxes would hold most of a core
+            # (gVisor's systrap) under every figure measured after them.
+            (await api.delete(f"/sandboxes/{answer.json()['id']}")).raise_for_status()
 
         pooled: list[float] = []
         pooled_exec: list[float] = []

@@ -30,6 +30,8 @@ from sandbox.engine import (
     STDOUT,
     Attached,
     ContainerEngine,
+    JobLimits,
+    TellsLeftovers,
     is_running,
 )
 from sandbox.errors import SandboxUnavailableError
@@ -43,7 +45,6 @@ __all__ = [
     "CommandResult",
     "CommandRunner",
     "JobCounter",
-    "JobLimits",
     "JobUidPool",
     "OutputCallback",
     "OutputCapture",
@@ -125,22 +126,6 @@ class KeyedLocks:
                     del self._locks[key]
 
 
-@dataclass(frozen=True)
-class JobLimits:
-    """Limits a command runs under, set on everything it starts, where the container's
-    cgroups cannot do it per job: under gVisor (`SandboxProvider.job_limits`). Soft and
-    hard: the job cannot raise them again."""
-
-    processes: int  # RLIMIT_NPROC: tasks (threads counted) of the job's uid
-
-    def argv(self, script: str) -> list[str]:
-        """`sh -c script` under these limits. They are set in a forked subshell, which then
-        runs the script: gVisor shares the limits of a process `docker exec` starts with
-        the container's first process, so set there they would hold every later process."""
-        limits = f"ulimit -p {self.processes}"
-        return ["sh", "-c", f'({limits} && exec sh -c "$1")', "sh", script]
-
-
 class OutputCapture:
     """Per stream, the first `limit` bytes inline; all streams together, up to `saved_limit`
     bytes for the full copy kept when output was cut."""
@@ -196,17 +181,20 @@ class CommandRunner:
         job_limits: JobLimits | None = None,
     ) -> CommandResult:
         """Run `command` with `sh -c`; block until it ends, times out or is cancelled.
-        `job_processes`: asked after a normal exit, a job with nothing left needs no kill.
+        `job_processes`: asked after a normal exit (unless the engine told already), a job
+        with nothing left needs no kill.
         `job_limits`: the command runs under them (gVisor's), and the host's OOM killer is
         watched for (`_health`)."""
         uid = self.uids.acquire()
         started, since = time.monotonic(), time.time()
         stopped: str | None = "not started"
+        left: int | None = None  # the job's processes as it ended, where the engine told
         capture = OutputCapture(self.max_output_bytes, self.max_saved_bytes)
         try:
-            script = "umask 002\n" + command
-            argv = job_limits.argv(script) if job_limits else ["sh", "-c", script]
-            attached = self.engine.exec_attached(container_id, argv, workdir=cwd, env=env, job=uid)
+            argv = ["sh", "-c", "umask 002\n" + command]
+            attached = self.engine.exec_attached(
+                container_id, argv, workdir=cwd, env=env, job=uid, limits=job_limits
+            )
             chunks: Queue[tuple[str, bytes] | None] = Queue()
             reader = threading.Thread(
                 target=_pump, args=(attached, chunks), name="sandbox-exec-reader", daemon=True
@@ -220,6 +208,8 @@ class CommandRunner:
                 _drain(chunks, capture, on_output, reader)
             reader.join(timeout=5)
             exit_code = attached.exit_code()
+            if isinstance(attached, TellsLeftovers):
+                left = attached.processes_left()
             if stopped == "oom":  # as the host's kernel reports a process it killed for memory
                 exit_code = SIGKILLED
                 record_output(("stderr", OUT_OF_MEMORY_NOTE), capture, on_output)
@@ -238,7 +228,7 @@ class CommandRunner:
         finally:
             # Also after a normal exit: background children must not outlive their command,
             # nor run on under a uid that goes back to the pool.
-            if not (stopped is None and _nothing_left(job_processes, uid)):
+            if not (stopped is None and (left == 0 or _nothing_left(job_processes, uid))):
                 self._kill_job(container_id, uid)
             self.uids.release(uid)
         timed_out = stopped == "timeout"

@@ -35,6 +35,7 @@ from sandbox.engine import (
     ContainerInfo,
     ContainerSpec,
     ExecResult,
+    JobLimits,
     SandboxLimits,
     VolumeInfo,
 )
@@ -402,12 +403,13 @@ class DockerEngine(UidJobs):
         env: Mapping[str, str] | None = None,
         job: int | None = None,
         stdin: bool = False,
+        limits: JobLimits | None = None,
     ) -> Attached:
         api = self.client.api
         with engine_errors("start a process in the sandbox"):
             exec_id = api.exec_create(
                 container_id,
-                argv,
+                limits.wrap(argv) if limits else argv,
                 stdin=stdin,
                 user=_user(job),
                 workdir=workdir,

@@ -36,8 +36,10 @@ __all__ = [
     "ContainerInfo",
     "ContainerSpec",
     "ExecResult",
+    "JobLimits",
     "SandboxLimits",
     "Snapshots",
+    "TellsLeftovers",
     "VolumeInfo",
     "WorkerHeldError",
     "WorkerHost",
@@ -127,6 +129,23 @@ class VolumeInfo:
     mountpoint: Path | None
 
 
+@dataclass(frozen=True)
+class JobLimits:
+    """Limits a job runs under, set on everything it starts, where the container's cgroups
+    cannot do it per job: under gVisor (`SandboxProvider.job_limits`). Soft and hard: the
+    job cannot raise them again. An engine sets them as it starts the job's process, or
+    starts it through `wrap`."""
+
+    processes: int  # RLIMIT_NPROC: tasks (threads counted) of the job's uid
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """`argv` started under these limits by a shell. They are set in a forked subshell,
+        which then execs `argv`: gVisor shares the limits of a process `docker exec` or
+        `runsc exec` starts with the container's first process, so set there they would
+        hold every later process."""
+        return ["sh", "-c", f'(ulimit -p {self.processes} && exec "$@")', "sh", *argv]
+
+
 @dataclass(frozen=True, kw_only=True)
 class ExecResult:
     exit_code: int
@@ -151,6 +170,14 @@ class Attached(Protocol):
     def close(self) -> None:
         """Let go of the socket (idempotent)."""
         ...
+
+
+@runtime_checkable
+class TellsLeftovers(Protocol):
+    """An `Attached` whose starter counted the job's processes as its process ended (the
+    runsc engine's job launcher): none left, and the job needs no kill."""
+
+    def processes_left(self) -> int | None: ...
 
 
 @runtime_checkable
@@ -218,6 +245,7 @@ class ContainerEngine(Protocol):
         env: Mapping[str, str] | None = None,
         job: int | None = None,
         stdin: bool = False,
+        limits: JobLimits | None = None,
     ) -> Attached: ...
 
     def kill_job(self, container_id: str, job: int) -> bool:

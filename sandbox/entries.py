@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 
 from sandbox.engine import ContainerInfo
@@ -30,3 +31,11 @@ class SandboxEntry:
         if self.worker is not None:
             self.worker.close()
             self.worker = None
+
+    async def let_go_of_worker(self) -> None:
+        """`drop_worker`, after a connection made beside a command has finished (else it
+        would hold the worker's channel after this returns)."""
+        if self.connecting is not None:
+            with contextlib.suppress(Exception):
+                await self.connecting
+        self.drop_worker()

@@ -11,6 +11,7 @@ sandbox's commands at once, each a request id.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import socket
@@ -28,6 +29,7 @@ from sandbox.image.rootfs import APP_DIR
 from sandbox.worker_socket import SocketChannel, wait_for_worker
 
 __all__ = [
+    "LAUNCHER_LOCK",
     "LAUNCHER_SOCKET_DIR",
     "JobChannel",
     "JobLaunchers",
@@ -77,6 +79,7 @@ class LaunchedJob:
     def __init__(self, forget: Callable[[], None]) -> None:
         self._frames: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
         self._exit_code: int | None = None
+        self._left: int | None = None
         self._forget = forget
 
     @property
@@ -92,14 +95,18 @@ class LaunchedJob:
         away, or the host let go of the channel)."""
         return self._exit_code
 
+    def processes_left(self) -> int | None:
+        """How many processes of its job the launcher found as the command ended."""
+        return self._left
+
     def close(self) -> None:
         self._forget()
 
     def output(self, stream: int, data: bytes) -> None:
         self._frames.put((stream, data))
 
-    def end(self, exit_code: int | None) -> None:
-        self._exit_code = exit_code
+    def end(self, exit_code: int | None, left: int | None = None) -> None:
+        self._exit_code, self._left = exit_code, left
         self._frames.put(None)
 
 
@@ -120,8 +127,20 @@ class JobChannel:
     def closed(self) -> bool:
         return self._closed
 
-    def spawn(self, argv: list[str], *, uid: int, cwd: str, env: Mapping[str, str]) -> LaunchedJob:
-        order = json.dumps({"argv": argv, "uid": uid, "cwd": cwd, "env": dict(env)}).encode()
+    def spawn(
+        self,
+        argv: list[str],
+        *,
+        uid: int,
+        cwd: str,
+        env: Mapping[str, str],
+        processes: int | None = None,
+    ) -> LaunchedJob:
+        """Start a command; `processes`: its RLIMIT_NPROC (the launcher's own when None)."""
+        fields = {"argv": argv, "uid": uid, "cwd": cwd, "env": dict(env)}
+        if processes is not None:
+            fields["processes"] = processes
+        order = json.dumps(fields).encode()
         with self._lock:
             if self._closed:
                 raise SandboxUnavailableError("the sandbox's job launcher is not connected")
@@ -195,20 +214,28 @@ class JobChannel:
         if kind in _STREAMS:
             job.output(_STREAMS[kind], payload)
         elif kind == _EXIT:
-            job.end(_exit_code(payload))
+            job.end(*_ending(payload))
 
 
-def _exit_code(payload: bytes) -> int | None:
-    """The code an EXIT frame tells; None for one that says nothing readable."""
+def _ending(payload: bytes) -> tuple[int | None, int | None]:
+    """What an EXIT frame tells: the exit code and the job's processes left (each None
+    where it says nothing readable)."""
     try:
-        return int(json.loads(payload)["code"])
-    except (ValueError, TypeError, KeyError):
-        return None
+        told = json.loads(payload)
+    except ValueError:
+        return None, None
+    return _count(told, "code"), _count(told, "left")
+
+
+def _count(told: object, key: str) -> int | None:
+    value = told.get(key) if isinstance(told, dict) else None
+    return value if type(value) is int else None
 
 
 class JobLaunchers:
-    """This process's channels to its sandboxes' launchers, by container id: connected at a
-    sandbox's first command, kept until `forget` (its sandbox stops, is saved or goes)."""
+    """This process's channels to its sandboxes' launchers, by container id: awaited from
+    the moment a sandbox starts (`expect`), else connected at its first command; kept until
+    `forget` (its sandbox stops, is saved or goes)."""
 
     def __init__(self, wait_s: float = LAUNCHER_WAIT_S) -> None:
         self._wait_s = wait_s
@@ -228,11 +255,17 @@ class JobLaunchers:
         return directory
 
     def channel(
-        self, container_id: str, bundle: Path, running: Callable[[], bool]
+        self,
+        container_id: str,
+        bundle: Path,
+        running: Callable[[], bool],
+        *,
+        give_up: bool = True,
     ) -> JobChannel | None:
         """The sandbox's launcher, connected; None when another process of this host holds
-        it (a replica: it then uses `runsc exec`) or it did not connect (logged once).
-        ContainerGoneError when the sandbox stopped meanwhile."""
+        it (a replica: it then uses `runsc exec`) or it did not connect (with `give_up`,
+        logged once and not waited for again). ContainerGoneError when the sandbox stopped
+        meanwhile."""
         with self._lock:
             channel = self._channels.get(container_id)
             if channel is not None and not channel.closed:
@@ -255,6 +288,8 @@ class JobLaunchers:
             except ContainerGoneError:
                 raise
             except SandboxUnavailableError as exc:
+                if not give_up:
+                    return None
                 log.warning(
                     "a sandbox's job launcher did not connect; its commands use runsc exec",
                     container=container_id,
@@ -267,6 +302,19 @@ class JobLaunchers:
             with self._lock:
                 self._channels[container_id] = channel
             return channel
+
+    def expect(self, container_id: str, bundle: Path, running: Callable[[], bool]) -> None:
+        """Wait for the sandbox's launcher in a thread of its own, listening from before its
+        sandbox starts or is restored: a restored launcher tries at once and then every
+        20 ms (every 250 ms after 5 s unheard: a pool member claimed later), so its first
+        command finds it connected. A wait that runs out (a cold start on a loaded machine)
+        leaves it to that first command."""
+
+        def wait() -> None:
+            with contextlib.suppress(SandboxUnavailableError):
+                self.channel(container_id, bundle, running, give_up=False)
+
+        threading.Thread(target=wait, name="job-launcher-wait", daemon=True).start()
 
     def forget(self, container_id: str) -> None:
         """Let go of the sandbox's channel, if any (its commands end unheard), and wait for

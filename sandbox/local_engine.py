@@ -47,6 +47,7 @@ from sandbox.engine import (
     ContainerInfo,
     ContainerSpec,
     ExecResult,
+    JobLimits,
 )
 from sandbox.errors import SandboxUnavailableError
 from sandbox.image.build import IMAGE_DIR
@@ -184,7 +185,9 @@ class LocalEngine(RecordVolumes):
         env: Mapping[str, str] | None = None,
         job: int | None = None,
         stdin: bool = False,
+        limits: JobLimits | None = None,
     ) -> Attached:
+        argv = limits.wrap(argv) if limits else argv
         command, directory, environment = self._process(container_id, argv, workdir, env, job)
         process, started = self._launch(
             container_id, job, command, directory, environment, stdin=stdin

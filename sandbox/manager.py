@@ -220,7 +220,8 @@ class SandboxManager:
         engine with snapshots suspends it instead: its processes and memory come back too."""
         entry = self.entries.pop(thread_id, None)
         if entry is not None:
-            entry.drop_worker()  # the worker holds nothing of the host's once its channel ends
+            # The worker holds nothing of the host's once its channel ends.
+            await entry.let_go_of_worker()
         info = await in_thread(self.provider.get, thread_id)
         if info is not None and info.status == "running":
             await self._let_go(info.container_id)

@@ -24,13 +24,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from sandbox import identity
-from sandbox.commands import JobLimits
 from sandbox.egress import BRIDGE_PORT, MOUNT_POINT
 from sandbox.engine import (
     ContainerEngine,
     ContainerGoneError,
     ContainerInfo,
     ContainerSpec,
+    JobLimits,
     SandboxLimits,
     Snapshots,
     WorkerHost,

@@ -50,6 +50,7 @@ from sandbox.engine import (
     ContainerInfo,
     ContainerSpec,
     ExecResult,
+    JobLimits,
 )
 from sandbox.errors import SandboxUnavailableError
 from sandbox.identity import LABEL_LEASE, LABEL_OWNER
@@ -58,6 +59,7 @@ from sandbox.image.catalog import extract_catalog
 from sandbox.image.rootfs import USER_UID
 from sandbox.job_kill import UidJobs
 from sandbox.job_launcher import (
+    LAUNCHER_LOCK,
     LAUNCHER_SOCKET_DIR,
     JobChannel,
     JobLaunchers,
@@ -69,6 +71,7 @@ from sandbox.runsc_cli import (
     CGROUP_PARENT,
     GONE_EXIT,
     RUNSC_CALL_S,
+    call_runsc,
     delete,
     first_line,
     is_gone,
@@ -83,7 +86,7 @@ from sandbox.runsc_cli import (
 )
 from sandbox.runtimes import RUNSC
 from sandbox.worker import WORKER_SOCKET, WORKER_SOCKET_DIR
-from sandbox.worker_socket import wait_for_worker
+from sandbox.worker_socket import wait_closed, wait_for_worker
 from sandbox.workspace_seed import seed_on_host
 
 __all__ = ["CGROUP_PARENT", "RunscEngine", "runsc_usable"]
@@ -294,12 +297,19 @@ class RunscEngine(RecordVolumes, UidJobs):
         with contextlib.suppress(SandboxUnavailableError):
             self._launcher(record)
         self._launchers.forget(record.id)
+        # Nor may any socket of the sandbox's be connected to the host still (gVisor cannot
+        # save one, and the checkpoint that meets one takes the sandbox down): the channels
+        # let go (the launcher's, the worker's) wait for the far end to close.
+        bundle = self._bundles / record.id
+        for lock in (bundle / LAUNCHER_LOCK, bundle / WORKER_LOCK):
+            if not wait_closed(lock):
+                raise SandboxUnavailableError(
+                    "a process in the sandbox still holds a channel to the host; not saved"
+                )
         image_dir.mkdir(parents=True, exist_ok=True)
         argv = [*self._runsc(record), "checkpoint", f"--image-path={image_dir}"]
         argv += ["--compression=none", *(["--leave-running"] if leave_running else [])]
-        done = subprocess.run(
-            [*argv, record.id], capture_output=True, timeout=RUNSC_CALL_S, check=False
-        )
+        done = call_runsc([*argv, record.id], "checkpoint the sandbox")
         if done.returncode != 0:
             raise SandboxUnavailableError(
                 f"runsc could not checkpoint the sandbox: {said(done.stderr)}"
@@ -359,18 +369,27 @@ class RunscEngine(RecordVolumes, UidJobs):
 
     def _launch(self, record: ContainerRecord, command: list[str], what: str) -> None:
         """`runsc <command> --detach` of the record's bundle. Its stdio go to a file, never a
-        pipe: the sandbox keeps them open as long as it runs, so a pipe would never end."""
+        pipe: the sandbox keeps them open as long as it runs, so a pipe would never end.
+        Its job launcher, if any, is awaited from before the launch."""
         bundle = self._bundles / record.id
         log_path = bundle / "runsc.log"
-        with log_path.open("wb") as output:
-            done = subprocess.run(
-                [*self._runsc(record), *command, "--detach", f"--bundle={bundle}", record.id],
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=output,
-                timeout=RUNSC_CALL_S,
-                check=False,
-            )
+        launching = threading.Event()
+        launching.set()
+        if record.engine.get("jobLauncher"):
+
+            def running() -> bool:
+                return launching.is_set() or runs(record.id) is True
+
+            self._launchers.expect(record.id, bundle, running)
+        try:
+            with log_path.open("wb") as output:
+                done = call_runsc(
+                    [*self._runsc(record), *command, "--detach", f"--bundle={bundle}", record.id],
+                    what,
+                    output=output,
+                )
+        finally:
+            launching.clear()
         if done.returncode != 0:
             with contextlib.suppress(SandboxUnavailableError):
                 self._delete_sandbox(record, even_unstarted=True)
@@ -382,7 +401,6 @@ class RunscEngine(RecordVolumes, UidJobs):
             record = self._store.require(record.id)
             record.status = "running"
             self._store.save(record)
-        self._launchers.forget(record.id)  # a launcher to wait for again
         self._mark_memory(record)
         return self._info(record)
 
@@ -499,12 +517,16 @@ class RunscEngine(RecordVolumes, UidJobs):
         env: Mapping[str, str] | None = None,
         job: int | None = None,
         stdin: bool = False,
+        limits: JobLimits | None = None,
     ) -> Attached:
         record, process = self._process(container_id, argv, workdir, env, job)
         self._mark_memory(record)
         launcher = None if stdin else self._launcher(record)
-        if launcher is not None:
-            return launcher.spawn(argv, **_launched(process))
+        if launcher is not None:  # it sets the limits as it starts the job
+            processes = limits.processes if limits else None
+            return launcher.spawn(argv, processes=processes, **_launched(process))
+        if limits:
+            process["args"] = limits.wrap(argv)
         command = self._exec_command(record, process)
         process_file = Path(command[-2])
         popen = self._popen(command, stdin=stdin)

@@ -7,6 +7,10 @@ The worker has one channel: whoever holds it keeps a lock file locked (released 
 channel, or by the kernel when its holder dies), so another process (a replica of the service
 on this host) is told at once (WorkerHeldError) instead of waiting for a worker that will not
 come.
+
+A channel let go is not cut: the host shuts its end for writing and waits for the sandbox's
+process to close its own (`wait_closed`). gVisor cannot save a socket still connected to the
+host, and a checkpoint that meets one fails and takes its sandbox down with it.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import select
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,21 +28,34 @@ from pathlib import Path
 from sandbox.engine import STDOUT, ContainerGoneError, WorkerHeldError
 from sandbox.errors import SandboxUnavailableError
 
-__all__ = ["SocketChannel", "wait_for_worker"]
+__all__ = ["SocketChannel", "wait_closed", "wait_for_worker"]
 
 # How often a wait for the worker checks that its sandbox still runs.
 POLL_S = 0.5
+# How long a channel let go waits for the sandbox's process to close its end (it does so as
+# it reads the end of the stream: in a few milliseconds).
+CLOSE_WAIT_S = 2.0
+
+# Channels let go whose far end may still be open, by their lock file.
+_closing: dict[Path, set[SocketChannel]] = {}
+_closing_lock = threading.Lock()
 
 
 class SocketChannel:
     """A worker's connection as the seam's `Attached`: what it sends is its STDOUT."""
 
     def __init__(
-        self, connection: socket.socket, on_close: Callable[[], None] = lambda: None
+        self,
+        connection: socket.socket,
+        on_close: Callable[[], None] = lambda: None,
+        lock: Path | None = None,
     ) -> None:
         self._socket = connection
         self._on_close = on_close
+        self._lock = lock
         self._closed = False
+        self._finished = threading.Event()  # let go, and the socket closed
+        self._far_end_closed = False
 
     @property
     def socket(self) -> socket.socket:
@@ -51,13 +70,49 @@ class SocketChannel:
         return None  # the worker outlives its channel
 
     def close(self) -> None:
+        """Let go: the lock at once; the socket once the far end closed (see the module's
+        docstring), in a thread of its own."""
+        if self._closed:
+            return
+        self._closed = True
         with contextlib.suppress(OSError):
-            self._socket.shutdown(socket.SHUT_RDWR)
+            self._socket.shutdown(socket.SHUT_WR)
+        if self._lock is not None:
+            with _closing_lock:
+                _closing.setdefault(self._lock, set()).add(self)
+        threading.Thread(target=self._finish, name="sandbox-channel-close", daemon=True).start()
+        self._on_close()
+
+    def _finish(self) -> None:
+        """Read (and drop) what is left until the far end closes, then close ours."""
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        with contextlib.suppress(OSError, ValueError):
+            while (left := deadline - time.monotonic()) > 0:
+                readable, _, _ = select.select([self._socket], [], [], left)
+                if readable and not self._socket.recv(65536):
+                    self._far_end_closed = True
+                    break
+        with contextlib.suppress(OSError):
+            self._socket.shutdown(socket.SHUT_RDWR)  # wakes a reader still waiting
         with contextlib.suppress(OSError):
             self._socket.close()
-        if not self._closed:
-            self._closed = True
-            self._on_close()
+        self._finished.set()
+        if self._lock is not None:
+            with _closing_lock:
+                waiting = _closing.get(self._lock, set())
+                waiting.discard(self)
+                if not waiting:
+                    _closing.pop(self._lock, None)
+
+
+def wait_closed(lock: Path) -> bool:
+    """Wait until every channel of this process with the lock file `lock` that was let go
+    is closed; False when the far end of one did not close in time."""
+    with _closing_lock:
+        waiting = list(_closing.get(lock, ()))
+    for channel in waiting:
+        channel._finished.wait()  # CLOSE_WAIT_S at most
+    return all(channel._far_end_closed for channel in waiting)
 
 
 def wait_for_worker(
@@ -78,7 +133,7 @@ def wait_for_worker(
     except BaseException:
         os.close(held)
         raise
-    return SocketChannel(connection, on_close=lambda: os.close(held))
+    return SocketChannel(connection, on_close=lambda: os.close(held), lock=lock)
 
 
 def _accept(path: Path, timeout_s: float, running: Callable[[], bool], who: str) -> socket.socket:

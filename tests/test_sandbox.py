@@ -17,10 +17,10 @@ import docker
 import pytest
 
 from sandbox import files, identity
-from sandbox.commands import CommandRunner, JobLimits
+from sandbox.commands import CommandRunner
 from sandbox.docker_engine import DockerEngine, connect
 from sandbox.egress import EgressProxy
-from sandbox.engine import ContainerInfo, SandboxLimits
+from sandbox.engine import ContainerInfo, JobLimits, SandboxLimits
 from sandbox.errors import (
     EditMismatchError,
     FileTooLargeError,

@@ -11,8 +11,7 @@ import grpc
 import pytest
 
 from instance_ai.v1 import agent_pb2, agent_pb2_grpc, workspace_pb2, workspace_pb2_grpc
-from sandbox.commands import JobLimits
-from sandbox.engine import SandboxLimits
+from sandbox.engine import JobLimits, SandboxLimits
 from sandbox.image.build import BuiltImage
 from sandbox.manager import SandboxManager
 from sandbox.runtimes import GVISOR_HOST_PIDS_FACTOR, GVISOR_KERNEL_MEMORY, RUNSC

@@ -1,4 +1,5 @@
-// as-job UID GID DIR COMMAND [ARG]...: COMMAND run as UID, in group GID alone, from DIR.
+// as-job UID GID DIR PROCESSES COMMAND [ARG]...: COMMAND run as UID, in group GID alone, from
+// DIR, with at most PROCESSES tasks of its uid (RLIMIT_NPROC, soft and hard; "-": the sandbox's).
 //
 // The job launcher (launcher.py) starts each command through it with posix_spawn, which
 // vforks: under gVisor a fork of the launcher costs ~30 ms, a vfork ~7 (docs/performance.md),
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 // Never root, nor a system account: the sandbox user (1000) or a job's uid above it.
@@ -24,11 +26,20 @@ static long id_of(const char *text) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 5) {
-    fputs("as-job: UID GID DIR COMMAND [ARG]...\n", stderr);
+  if (argc < 6) {
+    fputs("as-job: UID GID DIR PROCESSES COMMAND [ARG]...\n", stderr);
     return 127;
   }
-  long uid = id_of(argv[1]), gid = id_of(argv[2]);
+  long uid = id_of(argv[1]), gid = id_of(argv[2]), processes = -1;
+  if (strcmp(argv[4], "-") != 0) {
+    char *end;
+    errno = 0;
+    processes = strtol(argv[4], &end, 10);
+    if (errno || *end || end == argv[4] || processes < 1) {
+      fprintf(stderr, "the command could not start: a process limit of %s\n", argv[4]);
+      return 127;
+    }
+  }
   if (uid < 0 || gid < 0) {
     fprintf(stderr, "the command could not start: uid %s, gid %s: a job runs as the sandbox "
             "user or above it\n", argv[1], argv[2]);
@@ -39,12 +50,19 @@ int main(int argc, char **argv) {
     fprintf(stderr, "the command could not start: %s\n", strerror(errno));
     return 126;
   }
+  // Set here, after the setuid (which Linux refuses to a uid already over its limit), in
+  // this process alone: the launcher and the commands it starts later keep their own.
+  struct rlimit limit = {(rlim_t)processes, (rlim_t)processes};
+  if (processes > 0 && setrlimit(RLIMIT_NPROC, &limit) != 0) {
+    fprintf(stderr, "the command could not start: %s\n", strerror(errno));
+    return 126;
+  }
   if (chdir(argv[3]) != 0) {
     fprintf(stderr, "the command could not start: %s: %s\n", argv[3], strerror(errno));
     return 127;
   }
-  execvp(argv[4], argv + 4);
+  execvp(argv[5], argv + 5);
   int failed = errno;
-  fprintf(stderr, "the command could not start: %s: %s\n", argv[4], strerror(failed));
+  fprintf(stderr, "the command could not start: %s: %s\n", argv[5], strerror(failed));
   return failed == ENOENT ? 127 : 126;
 }

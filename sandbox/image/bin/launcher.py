@@ -16,9 +16,11 @@ only root may enter.
 Frames both ways: a header (request id: 4 bytes, kind: 1 byte, payload length: 4 bytes, big
 endian), then the payload.
 
-  host -> SPAWN  {"argv": [...], "uid": 20001, "cwd": "/workspace", "env": {...}}
+  host -> SPAWN  {"argv": [...], "uid": 20001, "cwd": "/workspace", "env": {...},
+                  "processes": 128}  (optional: the job's RLIMIT_NPROC, set by as-job)
   host <- STDOUT / STDERR  bytes of the job's output
-  host <- EXIT   {"code": 0}  (a signal's death as a shell says it: 128 + the signal)
+  host <- EXIT   {"code": 0, "left": 0}  (a signal's death as a shell says it: 128 + the
+                  signal; "left": how many processes of the job's uid were still there)
 
 A job whose channel ended (the host went away) runs on unheard, until the next host's reaper
 ends it.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import selectors
 import signal
 import socket
@@ -48,6 +51,8 @@ CHUNK = 65536
 RETRY_FAST_S, RETRY_SLOW_S, FAST_ATTEMPTS = 0.02, 0.25, 250
 # What is read of a job's pipes once it has ended: what it wrote before it did.
 DRAIN_CHUNKS = 64
+# A process's real uid, in its /proc/<pid>/status.
+REAL_UID = re.compile(rb"^Uid:\s+(\d+)", re.MULTILINE)
 
 
 Process = subprocess.Popen[bytes]
@@ -66,6 +71,8 @@ class Launcher:
         self.jobs: dict[int, int | None] = {}
         # A job's pipe, while it is read: fd -> the job's pid.
         self.pipes: dict[int, int] = {}
+        # A running job's pid -> its uid.
+        self.uids: dict[int, int] = {}
         wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_write)
         signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -158,6 +165,9 @@ class Launcher:
             argv = [str(part) for part in order["argv"]]
             env = {str(k): str(v) for k, v in order.get("env", {}).items()}
             cwd = str(order.get("cwd") or "/")
+            processes = order.get("processes")
+            if processes is not None and (type(processes) is not int or processes < 1):
+                raise ValueError(f"a process limit of {processes!r}: a count of 1 or more")
         except (ValueError, KeyError, TypeError) as exc:
             self.refuse(request, 127, str(exc))
             return
@@ -175,7 +185,7 @@ class Launcher:
             # ignores it, and what is ignored stays so across an exec).
             pid = os.posix_spawn(
                 AS_JOB,
-                [AS_JOB, str(uid), str(SANDBOX_GROUP), cwd, *argv],
+                [AS_JOB, str(uid), str(SANDBOX_GROUP), cwd, str(processes or "-"), *argv],
                 env,
                 file_actions=actions,
                 setsid=True,
@@ -188,6 +198,7 @@ class Launcher:
             self.refuse(request, 127, str(exc))
             return
         self.jobs[pid] = request
+        self.uids[pid] = uid
         for kind, (read_end, write_end) in zip((STDOUT, STDERR), pipes, strict=True):
             os.close(write_end)
             os.set_blocking(read_end, False)
@@ -240,7 +251,10 @@ class Launcher:
                 self.close_pipe(fd)
             exit_code = os.waitstatus_to_exitcode(status)
             exit_code = 128 - exit_code if exit_code < 0 else exit_code
-            self.send(request, EXIT, json.dumps({"code": exit_code}).encode())
+            uid = self.uids.pop(pid)
+            if request is not None:
+                ending = {"code": exit_code, "left": processes_of(uid)}
+                self.send(request, EXIT, json.dumps(ending).encode())
 
     def pipes_of(self, pid: int) -> list[tuple[int, int]]:
         """The job's pipes still read: (fd, STDOUT or STDERR)."""
@@ -250,6 +264,23 @@ class Launcher:
                 key = self.selector.get_key(fd)
                 found.append((fd, int(key.data[0])))
         return found
+
+
+def processes_of(uid: int) -> int:
+    """How many processes run as `uid` (the host skips its kill script when a job's
+    command left none: a `runsc exec` less per command)."""
+    count = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as status:
+                found = REAL_UID.search(status.read())
+        except OSError:  # it ended meanwhile
+            continue
+        if found and int(found.group(1)) == uid:
+            count += 1
+    return count
 
 
 def _drain_fd(fd: int) -> None:
