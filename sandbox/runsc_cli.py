@@ -78,13 +78,8 @@ def call_runsc(
     and stderr captured (or both written to `output`), killed after RUNSC_CALL_S. Not
     `subprocess.run(timeout=...)`: a wait with a timeout sleeps in steps of up to 50 ms
     (Popen.wait), and each call (a restore: ~150 ms) paid half of one on average."""
-    streams = {"stdout": output, "stderr": output} if output else {}
-    with subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=streams.get("stdout", subprocess.PIPE),
-        stderr=streams.get("stderr", subprocess.PIPE),
-    ) as process:
+    target = output or subprocess.PIPE
+    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=target, stderr=target) as process:
         expired = threading.Event()
 
         def expire() -> None:
