@@ -126,6 +126,14 @@ async def run_level(
     outcome = await Runner(options, cases, [], Quiet()).run()
     wall = time.perf_counter() - started
     busy1 = machine_cpu()
+    for row in outcome.rows:  # a figure with a case that did not pass says which and why
+        for unit in row.units:
+            if not unit.passed:
+                print(
+                    f"  concurrency {concurrency}: {row.case} / {unit.name} {unit.category}: "
+                    f"{unit.reason}",
+                    file=sys.stderr,
+                )
     server_cpu = sum(process_cpu(p) for p in pids) - server0
     runner_cpu = own_cpu() - runner0
     busy = busy1 - busy0

@@ -20,6 +20,7 @@ from sandbox.errors import SandboxUnavailableError
 from sandbox.runtimes import RUNSC
 
 __all__ = [
+    "CGROUPS",
     "CGROUP_PARENT",
     "GONE_EXIT",
     "PIDS_CGROUPS",

@@ -73,6 +73,7 @@ from sandbox.runsc_cli import (
     sweep_state_roots,
 )
 from sandbox.runsc_processes import RunscProcesses
+from sandbox.runsc_removals import Removals, kill_processes, state_files
 from sandbox.runtimes import RUNSC
 from sandbox.worker import WORKER_SOCKET, WORKER_SOCKET_DIR
 from sandbox.worker_socket import wait_closed, wait_for_worker
@@ -112,6 +113,8 @@ class RunscEngine(RunscProcesses, RecordVolumes, UidJobs):
         self._channel_locks: dict[str, threading.Lock] = {}
         # Channels to the sandboxes' job launchers.
         self._launchers = JobLaunchers()
+        # The runsc state of sandboxes removed, deleted in the background.
+        self._removals = Removals()
         # Attaches made before their container started (the lease's), by container id.
         self._attaches: dict[str, ProcessStreams] = {}
         # Per container: (when, the OOM kills its cgroup had counted then), taken as each
@@ -124,7 +127,14 @@ class RunscEngine(RunscProcesses, RecordVolumes, UidJobs):
         ended = [r for r in records if self._removed_if_ended(r, self._status(r))]
         if ended:
             log.info("ended sandboxes that were to go removed", sandboxes=len(ended))
-        swept = sweep_cgroups({record.id for record in records} - {r.id for r in ended})
+        known = {record.id for record in records}
+        # Of sandboxes removed by a service that ended before their deletion did.
+        left = {id: root for id, root in state_files(self._state).items() if id not in known}
+        for container_id, state in left.items():
+            self._removals.delete_later(state, container_id)
+        if left:
+            log.info("runsc state of removed sandboxes removed", sandboxes=len(left))
+        swept = sweep_cgroups(known - {r.id for r in ended})
         if swept:
             log.info("empty cgroups of sandboxes gone removed", cgroups=swept)
         emptied = sweep_state_roots(self._state)
@@ -149,6 +159,7 @@ class RunscEngine(RunscProcesses, RecordVolumes, UidJobs):
 
     def close(self) -> None:
         self._launchers.close()
+        self._removals.close()
         self.client.close()
 
     def runtimes(self) -> frozenset[str]:
@@ -424,10 +435,17 @@ class RunscEngine(RunscProcesses, RecordVolumes, UidJobs):
         return self._store.rename(container_id, name)
 
     def remove(self, container_id: str) -> None:
+        """Gone once this returns: its processes killed, its record, bundle and caches;
+        its runsc state and cgroups go in the background (runsc_removals.py)."""
         record = self._store.load(container_id)
         if record is None:
             return
-        self._delete_sandbox(record)
+        self._launchers.forget(record.id)
+        if record.status != "created":
+            if kill_processes(record.id):
+                self._removals.delete_later(_state(record), record.id)
+            else:
+                self._delete_sandbox(record)
         with self._store.locked():
             self._store.delete(container_id)
         shutil.rmtree(self._bundles / container_id, ignore_errors=True)

@@ -21,6 +21,7 @@ import pytest
 
 from sandbox import identity
 from sandbox.commands import JOB_UID_FIRST
+from sandbox.docker_engine import connect
 from sandbox.engine import (
     ContainerInfo,
     ContainerSpec,
@@ -38,6 +39,7 @@ from sandbox.provider import SandboxProvider
 from sandbox.readiness import Readiness
 from sandbox.runsc_cli import runs
 from sandbox.runsc_engine import CGROUP_PARENT, RunscEngine
+from sandbox.runsc_removals import kill_processes
 from sandbox.runtimes import (
     GVISOR_HOST_PIDS_FACTOR,
     GVISOR_JOB_TASKS,
@@ -236,6 +238,23 @@ def test_a_launched_job_has_its_own_process_limit_and_tells_what_it_left(
     assert (told, code, left) == ("started\n", 0, 1)
     assert runsc_engine.kill_job(container.id, job)
     assert launched("exit 3") == ("", 3, 0)
+
+
+def test_a_command_that_ends_the_worker_is_told_its_exit_before_the_sandbox_ends(
+    runsc_provider: SandboxProvider, runsc_engine: RunscEngine
+) -> None:
+    """The worker is the sandbox's life, and the launcher ends with it; a command that
+    killed it ends beside it and still gets its exit code, not "the sandbox went away"."""
+    for _ in range(3):
+        container = runsc_provider.ensure("thread-worker-killed")
+        killed = runsc_engine.exec(
+            container.id, ["pkill", "-KILL", "-f", "^node /opt/app/bin/worker.mjs"], workdir="/"
+        )
+        assert killed.exit_code == 0, killed  # there was a worker, and the kill was told
+        deadline = time.monotonic() + 10
+        while (state := runsc_engine.inspect(container.id)) and state.status == "running":
+            assert time.monotonic() < deadline, "the sandbox outlived its worker"
+            time.sleep(0.05)
 
 
 async def test_the_manager_builds_runs_and_cuts_off_commands_on_runsc(
@@ -665,6 +684,42 @@ def test_the_engine_lists_only_what_runs_and_forgets_what_was_removed(
     bundle = json.loads((runsc_engine.root / "bundles" / b.id / "config.json").read_text())
     assert bundle["root"]["readonly"] is True and bundle["process"]["capabilities"] == {}
     assert not (runsc_engine.root / "bundles" / a.id).exists()
+
+
+def state_of(engine: RunscEngine, container_id: str) -> list[Path]:
+    return list((engine.root / "state").glob(f"*/{container_id}_sandbox:*"))
+
+
+def test_a_removed_sandbox_is_gone_at_once_and_its_runsc_state_soon_after(
+    runsc_engine: RunscEngine, sandbox_image: BuiltImage, owner: str
+) -> None:
+    """A removal does not wait for the host's init to reap the sandbox's processes: they are
+    dead when it returns, its runsc state goes in the background, and state that a service
+    which ended meanwhile left behind goes when the next engine starts."""
+    removed, left = (
+        runsc_engine.start(new_container(runsc_engine, sandbox_image.tag, owner).id)
+        for _ in range(2)
+    )
+    assert state_of(runsc_engine, removed.id) and state_of(runsc_engine, left.id)
+    runsc_engine.remove(removed.id)
+    assert runs(removed.id) is not True and runsc_engine.inspect(removed.id) is None
+    # As a service that died before its deletion ran: the processes killed, the record gone.
+    assert kill_processes(left.id)
+    (runsc_engine.root / "records" / "containers" / f"{left.id}.json").unlink()
+    RunscEngine(runsc_engine.client, runsc_engine.root)
+    deadline = time.monotonic() + 30
+    while state_of(runsc_engine, removed.id) or state_of(runsc_engine, left.id):
+        assert time.monotonic() < deadline, "runsc state of removed sandboxes stayed"
+        time.sleep(0.1)
+    parent = CGROUPS / "pids" / CGROUP_PARENT.strip("/")
+    assert not (parent / removed.id).exists() and not (parent / left.id).exists()
+    # A sandbox that ends as its engine closes is removed after the close: deleted there
+    # and then, its state not left for lack of a background thread.
+    closing = RunscEngine(connect(), runsc_engine.root)
+    ended = closing.start(new_container(closing, sandbox_image.tag, owner).id)
+    closing.close()
+    closing.remove(ended.id)
+    assert not state_of(closing, ended.id) and not (parent / ended.id).exists()
 
 
 def test_a_new_engine_sweeps_empty_cgroups_no_record_names(

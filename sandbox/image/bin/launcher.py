@@ -51,6 +51,8 @@ CHUNK = 65536
 RETRY_FAST_S, RETRY_SLOW_S, FAST_ATTEMPTS = 0.02, 0.25, 250
 # What is read of a job's pipes once it has ended: what it wrote before it did.
 DRAIN_CHUNKS = 64
+# How long jobs the host awaits may take to end once the worker has ended.
+LAST_LOOK_S = 0.25
 # A process's real uid, in its /proc/<pid>/status.
 REAL_UID = re.compile(rb"^Uid:\s+(\d+)", re.MULTILINE)
 
@@ -227,9 +229,23 @@ class Launcher:
             os.close(fd)
 
     def reap(self) -> None:
+        self.reap_jobs()
         code = self.worker.poll()
         if code is not None:  # the worker is the sandbox's life: it ends with it
+            self.finish_jobs()
             sys.exit(128 - code if code < 0 else code)
+
+    def finish_jobs(self) -> None:
+        """A last look at the jobs the host awaits before the sandbox ends: the one that ended
+        the worker (a kill of it) ends beside it and is told, not lost with the sandbox."""
+        deadline = time.monotonic() + LAST_LOOK_S
+        while any(request is not None for request in self.jobs.values()):
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.005)
+            self.reap_jobs()
+
+    def reap_jobs(self) -> None:
         for pid, request in list(self.jobs.items()):
             try:
                 ended, status = os.waitpid(pid, os.WNOHANG)
