@@ -20,7 +20,6 @@ from sandbox.errors import SandboxUnavailableError
 from sandbox.runtimes import RUNSC
 
 __all__ = [
-    "CGROUPS",
     "CGROUP_PARENT",
     "GONE_EXIT",
     "PIDS_CGROUPS",
@@ -31,12 +30,14 @@ __all__ = [
     "first_line",
     "is_gone",
     "oom_kills",
+    "processes",
     "remove_cgroups",
     "running_ids",
     "runs",
     "runsc_argv",
     "runsc_usable",
     "said",
+    "state_files",
     "sweep_cgroups",
     "sweep_state_roots",
 ]
@@ -53,6 +54,9 @@ PIDS_CGROUPS = CGROUPS / "pids"
 RUNSC_CALL_S = 120.0
 # What `runsc exec` exits with when its sandbox is gone or ends under it.
 GONE_EXIT = 128
+# The state file runsc keeps for each container in its state root (formatted with the id).
+STATE_MARK = "_sandbox:"
+STATE_FILES = "{}" + STATE_MARK + "*.state"
 # What runsc says when the container it was asked about does not exist or does not run.
 _GONE = ("loading container", "loading sandbox", "not running", "is not running", "stopped")
 
@@ -120,13 +124,25 @@ def delete(state: Path, container_id: str) -> None:
     """Kill and forget a sandbox (gone already is fine), and its cgroups. runsc is called
     only where its state names the sandbox (without it, runsc could not act on it either):
     a suspended sandbox being resumed, or one never started, costs no process (~20 ms)."""
-    if not any(state.glob(f"{container_id}_sandbox:*.state")):
+    if not any(state.glob(STATE_FILES.format(container_id))):
         remove_cgroups(container_id)
         return
     done = call_runsc([*runsc_argv(state), "delete", "--force", container_id], "stop the sandbox")
     if done.returncode != 0 and not is_gone(done.stderr):
         raise SandboxUnavailableError(f"runsc could not stop the sandbox: {said(done.stderr)}")
     remove_cgroups(container_id)
+
+
+def state_files(state: Path) -> dict[str, Path]:
+    """The containers runsc keeps state for under `state` (every owner's root), by id, with
+    the root each is in."""
+    found: dict[str, Path] = {}
+    with contextlib.suppress(OSError):
+        for root in state.iterdir():
+            with contextlib.suppress(OSError):
+                for path in root.glob(STATE_FILES.format("*")):
+                    found[path.name.split(STATE_MARK, 1)[0]] = root
+    return found
 
 
 def remove_cgroups(container_id: str) -> None:
@@ -182,19 +198,25 @@ def _cgroup_parents() -> list[Path]:
     return []
 
 
-def runs(container_id: str) -> bool | None:
-    """Whether the sandbox's processes are alive, read from its cgroup (which holds every
-    process the sandbox has on the host; an ended one leaves it at once, reaped or not): a
-    file read where `runsc list` costs a process. None where this host's cgroups cannot
-    tell."""
+def processes(container_id: str) -> list[int] | None:
+    """The pids of the sandbox's processes, read from its cgroup (which holds every process
+    the sandbox has on the host; an ended one leaves it at once, reaped or not): a file read
+    where `runsc list` costs a process. None where this host's cgroups cannot tell."""
     hierarchy = PIDS_CGROUPS if PIDS_CGROUPS.is_dir() else CGROUPS  # cgroup v1 or v2
     parent = hierarchy / CGROUP_PARENT.strip("/")
     try:
-        return (parent / container_id / "cgroup.procs").read_text().strip() != ""
+        return [int(pid) for pid in (parent / container_id / "cgroup.procs").read_text().split()]
     except FileNotFoundError:  # gone with its sandbox, unless sandboxes get none here
-        return False if parent.is_dir() else None
+        return [] if parent.is_dir() else None
     except OSError:
         return None
+
+
+def runs(container_id: str) -> bool | None:
+    """Whether the sandbox's processes are alive (None where this host's cgroups cannot
+    tell)."""
+    pids = processes(container_id)
+    return None if pids is None else bool(pids)
 
 
 def oom_kills(container_id: str) -> int | None:

@@ -69,11 +69,12 @@ from sandbox.runsc_cli import (
     runsc_argv,
     runsc_usable,
     said,
+    state_files,
     sweep_cgroups,
     sweep_state_roots,
 )
 from sandbox.runsc_processes import RunscProcesses
-from sandbox.runsc_removals import Removals, kill_processes, state_files
+from sandbox.runsc_removals import Removals, kill_processes
 from sandbox.runtimes import RUNSC
 from sandbox.worker import WORKER_SOCKET, WORKER_SOCKET_DIR
 from sandbox.worker_socket import wait_closed, wait_for_worker
@@ -440,12 +441,11 @@ class RunscEngine(RunscProcesses, RecordVolumes, UidJobs):
         record = self._store.load(container_id)
         if record is None:
             return
-        self._launchers.forget(record.id)
-        if record.status != "created":
-            if kill_processes(record.id):
-                self._removals.delete_later(_state(record), record.id)
-            else:
-                self._delete_sandbox(record)
+        if record.status != "created" and kill_processes(record.id):
+            self._launchers.forget(record.id)
+            self._removals.delete_later(_state(record), record.id)
+        else:
+            self._delete_sandbox(record)
         with self._store.locked():
             self._store.delete(container_id)
         shutil.rmtree(self._bundles / container_id, ignore_errors=True)

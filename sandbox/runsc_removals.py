@@ -22,9 +22,9 @@ from pathlib import Path
 import structlog
 
 from sandbox.errors import SandboxUnavailableError
-from sandbox.runsc_cli import CGROUP_PARENT, CGROUPS, PIDS_CGROUPS, delete
+from sandbox.runsc_cli import delete, processes
 
-__all__ = ["Removals", "kill_processes", "state_files"]
+__all__ = ["Removals", "kill_processes"]
 
 log = structlog.get_logger(__name__)
 
@@ -38,35 +38,15 @@ def kill_processes(container_id: str) -> bool:
     """SIGKILL every host process of the sandbox (all of them are in its cgroup) and wait
     until the cgroup holds none: a process leaves it as it dies, reaped or not. True once
     empty; False where this host's cgroups cannot tell (runsc then does it all)."""
-    hierarchy = PIDS_CGROUPS if PIDS_CGROUPS.is_dir() else CGROUPS  # cgroup v1 or v2
-    procs = hierarchy / CGROUP_PARENT.strip("/") / container_id / "cgroup.procs"
     deadline = time.monotonic() + KILL_WAIT_S
-    while True:
-        try:
-            pids = procs.read_text().split()
-        except FileNotFoundError:
-            return True  # never started, or deleted already
-        except OSError:
-            return False
-        if not pids:
-            return True
+    while pids := processes(container_id):
         if time.monotonic() >= deadline:
             return False
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
         time.sleep(0.002)
-
-
-def state_files(state: Path) -> dict[str, Path]:
-    """The containers runsc keeps state for, by id, with the state root each is in."""
-    found: dict[str, Path] = {}
-    with contextlib.suppress(OSError):
-        for root in state.iterdir():
-            with contextlib.suppress(OSError):
-                for path in root.glob("*_sandbox:*.state"):
-                    found[path.name.split("_sandbox:", 1)[0]] = root
-    return found
+    return pids is not None
 
 
 class Removals:
