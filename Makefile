@@ -4,6 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
+# The suite on every core, each module (or group of modules sharing a server) whole on one
+# worker, the longest first (tests/scheduling.py). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
+PARALLEL := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
 # The sandbox image's build cache (npm tree, catalogs), shared by the tests.
 SANDBOX_CACHE := .cache/sandbox
 
@@ -19,8 +24,8 @@ run: setup
 ## sandboxes under the default runtime, gVisor here, driven by runsc itself), then the attack
 ## and fault suites again under the other runtime (runc, through Docker)
 test: setup n8n contract client sandbox-client lint typecheck
-	$(BIN)/pytest
-	INSTANCE_AI_SANDBOX_RUNTIME=runc $(BIN)/pytest -m "attack or fault"
+	$(BIN)/pytest $(PARALLEL)
+	INSTANCE_AI_SANDBOX_RUNTIME=runc $(BIN)/pytest $(PARALLEL) -m "attack or fault"
 
 setup: system $(INSTALLED) sandbox-image
 

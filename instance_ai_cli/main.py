@@ -8,7 +8,7 @@ import json
 import signal
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import grpc
 import structlog
@@ -51,11 +51,12 @@ from instance_ai_client.terminal import (
     run_client,
 )
 from n8n_bridge.cli import n8n_bridge
-from server.api.server import RUNTIME_HEALTH_PREFIX
-from server.app import Application
 from server.errors import InstanceAIError
 from server.logs import configure_logging
 from server.settings import SettingsError, load_settings
+
+if TYPE_CHECKING:
+    from server.app import Application
 
 __all__ = ["app", "events", "health", "serve"]
 
@@ -127,6 +128,10 @@ def serve(
             raise typer.Exit(EXIT_USAGE) from None
     configure_logging(log_format=settings.log_format, level=settings.log_level)
     log = structlog.get_logger("instance_ai")
+    # The whole server, imported only to serve: client commands and a bad setting's
+    # usage error start in a fraction of the time.
+    from server.app import Application
+
     try:
         asyncio.run(_serve(Application(settings), example))
     except InstanceAIError as exc:
@@ -192,6 +197,8 @@ def health(
     """Ask the server's health service about the server and every instance_ai service."""
     client = ClientConfig(server=server, api_key=api_key, tls_ca_file=tls_ca)
     report = run_client(_health(client, timeout), client)
+    from server.api.server import RUNTIME_HEALTH_PREFIX  # the gRPC front: only here
+
     serving = report["status"] == "SERVING"
     if as_json:
         out.print_json(data=report)

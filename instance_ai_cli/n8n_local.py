@@ -73,18 +73,19 @@ class N8nInstall:
 
 @dataclass
 class LocalN8n:
-    """A running n8n, owned by whoever started it: `stop()` ends it."""
+    """A running n8n, owned by whoever started it: `stop()` ends it. `process` is None where
+    another process started it (and ends it)."""
 
     url: str
     api_key: str
     owner_email: str
     owner_password: str
     state_dir: Path
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | None
     log_path: Path
 
     def stop(self) -> None:
-        if self.process.poll() is None:
+        if self.process is not None and self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGTERM)
             try:
@@ -182,7 +183,7 @@ def start(
         log_path=log_path,
     )
     try:
-        _wait_ready(running)
+        _wait_ready(running, process)
         running.owner_password, running.api_key = _bootstrap(url, state_dir)
     except BaseException:
         running.stop()
@@ -259,12 +260,12 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _wait_ready(running: LocalN8n) -> None:
+def _wait_ready(running: LocalN8n, process: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
-        if running.process.poll() is not None:
+        if process.poll() is not None:
             raise N8nSetupError(
-                f"n8n exited with {running.process.returncode} while starting; see "
+                f"n8n exited with {process.returncode} while starting; see "
                 f"{running.log_path}: {_tail(running.log_path)}"
             )
         with contextlib.suppress(httpx.HTTPError):

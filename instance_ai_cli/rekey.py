@@ -10,8 +10,6 @@ import typer
 
 from instance_ai_client.terminal import EXIT_USAGE, err, out
 from server.settings import Settings, SettingsError, load_settings
-from server.store import Database
-from server.wiring import credential_store
 
 __all__ = ["app", "rekey"]
 
@@ -31,6 +29,10 @@ def rekey() -> None:
 
 
 async def _rekey(settings: Settings) -> int:
+    # The store and the wiring load only for this command, not for every `instance-ai` start.
+    from server.store import Database
+    from server.wiring import credential_store
+
     db = await Database.open(settings.resolved_database_url)
     try:
         return await credential_store(settings, db).rekey()

@@ -16,6 +16,7 @@ from server.settings import Settings, load_settings
 from tests.agent_fixtures import STREAMED
 from tests.event_contract import invalid_events
 from tests.postgres import new_postgres_database, postgres_cluster
+from tests.run_shared import begin_run, end_run
 from tests.sandbox_fixtures import (
     docker_client,
     docker_engine,
@@ -25,6 +26,7 @@ from tests.sandbox_fixtures import (
     sandbox_image,
     sandbox_limits,
 )
+from tests.scheduling import longest_first
 
 __all__ = [
     "docker_client",
@@ -35,6 +37,20 @@ __all__ = [
     "sandbox_image",
     "sandbox_limits",
 ]  # fixtures, shared
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    begin_run()  # servers the run's workers share (tests/run_shared.py)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    end_run()
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker: tests/scheduling.py
+        longest_first(items)
 
 
 # Events checked against n8n's contract, per test (reported at the end of the run).
@@ -55,6 +71,17 @@ def events_keep_n8ns_contract(request: pytest.FixtureRequest) -> Iterator[None]:
             f"{r['type']} {r['issues']} in {r['event']}" for r in refused[:5]
         )
         VALIDATED[request.node.nodeid] = seen
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: its counts go to the controller
+        workeroutput["validated"] = dict(VALIDATED)
+
+
+def pytest_testnodedown(node: Any) -> None:
+    """A worker is done (in xdist's controller): its contract counts join the run's."""
+    VALIDATED.update(getattr(node, "workeroutput", {}).get("validated", {}))
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

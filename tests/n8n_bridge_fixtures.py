@@ -7,6 +7,7 @@ import contextlib
 import json
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,6 +17,9 @@ import httpx
 from instance_ai_cli import n8n_local
 
 # A two-node workflow both assistants build: a manual trigger into a Set node.
+# How long a bridge may take to answer its health check once started.
+START_DEADLINE_S = 120.0
+
 START = {
     "id": "n1",
     "name": "Start",
@@ -62,12 +66,15 @@ async def bridge(n8n_url: str, server_port: int) -> AsyncIterator[str]:
         stdout=subprocess.DEVNULL,
     )
     try:
+        # A generous deadline: a process's start is seconds of CPU, and on a busy machine more.
+        deadline = time.monotonic() + START_DEADLINE_S
         async with httpx.AsyncClient(timeout=5) as client:
-            for _ in range(300):
+            while True:
                 assert process.poll() is None, "the bridge exited"
                 with contextlib.suppress(httpx.TransportError):
                     if (await client.get(f"{url}/healthz")).status_code == 200:
                         break
+                assert time.monotonic() < deadline, f"the bridge never answered at {url}"
                 await asyncio.sleep(0.1)
         yield url
     finally:

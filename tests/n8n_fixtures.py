@@ -1,10 +1,12 @@
 """A real n8n for the n8n-instance tests: installed by `make n8n` (cached by version), started
-once per test session on free loopback ports with a throwaway state directory, with an owner
-and an API key."""
+once per test run (for all of xdist's workers) on free loopback ports with a throwaway state
+directory, with an owner and an API key."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,6 +14,7 @@ import pytest
 
 from instance_ai_cli import n8n_local
 from server.settings import Settings
+from tests.run_shared import shared
 
 __all__ = ["CUSTOM_CREDENTIAL_TYPE", "N8nApi", "make_n8n_settings", "n8n"]
 
@@ -36,16 +39,36 @@ module.exports = { AcmeLedgerApi };
 
 
 @pytest.fixture(scope="session")
-def n8n(tmp_path_factory: pytest.TempPathFactory) -> Iterator[n8n_local.LocalN8n]:
-    state_dir = tmp_path_factory.mktemp("n8n")
+def n8n() -> n8n_local.LocalN8n:
+    """One n8n for the whole run, shared by xdist's workers (tests/run_shared.py): each test
+    makes its own workflows, credentials, tables and projects in it."""
+    record = shared("n8n", _start_n8n)
+    return n8n_local.LocalN8n(
+        url=record["url"],
+        api_key=record["api_key"],
+        owner_email=record["owner_email"],
+        owner_password=record["owner_password"],
+        state_dir=Path(record["state_dir"]),
+        log_path=Path(record["log_path"]),
+        process=None,  # the run ends it
+    )
+
+
+def _start_n8n(state_dir: Path) -> tuple[dict[str, Any], subprocess.Popen[bytes]]:
     custom = state_dir / ".n8n" / "custom"
     custom.mkdir(parents=True)
     (custom / "AcmeLedgerApi.credentials.js").write_text(_CUSTOM_CREDENTIAL)
     running = n8n_local.start(n8n_local.install(), state_dir)
-    try:
-        yield running
-    finally:
-        running.stop()
+    assert running.process is not None
+    reach = {
+        "url": running.url,
+        "api_key": running.api_key,
+        "owner_email": running.owner_email,
+        "owner_password": running.owner_password,
+        "state_dir": str(running.state_dir),
+        "log_path": str(running.log_path),
+    }
+    return reach, running.process
 
 
 @pytest.fixture

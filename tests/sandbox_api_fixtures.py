@@ -17,8 +17,10 @@ from pathlib import Path
 
 import docker
 import pytest
+import pytest_asyncio
 
 from instance_ai_cli import n8n_local
+from tests.fake_model import FakeMessagesAPI
 from tests.sandbox_fixtures import docker_env, remove_owned
 from tests.test_cli import CLI
 
@@ -153,3 +155,39 @@ async def n8n_with_its_assistant(
         yield n8n
     finally:
         await asyncio.to_thread(n8n.stop)
+
+
+# The modules that hold conversations with n8n's own assistant share one such n8n (it costs
+# ~20 CPU-s to start): they run as one unit on one worker (tests/scheduling.py), each on the
+# session's event loop, where the model stand-in serves.
+N8N_ASSISTANT_GROUP = "n8n-with-its-assistant"
+WITH_N8NS_ASSISTANT = [
+    pytest.mark.xdist_group(N8N_ASSISTANT_GROUP),
+    pytest.mark.asyncio(loop_scope="session"),
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class N8nAssistant:
+    """n8n with its own assistant, on the scripted model: each test sets `model.responder`."""
+
+    installed: n8n_local.N8nInstall
+    n8n: n8n_local.LocalN8n
+    model: FakeMessagesAPI
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def n8n_assistant(
+    sandbox_api: SandboxApiServer, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[N8nAssistant]:
+    """The session's n8n with its own assistant (for the modules marked WITH_N8NS_ASSISTANT;
+    each test makes its own threads, workflows and tables in it)."""
+    installed = n8n_local.install()
+    model = FakeMessagesAPI()
+    await model.start()
+    try:
+        state_dir = tmp_path_factory.mktemp("n8n-assistant")
+        async with n8n_with_its_assistant(installed, state_dir, model.url, sandbox_api) as n8n:
+            yield N8nAssistant(installed=installed, n8n=n8n, model=model)
+    finally:
+        await model.close()

@@ -1,7 +1,7 @@
 """The differential suite (issue 37): five scripted conversations, each held with n8n 2.41.1's
-own assistant and with ours behind the bridge, on one real n8n (started once for the module),
-both on the same scripted model and ours with n8n's own permissions (its defaults: every
-action require_approval).
+own assistant and with ours behind the bridge, on one real n8n (the session's n8n with its
+assistant, tests/sandbox_api_fixtures.py), both on the same scripted model and ours with n8n's
+own permissions (its defaults: every action require_approval).
 
 For each conversation the same is asserted of both assistants:
 
@@ -59,17 +59,21 @@ from tests.differential_fixtures import (
     first_run_finished,
     n8n_permissions,
     n8n_source,
-    scripted_model,
     summary,
 )
 from tests.fake_model import FakeMessagesAPI
 from tests.n8n_bridge_fixtures import START, bridge, order_intake
 from tests.n8n_fixtures import N8nApi
-from tests.sandbox_api_fixtures import SandboxApiServer, n8n_with_its_assistant, sandbox_api
+from tests.sandbox_api_fixtures import (
+    WITH_N8NS_ASSISTANT,
+    N8nAssistant,
+    n8n_assistant,
+    sandbox_api,
+)
 
-__all__ = ["sandbox_api"]
+__all__ = ["n8n_assistant", "sandbox_api"]
 
-pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(900)]
+pytestmark = [*WITH_N8NS_ASSISTANT, pytest.mark.timeout(900)]
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "n8n-differential.json"
 SIDES = ("reference", "bridge")
@@ -109,28 +113,19 @@ class Stage:
     i18n: dict[str, str]
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def stage(
-    sandbox_api: SandboxApiServer,
-    sandbox_image: object,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> AsyncIterator[Stage]:
-    installed = n8n_local.install()
-    state_dir = tmp_path_factory.mktemp("n8n-differential")
-    async with (
-        scripted_model() as model,
-        n8n_with_its_assistant(installed, state_dir, model.url, sandbox_api) as n8n,
-    ):
-        async with editor_session(n8n.url, n8n) as editor:
-            permissions = await n8n_permissions(editor)
-        yield Stage(
-            installed=installed,
-            n8n=n8n,
-            model=model,
-            api=N8nApi(n8n),
-            permissions=permissions,
-            i18n=editor_i18n(installed),
-        )
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def stage(n8n_assistant: N8nAssistant) -> AsyncIterator[Stage]:
+    n8n = n8n_assistant.n8n
+    async with editor_session(n8n.url, n8n) as editor:
+        permissions = await n8n_permissions(editor)
+    yield Stage(
+        installed=n8n_assistant.installed,
+        n8n=n8n,
+        model=n8n_assistant.model,
+        api=N8nApi(n8n),
+        permissions=permissions,
+        i18n=editor_i18n(n8n_assistant.installed),
+    )
 
 
 @asynccontextmanager

@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 
-from instance_ai_cli import n8n_local
 from server.settings import Settings
 from tests.agent_fixtures import with_model
 from tests.conftest import serving
@@ -41,15 +40,21 @@ from tests.differential_fixtures import (
     editor_session,
     in_n8n,
     n8n_source,
-    scripted_model,
     short_diff,
     summary,
     thread_title,
 )
 from tests.n8n_bridge_fixtures import bridge, order_intake
-from tests.sandbox_api_fixtures import SandboxApiServer, n8n_with_its_assistant, sandbox_api
+from tests.sandbox_api_fixtures import (
+    WITH_N8NS_ASSISTANT,
+    N8nAssistant,
+    n8n_assistant,
+    sandbox_api,
+)
 
-__all__ = ["sandbox_api"]
+__all__ = ["n8n_assistant", "sandbox_api"]
+
+pytestmark = WITH_N8NS_ASSISTANT
 
 COMPARISON = Path(__file__).resolve().parent.parent / "docs" / "n8n-reference-comparison.json"
 ASK = "Build me an order intake workflow and a table for the orders."
@@ -166,36 +171,34 @@ def assert_ids_on_durable_events_only(transcript: Transcript, live_only: set[str
 
 @pytest.mark.timeout(900)
 async def test_n8ns_assistant_and_ours_through_the_bridge_hold_one_conversation_alike(
-    sandbox_api: SandboxApiServer,
-    make_docker_settings: Callable[..., Settings],
-    tmp_path: Path,
+    n8n_assistant: N8nAssistant, make_docker_settings: Callable[..., Settings]
 ) -> None:
     reference, ours = reference_assistant(), our_assistant()
     responder = Responder((reference.script, ours.script), title=TITLE)
-    installed = n8n_local.install()
+    installed, n8n, model = n8n_assistant.installed, n8n_assistant.n8n, n8n_assistant.model
+    model.responder = responder
+    # Ours thinks too, as n8n's does (n8n asks its model with extended thinking on), and
+    # runs with n8n's default permissions (every action require_approval), not the
+    # tests' usual ones (with_model lets new workflows be created unasked).
+    thinks = with_model(model, model_thinking_budget_tokens=THINKING_BUDGET, permissions={})
+    settings = make_docker_settings(
+        instance="n8n", n8n_url=n8n.url, n8n_api_key=n8n.api_key, **thinks
+    )
     async with (
-        scripted_model(responder) as model,
-        n8n_with_its_assistant(installed, tmp_path / "n8n", model.url, sandbox_api) as n8n,
+        serving(settings) as (app, _channel),
+        bridge(n8n.url, app.port) as url,
+        editor_session(n8n.url, n8n) as at_n8n,
+        editor_session(url, n8n) as at_bridge,
     ):
-        # Ours thinks too, as n8n's does (n8n asks its model with extended thinking on), and
-        # runs with n8n's default permissions (every action require_approval), not the
-        # tests' usual ones (with_model lets new workflows be created unasked).
-        thinks = with_model(model, model_thinking_budget_tokens=THINKING_BUDGET, permissions={})
-        settings = make_docker_settings(
-            instance="n8n", n8n_url=n8n.url, n8n_api_key=n8n.api_key, **thinks
-        )
-        async with (
-            serving(settings) as (app, _channel),
-            bridge(n8n.url, app.port) as url,
-            editor_session(n8n.url, n8n) as at_n8n,
-            editor_session(url, n8n) as at_bridge,
-        ):
-            theirs = await converse(at_n8n, reference.name, ASK)
-            mine = await converse(at_bridge, ours.name, ASK)
-            # n8n names its thread with the model after the run: asked once both runs are over.
-            theirs.title = await thread_title(at_n8n, theirs.thread_id)
-            mine.title = await thread_title(at_bridge, mine.thread_id)
-        workflows, tables = await in_n8n(n8n)
+        theirs = await converse(at_n8n, reference.name, ASK)
+        mine = await converse(at_bridge, ours.name, ASK)
+        # n8n names its thread with the model after the run: asked once both runs are over.
+        theirs.title = await thread_title(at_n8n, theirs.thread_id)
+        mine.title = await thread_title(at_bridge, mine.thread_id)
+    # Of what the session's n8n holds, this conversation's (other tests share the n8n).
+    all_workflows, all_tables = await in_n8n(n8n)
+    workflows = all_workflows & {reference.workflow, ours.workflow}
+    tables = all_tables & {reference.table, ours.table}
 
     read = as_n8n_reads(installed, [theirs.events, mine.events])
     i18n = editor_i18n(installed)

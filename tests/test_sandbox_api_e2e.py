@@ -8,22 +8,24 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from instance_ai_cli import n8n_local
-from tests.fake_model import FakeMessagesAPI, Turn, text, thinking, use
+from tests.fake_model import Turn, text, thinking, use
 from tests.sandbox_api_fixtures import (
     STATIC_KEY,
+    WITH_N8NS_ASSISTANT,
+    N8nAssistant,
     SandboxApiServer,
-    n8n_with_its_assistant,
+    n8n_assistant,
     sandbox_api,
 )
 
-__all__ = ["sandbox_api"]
+__all__ = ["n8n_assistant", "sandbox_api"]
+
+pytestmark = WITH_N8NS_ASSISTANT
 
 FILE = "src/workflows/greet.workflow.ts"
 WORKFLOW_NAME = "Greeting built in an instance-ai sandbox"
@@ -71,70 +73,61 @@ def _respond(request: dict[str, Any]) -> Turn:
 
 @pytest.mark.timeout(600)
 async def test_a_stock_n8n_builds_its_workflow_in_our_sandbox(
-    sandbox_api: SandboxApiServer, tmp_path: Path
+    sandbox_api: SandboxApiServer, n8n_assistant: N8nAssistant
 ) -> None:
-    model = FakeMessagesAPI()
-    model.responder = _respond
-    await model.start()
-    installed = n8n_local.install()
     # The four variables of the README's "Your n8n's sandbox", n8n's assistant on the
-    # scripted model.
-    starting = n8n_with_its_assistant(installed, tmp_path / "n8n", model.url, sandbox_api)
-    try:
-        async with starting as n8n:
-            async with httpx.AsyncClient(base_url=n8n.url, timeout=60) as editor:
-                login = {"emailOrLdapLoginId": n8n.owner_email, "password": n8n.owner_password}
-                (await editor.post("/rest/login", json=login)).raise_for_status()
+    # scripted model (tests/sandbox_api_fixtures.py).
+    n8n = n8n_assistant.n8n
+    n8n_assistant.model.responder = _respond
+    async with httpx.AsyncClient(base_url=n8n.url, timeout=60) as editor:
+        login = {"emailOrLdapLoginId": n8n.owner_email, "password": n8n.owner_password}
+        (await editor.post("/rest/login", json=login)).raise_for_status()
 
-                settings = (await editor.get("/rest/module-settings")).json()["data"]["instance-ai"]
-                assert settings["sandboxEnabled"] is True
-                assert settings["workflowBuilderAvailable"] is True, settings
+        settings = (await editor.get("/rest/module-settings")).json()["data"]["instance-ai"]
+        assert settings["sandboxEnabled"] is True
+        assert settings["workflowBuilderAvailable"] is True, settings
 
-                project = (await editor.get("/rest/projects/personal")).json()["data"]["id"]
-                thread = str(uuid.uuid4())
-                ensure = {"threadId": thread, "projectId": project, "source": "assistant_page"}
-                (await editor.post("/rest/instance-ai/threads", json=ensure)).raise_for_status()
-                ask = {"message": "Build a workflow that greets."}
-                (await editor.post(f"/rest/instance-ai/chat/{thread}", json=ask)).raise_for_status()
-                events = await _events_until_finished(editor, thread)
+        project = (await editor.get("/rest/projects/personal")).json()["data"]["id"]
+        thread = str(uuid.uuid4())
+        ensure = {"threadId": thread, "projectId": project, "source": "assistant_page"}
+        (await editor.post("/rest/instance-ai/threads", json=ensure)).raise_for_status()
+        ask = {"message": "Build a workflow that greets."}
+        (await editor.post(f"/rest/instance-ai/chat/{thread}", json=ask)).raise_for_status()
+        events = await _events_until_finished(editor, thread)
 
-            finish = [e for e in events if e.get("type") == "run-finish"]
-            assert finish and finish[-1]["payload"]["status"] == "completed", events
-            results = [e for e in events if e.get("type") == "tool-result"]
-            built = next(
-                r["payload"]["result"] for r in results if "workflowId" in r["payload"]["result"]
+    finish = [e for e in events if e.get("type") == "run-finish"]
+    assert finish and finish[-1]["payload"]["status"] == "completed", events
+    results = [e for e in events if e.get("type") == "tool-result"]
+    built = next(r["payload"]["result"] for r in results if "workflowId" in r["payload"]["result"])
+    assert built["success"] is True, built
+
+    # The workflow is in n8n, as built from the file in our sandbox.
+    async with httpx.AsyncClient(
+        base_url=n8n.url, headers={"X-N8N-API-KEY": n8n.api_key}, timeout=30
+    ) as public:
+        workflow = (await public.get(f"/api/v1/workflows/{built['workflowId']}")).json()
+    assert workflow["name"] == WORKFLOW_NAME
+    assert sorted(n["name"] for n in workflow["nodes"]) == ["Greet", "Start"]
+
+    # The file is in one of our sandboxes (n8n's id for the thread), with n8n's workspace.
+    async with httpx.AsyncClient(
+        base_url=sandbox_api.url, headers={"X-Api-Key": STATIC_KEY}, timeout=30
+    ) as ours:
+        found = None
+        for record in (await ours.get("/sandboxes")).json():
+            read = await ours.get(
+                f"/sandboxes/{record['id']}/files/content",
+                params={"path": f"/home/user/workspace/{FILE}"},
             )
-            assert built["success"] is True, built
-
-            # The workflow is in n8n, as built from the file in our sandbox.
-            async with httpx.AsyncClient(
-                base_url=n8n.url, headers={"X-N8N-API-KEY": n8n.api_key}, timeout=30
-            ) as public:
-                workflow = (await public.get(f"/api/v1/workflows/{built['workflowId']}")).json()
-            assert workflow["name"] == WORKFLOW_NAME
-            assert sorted(n["name"] for n in workflow["nodes"]) == ["Greet", "Start"]
-
-            # The file is in one of our sandboxes (n8n's id for the thread), with n8n's workspace.
-            async with httpx.AsyncClient(
-                base_url=sandbox_api.url, headers={"X-Api-Key": STATIC_KEY}, timeout=30
-            ) as ours:
-                found = None
-                for record in (await ours.get("/sandboxes")).json():
-                    read = await ours.get(
-                        f"/sandboxes/{record['id']}/files/content",
-                        params={"path": f"/home/user/workspace/{FILE}"},
-                    )
-                    if read.status_code == 200:
-                        found = record
-                        assert read.text == SOURCE
-                assert found is not None, "no sandbox of ours holds n8n's workflow file"
-                marker = await ours.get(
-                    f"/sandboxes/{found['id']}/stat",
-                    params={"path": "/home/user/workspace/.sandbox-initialized"},
-                )
-                assert marker.status_code == 200
-    finally:
-        await model.close()
+            if read.status_code == 200:
+                found = record
+                assert read.text == SOURCE
+        assert found is not None, "no sandbox of ours holds n8n's workflow file"
+        marker = await ours.get(
+            f"/sandboxes/{found['id']}/stat",
+            params={"path": "/home/user/workspace/.sandbox-initialized"},
+        )
+        assert marker.status_code == 200
 
 
 async def _events_until_finished(

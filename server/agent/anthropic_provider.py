@@ -1,15 +1,19 @@
 """The Anthropic provider: the official SDK, streaming, with the SDK's retries and backoff for
-429/5xx before a stream starts; a stream that dies midway is the loop's to retry."""
+429/5xx before a stream starts; a stream that dies midway is the loop's to retry.
+
+The SDK is imported, and its client made, at the first model call: importing it costs
+~1.5-2.5 CPU-s here (thousands of pydantic models), which every process start would pay
+(each CLI command, a server that never asks the model)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any, cast
-
-import anthropic
-from anthropic.types import RawMessageStreamEvent
+from typing import TYPE_CHECKING, Any, cast
 
 from server.agent.provider import ModelError, ModelRequest, ModelTurn, StreamCallbacks
+
+if TYPE_CHECKING:
+    import anthropic
 
 __all__ = ["AnthropicProvider"]
 
@@ -27,14 +31,30 @@ class AnthropicProvider:
         max_retries: int,
     ) -> None:
         self.model = model
-        self._client = anthropic.AsyncAnthropic(
-            api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=max_retries
-        )
+        self._options: dict[str, Any] = {
+            "api_key": api_key,
+            "base_url": base_url,
+            "timeout": timeout_s,
+            "max_retries": max_retries,
+        }
+        self._client: anthropic.AsyncAnthropic | None = None
+
+    def _sdk_client(self) -> anthropic.AsyncAnthropic:
+        if self._client is None:
+            import anthropic  # here, not at the top: the module docstring says why
+
+            self._client = anthropic.AsyncAnthropic(**self._options)
+        return self._client
 
     async def close(self) -> None:
-        await self._client.close()
+        if self._client is not None:
+            await self._client.close()
 
     async def complete(self, request: ModelRequest, callbacks: StreamCallbacks) -> ModelTurn:
+        client = self._sdk_client()
+        import anthropic  # already loaded by _sdk_client: its exceptions
+        from anthropic.types import RawMessageStreamEvent
+
         turn = _Accumulator(callbacks)
         try:
             params: dict[str, Any] = {
@@ -48,7 +68,7 @@ class AnthropicProvider:
                 params["thinking"] = {"type": "enabled", "budget_tokens": request.thinking_budget}
             stream = cast(
                 "anthropic.AsyncStream[RawMessageStreamEvent]",
-                await self._client.messages.create(**params, stream=True),
+                await client.messages.create(**params, stream=True),
             )
             async with stream:
                 async for event in stream:
