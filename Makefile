@@ -7,7 +7,7 @@ INSTALLED := $(VENV)/.installed
 # The suite on every core, each module (or group of modules sharing a server) whole on one
 # worker, the longest first (tests/scheduling.py). TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
-PARALLEL := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+PARALLEL := -n $(TEST_WORKERS) --no-loadscope-reorder
 
 # The sandbox image's build cache (npm tree, catalogs), shared by the tests.
 SANDBOX_CACHE := .cache/sandbox

@@ -32,6 +32,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from browser_relay.wire import MAX_MESSAGE_BYTES
+from tests.waiting import until
 
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -279,10 +280,9 @@ class ExtensionStandIn:
 async def extension(devtools: str, relay_url: str) -> AsyncIterator[ExtensionStandIn]:
     stand_in = ExtensionStandIn(devtools=devtools, relay_url=relay_url)
     task = asyncio.create_task(stand_in.run())
-    for _ in range(200):
-        if stand_in.relay is not None or task.done():
-            break
-        await asyncio.sleep(0.01)
+    await until(
+        lambda: stand_in.relay is not None or task.done(), "the extension connecting", every_s=0.01
+    )
     if task.done():
         task.result()  # raises why it could not connect
     try:

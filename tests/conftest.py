@@ -17,6 +17,7 @@ from tests.agent_fixtures import STREAMED
 from tests.event_contract import invalid_events
 from tests.postgres import new_postgres_database, postgres_cluster
 from tests.run_shared import begin_run, end_run
+from tests.sandbox_api_fixtures import n8n_assistant, sandbox_api
 from tests.sandbox_fixtures import (
     docker_client,
     docker_engine,
@@ -26,14 +27,17 @@ from tests.sandbox_fixtures import (
     sandbox_image,
     sandbox_limits,
 )
-from tests.scheduling import longest_first
+from tests.scheduling import UnitScheduling, longest_first
 
+# Session fixtures are defined here once: a module that imports one gets its own instance.
 __all__ = [
     "docker_client",
     "docker_engine",
+    "n8n_assistant",
     "owner",
     "provider",
     "runsc_engine",
+    "sandbox_api",
     "sandbox_image",
     "sandbox_limits",
 ]  # fixtures, shared
@@ -47,10 +51,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     end_run()
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if hasattr(config, "workerinput"):  # an xdist worker: tests/scheduling.py
         longest_first(items)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> UnitScheduling:
+    return UnitScheduling(config, log)
 
 
 # Events checked against n8n's contract, per test (reported at the end of the run).

@@ -19,6 +19,7 @@ import pytest
 
 from instance_ai.v1 import gateway_pb2, gateway_pb2_grpc
 from server.app import Application
+from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = str(Path(sys.executable).parent / "instance-ai")
@@ -45,11 +46,15 @@ async def demo_http_server() -> AsyncIterator[str]:
     url = f"http://127.0.0.1:{port}/mcp/"
     try:
         async with httpx.AsyncClient() as client:
-            for _ in range(200):
+
+            async def answers() -> bool:
+                assert process.returncode is None, "the demo MCP server exited"
                 with contextlib.suppress(httpx.HTTPError):
                     await client.get(f"http://127.0.0.1:{port}/")
-                    break
-                await asyncio.sleep(0.05)
+                    return True
+                return False
+
+            await until(answers, "the demo MCP server answering")
         yield url
     finally:
         with contextlib.suppress(ProcessLookupError):

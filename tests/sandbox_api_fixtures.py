@@ -160,11 +160,7 @@ async def n8n_with_its_assistant(
 # The modules that hold conversations with n8n's own assistant share one such n8n (it costs
 # ~20 CPU-s to start): they run as one unit on one worker (tests/scheduling.py), each on the
 # session's event loop, where the model stand-in serves.
-N8N_ASSISTANT_GROUP = "n8n-with-its-assistant"
-WITH_N8NS_ASSISTANT = [
-    pytest.mark.xdist_group(N8N_ASSISTANT_GROUP),
-    pytest.mark.asyncio(loop_scope="session"),
-]
+WITH_N8NS_ASSISTANT = pytest.mark.asyncio(loop_scope="session")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,8 +176,9 @@ class N8nAssistant:
 async def n8n_assistant(
     sandbox_api: SandboxApiServer, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[N8nAssistant]:
-    """The session's n8n with its own assistant (for the modules marked WITH_N8NS_ASSISTANT;
-    each test makes its own threads, workflows and tables in it)."""
+    """The session's n8n with its own assistant (for the modules of tests/scheduling.py's
+    N8N_ASSISTANT_GROUP, marked WITH_N8NS_ASSISTANT; each test makes its own threads, workflows
+    and tables in it)."""
     installed = n8n_local.install()
     model = FakeMessagesAPI()
     await model.start()

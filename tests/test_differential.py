@@ -67,13 +67,9 @@ from tests.n8n_fixtures import N8nApi
 from tests.sandbox_api_fixtures import (
     WITH_N8NS_ASSISTANT,
     N8nAssistant,
-    n8n_assistant,
-    sandbox_api,
 )
 
-__all__ = ["n8n_assistant", "sandbox_api"]
-
-pytestmark = [*WITH_N8NS_ASSISTANT, pytest.mark.timeout(900)]
+pytestmark = [WITH_N8NS_ASSISTANT, pytest.mark.timeout(900)]
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "n8n-differential.json"
 SIDES = ("reference", "bridge")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from pathlib import Path
 from typing import Any
 
@@ -157,9 +158,14 @@ async def test_a_run_can_be_cancelled_mid_way(manager: SandboxManager) -> None:
     running = asyncio.ensure_future(
         manager.toolchain("t1").execute(chain(pause), execution_id="w", timeout_s=120)
     )
-    await asyncio.sleep(2)  # the engine is warm: the run is in its 30 s wait by now
-    await manager.toolchain("t1").cancel_execution("w")
-    run = await asyncio.wait_for(running, timeout=10)
+    # A cancel that reaches the engine before the run has started is not kept: asked again
+    # each second until the run ends (it would otherwise wait its 30 s).
+    deadline = time.monotonic() + 25
+    while not running.done():
+        assert time.monotonic() < deadline, "the run was not cancelled"
+        await manager.toolchain("t1").cancel_execution("w")
+        await asyncio.wait([running], timeout=1)
+    run = running.result()
     assert run.status == "canceled"
 
 

@@ -48,11 +48,7 @@ from tests.n8n_bridge_fixtures import bridge, order_intake
 from tests.sandbox_api_fixtures import (
     WITH_N8NS_ASSISTANT,
     N8nAssistant,
-    n8n_assistant,
-    sandbox_api,
 )
-
-__all__ = ["n8n_assistant", "sandbox_api"]
 
 pytestmark = WITH_N8NS_ASSISTANT
 

@@ -28,7 +28,7 @@ from sandbox.kinds import service_key
 from sandbox.runtimes import GVISOR_HOST_PIDS_FACTOR, GVISOR_KERNEL_MEMORY, RUNSC
 from server.settings import DATABASE_FILE_NAME
 from tests.engine_proxy import engine_proxy
-from tests.sandbox_api_fixtures import STATIC_KEY, SandboxApiServer, sandbox_api
+from tests.sandbox_api_fixtures import STATIC_KEY, SandboxApiServer
 from tests.sandbox_fixtures import (
     HostView,
     exec_in,
@@ -36,8 +36,6 @@ from tests.sandbox_fixtures import (
     owned_containers,
     remove_owned,
 )
-
-__all__ = ["sandbox_api"]
 
 KEY = {"X-Api-Key": STATIC_KEY}
 

@@ -13,9 +13,7 @@ from pathlib import Path
 import pytest
 
 from instance_ai_cli import n8n_local
-from tests.sandbox_api_fixtures import STATIC_KEY, SandboxApiServer, sandbox_api
-
-__all__ = ["sandbox_api"]
+from tests.sandbox_api_fixtures import STATIC_KEY, SandboxApiServer
 
 ROOT = Path(__file__).parent.parent
 CLIENT_TESTS = ROOT / "tests" / "sandbox_client"

@@ -19,11 +19,7 @@ from tests.sandbox_api_fixtures import (
     WITH_N8NS_ASSISTANT,
     N8nAssistant,
     SandboxApiServer,
-    n8n_assistant,
-    sandbox_api,
 )
-
-__all__ = ["n8n_assistant", "sandbox_api"]
 
 pytestmark = WITH_N8NS_ASSISTANT
 

@@ -16,9 +16,7 @@ import pytest
 
 from instance_ai_cli import n8n_local
 from sandbox.kinds import service_key
-from tests.sandbox_api_fixtures import STATIC_KEY, SandboxApiServer, sandbox_api
-
-__all__ = ["sandbox_api"]
+from tests.sandbox_api_fixtures import STATIC_KEY, SandboxApiServer
 
 SCRIPT = Path(__file__).parent / "sandbox_client" / "n8n-workspace.cjs"
 
