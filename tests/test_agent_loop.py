@@ -28,6 +28,7 @@ from tests.agent_fixtures import (
 )
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, Turn, text, thinking, tool, tool_problem, use
+from tests.waiting import until
 
 __all__ = ["model", "model_settings"]  # fixtures, shared
 
@@ -139,10 +140,7 @@ async def test_cancel_mid_stream_aborts_the_model_and_the_thread_goes_on(
             {"status": "cancelled", "reason": "user_cancelled"}
         ]
         assert not (await chat.status("t1")).has_active_run
-        for _ in range(100):
-            if model.aborted:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: model.aborted, "the model's stream closed", every_s=0.02)
         assert model.aborted == 1  # the stream was really closed
         next_run = await chat.send("t1", "again")
         assert (

@@ -4,14 +4,13 @@ stand-in."""
 
 from __future__ import annotations
 
-import asyncio
-
 import grpc
 import httpx
 import pytest
 
 from instance_ai.v1 import browser_pb2, browser_pb2_grpc
 from tests.browser_fixtures import Chromium, chromium, extension
+from tests.waiting import until
 
 __all__ = ["chromium"]  # fixtures, shared
 
@@ -41,13 +40,14 @@ async def test_a_connect_link_leads_to_a_session_the_caller_can_watch(
         assert page.status_code == 200 and "Connect your browser" in page.text
         minted = (await client.get(link.setup_url.replace("/connect?", "/connect-link?"))).json()
     async with extension(chromium.http, minted["relayUrl"]):
-        for _ in range(100):
-            session = await stub.GetBrowserSession(
+
+        async def connected() -> browser_pb2.GetBrowserSessionResponse | None:
+            found = await stub.GetBrowserSession(
                 browser_pb2.GetBrowserSessionRequest(session_id=link.session_id), metadata=ALICE
             )
-            if session.state == "connected":
-                break
-            await asyncio.sleep(0.02)
+            return found if found.state == "connected" else None
+
+        session = await until(connected, "the browser session connected", every_s=0.02)
         assert session.state == "connected" and session.HasField("connected_at")
 
 

@@ -285,7 +285,17 @@ FAILURES: dict[str, tuple[str, str, str]] = {
 }
 
 
-async def test_each_failure_class_is_a_failed_build_that_saves_nothing(client: Client) -> None:
+async def test_each_failure_class_is_a_failed_build_that_saves_nothing(
+    make_docker_settings: Callable[..., Settings],
+) -> None:
+    # A deadline that the 256 MB allocation reaches its cap well within, also on a busy
+    # machine (the endless loop meets it all the same).
+    settings = make_docker_settings(build_compile_timeout_seconds=20)
+    async with serving(settings) as (app, channel):
+        await _each_failure_class(Client(app, channel))
+
+
+async def _each_failure_class(client: Client) -> None:
     for name, (source, layer, text) in FAILURES.items():
         path = f"src/{name}.workflow.ts"
         await client.write(path, source)

@@ -61,8 +61,8 @@ def where(column: str, condition: str, value: Any = None) -> dict[str, Any]:
     return {"columnName": column, "condition": condition, "value": value}
 
 
-async def orders(tables: Tables, rows: int) -> str:
-    created = await tables.call("create-data-table", name="orders", columns=COLUMNS)
+async def orders(tables: Tables, rows: int, name: str = "orders") -> str:
+    created = await tables.call("create-data-table", name=name, columns=COLUMNS)
     table_id = str(created["table"]["id"])
     for start in range(0, rows, 100):
         batch = [

@@ -26,6 +26,7 @@ from server.settings import Settings
 from tests.conftest import serving
 from tests.second_engine import SecondEngine, containers_of, local_threads, second_engine
 from tests.test_cli import run_cli
+from tests.waiting import until
 
 __all__ = ["second_engine"]  # fixtures, shared
 
@@ -135,10 +136,11 @@ async def test_threads_spread_over_two_engines_and_move_off_one_that_stops(
         assert local_threads(owner) == set(on_first)
 
         await asyncio.to_thread(second_engine.stop)
-        for _ in range(100):
-            if (await client.engines())[second_engine.url] == "NOT_SERVING":
-                break
-            await asyncio.sleep(0.1)
+
+        async def second_down() -> bool:
+            return (await client.engines())[second_engine.url] == "NOT_SERVING"
+
+        await until(second_down, "the stopped engine reported NOT_SERVING")
         assert await client.engines() == {
             DEFAULT_SOCKET: "SERVING",
             second_engine.url: "NOT_SERVING",

@@ -14,6 +14,7 @@ import pytest
 from server.settings import Settings
 from tests.conftest import serving
 from tests.test_build import ROOT, WORKFLOWS, Client
+from tests.waiting import until
 
 
 @pytest.fixture
@@ -110,14 +111,12 @@ async def test_a_running_execution_can_be_stopped(client: Client, tmp_path: Path
     )
     workflow_id = await saved(client, source)
     running = asyncio.ensure_future(client.call("run-workflow", workflowId=workflow_id))
-    execution_id = None
-    for _ in range(100):
+
+    async def running_id() -> str | None:
         listed = await client.call("list-executions", status="running")
-        if listed["executions"]:
-            execution_id = listed["executions"][0]["id"]
-            break
-        await asyncio.sleep(0.1)
-    assert execution_id is not None
+        return listed["executions"][0]["id"] if listed["executions"] else None
+
+    execution_id = await until(running_id, "the run listed as running", every_s=0.1)
     await asyncio.sleep(1.5)  # into the wait
     stopped = await client.call("stop-execution", executionId=execution_id)
     assert stopped["success"], stopped

@@ -28,6 +28,7 @@ from tests.agent_fixtures import Chat, model, model_settings, nth_card, of_type,
 from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, text, tool
 from tests.mcp_fixtures import CLI, gateway_key, gateway_state, running_gateway, start_gateway
+from tests.waiting import until
 
 __all__ = ["model", "model_settings"]  # fixtures, shared
 
@@ -121,11 +122,11 @@ async def test_the_agent_reads_the_users_files_through_the_gateway(
             assert "read_file" not in {t.name for t in theirs.tools}
             gateway.terminate()
             await gateway.wait()
-        for _ in range(100):
-            if not (await gateway_state(channel)).connected:
-                break
-            await asyncio.sleep(0.05)
-        assert not (await gateway_state(channel)).connected
+
+        async def disconnected() -> bool:
+            return not (await gateway_state(channel)).connected
+
+        await until(disconnected, "the gateway seen gone")
         run = await chat.send("t", "and now?")
         await chat.finished("t", run)
         assert "read_file" not in {t["name"] for t in model.requests[-1]["tools"]}

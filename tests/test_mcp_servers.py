@@ -26,6 +26,7 @@ from tests.conftest import serving
 from tests.fake_model import FakeMessagesAPI, text, tool
 from tests.mcp_demo_server import PIXEL
 from tests.mcp_fixtures import connected, demo_http, demo_stdio
+from tests.waiting import until
 
 __all__ = ["demo_http", "model", "model_settings"]  # fixtures, shared
 
@@ -127,11 +128,12 @@ async def test_list_changes_deadlines_and_blocked_calls(
         assert mcp_tools["demo__add"].hitl_action == "executeMcpTool"
         assert "demo__extra" not in mcp_tools
         await call("demo__grow")
-        for _ in range(100):  # the server's list-changed notification is followed
+
+        async def grown() -> bool:  # the server's list-changed notification is followed
             listed = await stub.ListTools(tools_pb2.ListToolsRequest())
-            if "demo__extra" in {t.name for t in listed.tools}:
-                break
-            await asyncio.sleep(0.05)
+            return "demo__extra" in {t.name for t in listed.tools}
+
+        await until(grown, "the MCP server's new tool listed")
         assert (await call("demo__extra"))["content"] == [{"type": "text", "text": "extra works"}]
 
         with pytest.raises(grpc.aio.AioRpcError) as slow:

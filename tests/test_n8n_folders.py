@@ -6,7 +6,6 @@ the licence); with it they act on n8n's folders."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterator
 
 import grpc
@@ -20,6 +19,7 @@ from server.settings import Settings
 from tests.conftest import serving
 from tests.n8n_fixtures import N8nApi
 from tests.tool_client import ToolClient
+from tests.waiting import until
 
 FOLDER_ACTIONS = {
     a: "always_allow" for a in ("createFolder", "deleteFolder", "moveWorkflowToFolder")
@@ -54,11 +54,10 @@ async def offered(channel: grpc.aio.Channel, tool: str) -> tools_pb2.ToolInfo:
 
 
 async def until_offered(channel: grpc.aio.Channel, tool: str, available: bool) -> None:
-    for _ in range(200):
-        if (await offered(channel, tool)).available == available:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{tool} never became {'available' if available else 'unavailable'}")
+    async def as_wanted() -> bool:
+        return (await offered(channel, tool)).available == available
+
+    await until(as_wanted, f"{tool} {'available' if available else 'unavailable'}", every_s=0.1)
 
 
 async def test_folders_follow_the_n8n_licence(

@@ -327,9 +327,11 @@ async def test_data_tables_live_in_n8n(
     )
     async with serving(settings) as (_app, channel):
         tables = Tables(channel)
-        table = await orders(tables, 200)
+        # A name of its own: the run's n8n is shared by every test that uses it.
+        name = f"orders-{uuid.uuid4().hex[:8]}"
+        table = await orders(tables, 200, name)
         in_n8n = await api.call("GET", f"/data-tables/{table}")
-        assert in_n8n["name"] == "orders"
+        assert in_n8n["name"] == name
         assert {c["name"]: c["type"] for c in in_n8n["columns"]} == {
             c["name"]: c["type"] for c in COLUMNS
         }
