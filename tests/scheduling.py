@@ -2,7 +2,7 @@
 
 * each module is one unit of work, run whole by one worker, so its module fixtures (a server, a
   stage) start once; modules that share something costlier are one unit together (GROUPS);
-* the units start longest first, by the seconds each module took in a serial run
+* the units start longest first, by the seconds each module took in a run of the suite
   (tests/durations.json), so that no long module is left to start last while the other worker
   idles. A module missing there counts as long (it is new: better early than last).
 
