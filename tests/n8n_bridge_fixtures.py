@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,11 +13,9 @@ from pathlib import Path
 import httpx
 
 from instance_ai_cli import n8n_local
+from tests.waiting import until
 
 # A two-node workflow both assistants build: a manual trigger into a Set node.
-# How long a bridge may take to answer its health check once started.
-START_DEADLINE_S = 120.0
-
 START = {
     "id": "n1",
     "name": "Start",
@@ -66,16 +62,15 @@ async def bridge(n8n_url: str, server_port: int) -> AsyncIterator[str]:
         stdout=subprocess.DEVNULL,
     )
     try:
-        # A generous deadline: a process's start is seconds of CPU, and on a busy machine more.
-        deadline = time.monotonic() + START_DEADLINE_S
         async with httpx.AsyncClient(timeout=5) as client:
-            while True:
+
+            async def healthy() -> bool:
                 assert process.poll() is None, "the bridge exited"
                 with contextlib.suppress(httpx.TransportError):
-                    if (await client.get(f"{url}/healthz")).status_code == 200:
-                        break
-                assert time.monotonic() < deadline, f"the bridge never answered at {url}"
-                await asyncio.sleep(0.1)
+                    return (await client.get(f"{url}/healthz")).status_code == 200
+                return False
+
+            await until(healthy, f"the bridge answering at {url}", every_s=0.1)
         yield url
     finally:
         process.terminate()
