@@ -7,11 +7,12 @@ process) and the OOM killer's count taken as each process starts."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +153,8 @@ class RunscProcesses:
         """The OCI process spec of a command in the container: its environment and `HOME`,
         the sandbox user or the job's uid, the container's limits, no capabilities."""
         record = self._store.require(container_id)
-        config = json.loads((self._bundles / container_id / "config.json").read_text())
+        with _gone_with_its_bundle():
+            config = json.loads((self._bundles / container_id / "config.json").read_text())
         spec = config["process"]
         environment = dict(e.split("=", 1) for e in spec["env"])
         environment |= {"HOME": HOME_DIR, **(env or {})}
@@ -172,9 +174,10 @@ class RunscProcesses:
         """`runsc exec --process <file> <id>`, with the process spec in a file of its own
         (the caller removes it: `command[-2]`)."""
         directory = self._bundles / record.id / "processes"
-        directory.mkdir(exist_ok=True)
         process_file = directory / f"{os.urandom(8).hex()}.json"
-        process_file.write_text(json.dumps(process))
+        with _gone_with_its_bundle():
+            directory.mkdir(exist_ok=True)
+            process_file.write_text(json.dumps(process))
         return [*self._runsc(record), "exec", "--process", str(process_file), record.id]
 
     def _launcher(self, record: ContainerRecord) -> JobChannel | None:
@@ -209,6 +212,16 @@ class RunscProcesses:
             marks = self._oom_marks.setdefault(record.id, [])
             marks.append((time.time(), count))
             del marks[:-64]
+
+
+@contextlib.contextmanager
+def _gone_with_its_bundle() -> Iterator[None]:
+    """A removal deletes the record and then the bundle: a call that found the record and
+    then misses the bundle met the sandbox as it went."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise ContainerGoneError(GONE) from None
 
 
 def _launched(process: dict[str, Any]) -> dict[str, Any]:

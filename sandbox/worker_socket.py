@@ -120,9 +120,11 @@ def wait_for_worker(
 ) -> SocketChannel:
     """Hold `lock` (WorkerHeldError when another process does), then listen at `path` (made
     anew) until the sandbox's `who` (its worker, its job launcher) connects, then no more.
-    ContainerGoneError when `running()` says its sandbox stopped meanwhile;
-    SandboxUnavailableError when `timeout_s` ran out. The lock goes with the channel."""
-    held = os.open(lock, os.O_CREAT | os.O_RDWR, 0o600)
+    ContainerGoneError when `running()` says its sandbox stopped meanwhile, or its directory
+    (which holds both) is gone: the sandbox was removed; SandboxUnavailableError when
+    `timeout_s` ran out. The lock goes with the channel."""
+    with _gone_with_its_directory(who):
+        held = os.open(lock, os.O_CREAT | os.O_RDWR, 0o600)
     try:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -136,13 +138,24 @@ def wait_for_worker(
     return SocketChannel(connection, on_close=lambda: os.close(held), lock=lock)
 
 
+@contextlib.contextmanager
+def _gone_with_its_directory(who: str) -> Iterator[None]:
+    """A removal deletes the sandbox's directory with the lock and the socket in it: what
+    then finds them missing is told the sandbox is gone, as a call that meets it stopped is."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise ContainerGoneError(f"the sandbox was removed before its {who} connected") from None
+
+
 def _accept(path: Path, timeout_s: float, running: Callable[[], bool], who: str) -> socket.socket:
     deadline = time.monotonic() + timeout_s
     path.unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        listener.bind(str(path))
-        path.chmod(0o666)
+        with _gone_with_its_directory(who):
+            listener.bind(str(path))
+            path.chmod(0o666)
         listener.listen(1)
         listener.settimeout(POLL_S)
         while True:

@@ -143,7 +143,10 @@ async def test_runs_that_never_end_are_stopped_and_the_sandbox_keeps_serving(
     stopped = await manager.toolchain("t1").execute(forever, execution_id="b", timeout_s=2)
     assert (stopped.ok, stopped.stage) == (False, "timeout")
 
-    hoard = chain(code("Hoard", "const h = []; for (;;) h.push(new Array(1e6).fill(1));"))
+    # It yields between allocations: the Code node's own 5 s limit holds only synchronous
+    # code, and a loaded machine can take longer than that to fill the heap (seen in CI).
+    hoarding = "const h = []; for (;;) { h.push(new Array(1e6).fill(1)); await null; }"
+    hoard = chain(code("Hoard", hoarding))
     exhausted = await manager.toolchain("t1").execute(hoard, execution_id="c", timeout_s=60)
     assert (exhausted.ok, exhausted.stage) == (False, "run")
     assert "384 MB" in exhausted.message

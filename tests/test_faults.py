@@ -44,6 +44,7 @@ from tests.fake_model import FakeMessagesAPI, text, tool
 from tests.sandbox_fixtures import docker_env, exec_in, owned_containers, stop_from_outside
 from tests.test_cli import start_server, stop_server
 from tests.tool_client import ToolClient
+from tests.waiting import until
 
 pytestmark = pytest.mark.fault
 
@@ -190,10 +191,17 @@ async def test_a_sandbox_removed_from_outside_mid_call_is_made_again(
             workspace_pb2.WriteFileRequest(thread_id="t1", path="a.md", content="1")
         )
         running = asyncio.ensure_future(exec_all(stub, "t1", "sleep 30"))
-        await asyncio.sleep(1.0)
         manager = app.parts.sandboxes.manager
         assert isinstance(manager, SandboxManager)
         container = manager.provider.container("t1")
+
+        async def sleeping() -> bool:
+            listing = await asyncio.to_thread(
+                manager.engine.exec, container.id, ["ps", "-eo", "args"], workdir="/"
+            )
+            return "sleep 30" in listing.stdout.decode()
+
+        await until(sleeping, "the command started")
         manager.engine.remove(container.id)  # the workspace volume stays
         with pytest.raises(grpc.aio.AioRpcError) as gone:
             await asyncio.wait_for(running, 60)

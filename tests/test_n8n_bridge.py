@@ -27,6 +27,7 @@ __all__ = ["make_n8n_settings", "model", "n8n"]
 
 # What n8n's pages may take on a loaded machine (each assertion waits up to this, no longer).
 SLOW_MS = 30_000
+EDITOR_LOAD_MS = 120_000
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 SCREENSHOT = DOCS / "n8n-editor-assistant.png"
 CARD_SCREENSHOT = DOCS / "n8n-editor-card.png"
@@ -55,6 +56,9 @@ def conversation() -> list[Turn]:
 
 
 async def log_in(page: Page, url: str, email: str, password: str) -> None:
+    """Sign in through the bridge. The page's later loads wait as long as a busy machine
+    needs for n8n's editor (megabytes of scripts; seen over Playwright's 30 s default)."""
+    page.set_default_navigation_timeout(EDITOR_LOAD_MS)
     await page.goto(f"{url}/signin")
     await page.fill("input[name=emailOrLdapLoginId], input[type=email]", email)
     await page.fill("input[type=password]", password)

@@ -23,6 +23,7 @@ from sandbox import identity
 from sandbox.commands import JOB_UID_FIRST
 from sandbox.docker_engine import connect
 from sandbox.engine import (
+    ContainerGoneError,
     ContainerInfo,
     ContainerSpec,
     JobLimits,
@@ -47,6 +48,7 @@ from sandbox.runtimes import (
     RUNSC,
 )
 from sandbox.worker import worker_main_command
+from sandbox.worker_socket import wait_for_worker
 from sandbox.workspace_seed import MARKER, SEED_DIR, initialise
 from tests.test_sandbox_owner import HOLD_LEASE
 
@@ -684,6 +686,35 @@ def test_the_engine_lists_only_what_runs_and_forgets_what_was_removed(
     bundle = json.loads((runsc_engine.root / "bundles" / b.id / "config.json").read_text())
     assert bundle["root"]["readonly"] is True and bundle["process"]["capabilities"] == {}
     assert not (runsc_engine.root / "bundles" / a.id).exists()
+
+
+def test_a_call_that_meets_a_sandbox_as_it_is_removed_is_told_it_is_gone(
+    runsc_engine: RunscEngine, sandbox_image: BuiltImage, owner: str, tmp_path: Path
+) -> None:
+    """A removal deletes the record and then the bundle: a call that found the record and
+    misses the bundle (its process spec, its launcher's lock and socket) is told the sandbox
+    went, as every call that meets a removed sandbox is, never the missing file (seen under
+    load as an internal error of a command whose sandbox was removed from outside)."""
+    container = runsc_engine.start(new_container(runsc_engine, sandbox_image.tag, owner).id)
+    bundle = runsc_engine.root / "bundles" / container.id
+    away = bundle.with_name(f"{bundle.name}.away")
+    bundle.rename(away)
+    try:
+        with pytest.raises(ContainerGoneError):
+            runsc_engine.exec(container.id, ["true"], workdir=WORKSPACE)
+        with pytest.raises(ContainerGoneError):
+            runsc_engine.exec_attached(container.id, ["true"], workdir=WORKSPACE, stdin=True)
+        with pytest.raises(ContainerGoneError, match="removed before its job launcher"):
+            wait_for_worker(
+                bundle / "jobs" / "jobs.sock",
+                bundle / "jobs.lock",
+                5.0,
+                lambda: True,
+                "job launcher",
+            )
+    finally:
+        away.rename(bundle)
+    runsc_engine.remove(container.id)
 
 
 def state_of(engine: RunscEngine, container_id: str) -> list[Path]:
