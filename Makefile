@@ -12,7 +12,7 @@ PARALLEL := -n $(TEST_WORKERS) --no-loadscope-reorder
 # The sandbox image's build cache (npm tree, catalogs), shared by the tests.
 SANDBOX_CACHE := .cache/sandbox
 
-.PHONY: run test setup system n8n contract client sandbox-client client-test sandbox-image lint typecheck proto proto-check bench clean
+.PHONY: run test test-needs setup system n8n contract client sandbox-client client-test sandbox-image lint typecheck proto proto-check bench clean
 
 ## run: set up, then serve on the embedded defaults (127.0.0.1:50051, SQLite, gVisor sandboxes),
 ## building the bundled example workflow through the API once serving and printing the result;
@@ -23,9 +23,16 @@ run: setup
 ## test: set up everything the tests need, then lint, type-check and run the suite (its
 ## sandboxes under the default runtime, gVisor here, driven by runsc itself), then the attack
 ## and fault suites again under the other runtime (runc, through Docker)
-test: setup n8n contract client sandbox-client lint typecheck
-	$(BIN)/pytest $(PARALLEL)
+test: test-needs
+	$(BIN)/pytest $(PARALLEL) --durations=30
 	INSTANCE_AI_SANDBOX_RUNTIME=runc $(BIN)/pytest $(PARALLEL) -m "attack or fault"
+
+# What the suite needs, made side by side: on a cold machine the n8n install and the image
+# build wait mostly on the package registries while the checks and npm trees use the cores
+# (each target's output printed whole as it ends).
+TEST_NEEDS := setup n8n contract client sandbox-client lint typecheck
+test-needs:
+	$(MAKE) --no-print-directory -j 4 --output-sync=target $(TEST_NEEDS)
 
 setup: system $(INSTALLED) sandbox-image
 
@@ -38,7 +45,7 @@ system:
 
 ## n8n: install n8n and its Node 24 for the n8n-instance tests (cached by version, outside
 ## the checkout, so fresh clones on one machine share it)
-n8n: $(INSTALLED)
+n8n: system $(INSTALLED)
 	$(BIN)/instance-ai n8n install
 
 ## contract: n8n's event contract (@n8n/api-types, pinned in tests/contract), which every

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 from pathlib import Path
 from typing import Any
 
@@ -156,20 +155,27 @@ async def test_runs_that_never_end_are_stopped_and_the_sandbox_keeps_serving(
     assert after.status == "success"
 
 
-async def test_a_run_can_be_cancelled_mid_way(manager: SandboxManager) -> None:
-    pause = node("Pause", "wait", 1.1, amount=30, unit="seconds")
-    running = asyncio.ensure_future(
-        manager.toolchain("t1").execute(chain(pause), execution_id="w", timeout_s=120)
-    )
-    # A cancel that reaches the engine before the run has started is not kept: asked again
-    # each second until the run ends (it would otherwise wait its 30 s).
-    deadline = time.monotonic() + 25
-    while not running.done():
-        assert time.monotonic() < deadline, "the run was not cancelled"
-        await manager.toolchain("t1").cancel_execution("w")
-        await asyncio.wait([running], timeout=1)
-    run = running.result()
-    assert run.status == "canceled"
+async def test_a_run_can_be_cancelled_before_it_starts_and_mid_way(
+    manager: SandboxManager,
+) -> None:
+    pause = chain(node("Pause", "wait", 1.1, amount=30, unit="seconds"))
+    toolchain = manager.toolchain("t1")
+    # Asked at once: the cancel may reach the sandbox before the run has started (its engine
+    # still loading); it is kept for that run, which would otherwise wait its 30 s.
+    early = asyncio.ensure_future(toolchain.execute(pause, execution_id="early", timeout_s=120))
+    await toolchain.cancel_execution("early")
+    assert (await asyncio.wait_for(early, 25)).status == "canceled"
+    # Asked while it waits (the engine loaded now: the run is under way within the pause
+    # below; were it not, the cancel would still be kept for it).
+    later = asyncio.ensure_future(toolchain.execute(pause, execution_id="later", timeout_s=120))
+    await asyncio.sleep(2)
+    await toolchain.cancel_execution("later")
+    assert (await asyncio.wait_for(later, 25)).status == "canceled"
+    # A cancel that comes after its run ended stops nothing later.
+    fine = chain(code("Fine", "return [{json: {}}];"))
+    assert (await toolchain.execute(fine, execution_id="done")).status == "success"
+    await toolchain.cancel_execution("done")
+    assert (await toolchain.execute(fine, execution_id="done")).status == "success"
 
 
 async def test_nodes_that_cannot_run_here_say_to_simulate_them(manager: SandboxManager) -> None:

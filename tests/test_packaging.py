@@ -32,10 +32,13 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "wheel", "--no-deps", "-w", str(root / "dist"), str(ROOT)], check=True)
     (wheel,) = (root / "dist").glob("instance_ai-*.whl")
-    venv.EnvBuilder(with_pip=True).create(root / "env")
+    # The environment without a pip of its own: this one's pip installs into it (`--python`),
+    # without byte-compiling every dependency up front (what the service imports is compiled
+    # as it is first imported, as a user's would be).
+    venv.EnvBuilder(with_pip=False).create(root / "env")
     bin_dir = root / "env" / "bin"
-    install = [str(bin_dir / "python"), "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*install, "install", str(wheel)], check=True, timeout=900)
+    install = [*pip, "--python", str(bin_dir / "python"), "install", "--no-compile"]
+    subprocess.run([*install, str(wheel)], check=True, timeout=900)
     return bin_dir
 
 

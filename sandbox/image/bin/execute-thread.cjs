@@ -38,6 +38,22 @@ const KNOWN_CREDENTIALS = require(path.join(NODES_BASE, 'dist/known/credentials.
 const CODE_TIMEOUT_MS = 5000;
 const MAX_ITEMS = 100; // per node output returned to the host
 const running = new Map(); // executionId -> the engine's cancelable run
+// A cancel that comes before its run has started (queued behind another call, or the thread
+// still loading) is kept for that run; one that comes after its run ended is not. A few each.
+const cancelledEarly = new Set();
+const ended = new Set();
+const REMEMBERED = 64;
+
+function remember(set, executionId) {
+  set.add(executionId);
+  if (set.size > REMEMBERED) set.delete(set.values().next().value);
+}
+
+function cancel(executionId) {
+  const run = running.get(executionId);
+  if (run) run.cancel();
+  else if (!ended.has(executionId)) remember(cancelledEarly, executionId);
+}
 
 // A node type whose code is not in the sandbox (the AI nodes ship only their catalog): the
 // engine may hold it, pinned it never runs, unpinned it fails saying what to do.
@@ -253,6 +269,8 @@ async function execute({ executionId, workflow: json, pinData: rawPins, startNod
   const started = Date.now();
   const run = new WorkflowExecute(additionalData(hooks, executionId, logs, credentials), 'manual').run({ workflow, startNode, pinData });
   running.set(executionId, run);
+  ended.delete(executionId);
+  if (cancelledEarly.delete(executionId)) run.cancel();
   let result;
   try {
     result = await run;
@@ -263,6 +281,7 @@ async function execute({ executionId, workflow: json, pinData: rawPins, startNod
     throw error;
   } finally {
     running.delete(executionId);
+    remember(ended, executionId);
   }
   const runData = result.data.resultData.runData ?? {};
   const nodes = Object.fromEntries(Object.entries(runData).map(([name, runs]) => [name, nodeResult(runs, Boolean(pinData[name]))]));
@@ -477,7 +496,7 @@ function resolveParameters({ workflow: json, nodes, nodeName, runIndex: askedRun
 
 parentPort.on('message', async (message) => {
   if (message.kind === 'cancel') {
-    running.get(message.executionId)?.cancel();
+    cancel(message.executionId);
     return;
   }
   try {

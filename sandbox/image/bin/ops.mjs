@@ -342,6 +342,8 @@ class PooledThread {
   #retiring = false;
   #loading = Promise.resolve();
   #task;
+  // Messages posted while no thread ran: the next thread gets them before its first call.
+  #pending = [];
 
   // `crashStage`: how a call that the thread's death ended is reported.
   constructor(file, heapMb, workerData, crashStage) {
@@ -367,6 +369,7 @@ class PooledThread {
     });
     started.stdout.pipe(process.stderr);
     started.stderr.pipe(process.stderr);
+    for (const message of this.#pending.splice(0)) started.postMessage(message);
     started.on('message', (message) => {
       if (message.loaded) {
         this.#task = message.task;
@@ -406,9 +409,13 @@ class PooledThread {
     return result;
   }
 
-  // A message past the queue, to the call in progress (a cancellation).
+  // A message past the queue, to the call in progress or the next (a cancellation).
   post(message) {
-    this.#thread?.postMessage(message);
+    if (this.#thread) this.#thread.postMessage(message);
+    else {
+      this.#pending.push(message);
+      if (this.#pending.length > 64) this.#pending.shift();
+    }
   }
 
   async #call(request, timeoutMs, what) {
