@@ -187,8 +187,7 @@ class Executions:
             await _cancel(execution)
 
     async def kill_all(self, sandbox_id: str) -> None:
-        for key in [k for k in self._executions if k[0] == sandbox_id]:
-            await self.kill(*key)
+        await self._kill_each([k for k in self._executions if k[0] == sandbox_id])
 
     def running(self, sandbox_id: str) -> int:
         return sum(
@@ -196,8 +195,12 @@ class Executions:
         )
 
     async def close(self) -> None:
-        for key in list(self._executions):
-            await self.kill(*key)
+        await self._kill_each(list(self._executions))
+
+    async def _kill_each(self, keys: list[tuple[str, str]]) -> None:
+        """Kill the executions side by side: each kill is a command in its sandbox (a
+        second or more on a busy machine), and a sandbox may have dozens running."""
+        await asyncio.gather(*(self.kill(*key) for key in keys))
 
     def _forget_old(self) -> None:
         oldest = time.monotonic() - self.retain_s
