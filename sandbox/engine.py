@@ -18,6 +18,7 @@ three zero bytes, the big-endian length) and the data (Docker's own attach forma
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ __all__ = [
     "VolumeInfo",
     "WorkerHeldError",
     "WorkerHost",
+    "gone_if_missing",
     "is_running",
 ]
 
@@ -57,6 +59,17 @@ LIVENESS_CHECK_S = 2.0
 
 class ContainerGoneError(SandboxUnavailableError):
     """The container (or the process in it) went away during the call."""
+
+
+@contextlib.contextmanager
+def gone_if_missing(message: str) -> Iterator[None]:
+    """A removal deletes a sandbox's host files (its bundle, the directory of its worker's
+    socket) as the call runs: a file of it found missing means the sandbox went, and the call
+    is told so, never the missing path."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise ContainerGoneError(message) from None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,6 +29,7 @@ from sandbox.image.rootfs import APP_DIR
 from sandbox.worker_socket import SocketChannel, wait_for_worker
 
 __all__ = [
+    "LAUNCHER_DIR",
     "LAUNCHER_LOCK",
     "LAUNCHER_SOCKET_DIR",
     "JobChannel",

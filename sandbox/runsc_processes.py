@@ -7,12 +7,11 @@ process) and the OOM killer's count taken as each process starts."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from sandbox.engine import (
     ContainerGoneError,
     ExecResult,
     JobLimits,
+    gone_if_missing,
 )
 from sandbox.errors import SandboxUnavailableError
 from sandbox.image.rootfs import USER_UID
@@ -153,7 +153,7 @@ class RunscProcesses:
         """The OCI process spec of a command in the container: its environment and `HOME`,
         the sandbox user or the job's uid, the container's limits, no capabilities."""
         record = self._store.require(container_id)
-        with _gone_with_its_bundle():
+        with gone_if_missing(GONE):
             config = json.loads((self._bundles / container_id / "config.json").read_text())
         spec = config["process"]
         environment = dict(e.split("=", 1) for e in spec["env"])
@@ -175,7 +175,7 @@ class RunscProcesses:
         (the caller removes it: `command[-2]`)."""
         directory = self._bundles / record.id / "processes"
         process_file = directory / f"{os.urandom(8).hex()}.json"
-        with _gone_with_its_bundle():
+        with gone_if_missing(GONE):
             directory.mkdir(exist_ok=True)
             process_file.write_text(json.dumps(process))
         return [*self._runsc(record), "exec", "--process", str(process_file), record.id]
@@ -212,16 +212,6 @@ class RunscProcesses:
             marks = self._oom_marks.setdefault(record.id, [])
             marks.append((time.time(), count))
             del marks[:-64]
-
-
-@contextlib.contextmanager
-def _gone_with_its_bundle() -> Iterator[None]:
-    """A removal deletes the record and then the bundle: a call that found the record and
-    then misses the bundle met the sandbox as it went."""
-    try:
-        yield
-    except FileNotFoundError:
-        raise ContainerGoneError(GONE) from None
 
 
 def _launched(process: dict[str, Any]) -> dict[str, Any]:

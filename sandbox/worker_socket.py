@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from sandbox.engine import STDOUT, ContainerGoneError, WorkerHeldError
+from sandbox.engine import STDOUT, ContainerGoneError, WorkerHeldError, gone_if_missing
 from sandbox.errors import SandboxUnavailableError
 
 __all__ = ["SocketChannel", "wait_closed", "wait_for_worker"]
@@ -123,7 +123,7 @@ def wait_for_worker(
     ContainerGoneError when `running()` says its sandbox stopped meanwhile, or its directory
     (which holds both) is gone: the sandbox was removed; SandboxUnavailableError when
     `timeout_s` ran out. The lock goes with the channel."""
-    with _gone_with_its_directory(who):
+    with gone_if_missing(f"the sandbox was removed before its {who} connected"):
         held = os.open(lock, os.O_CREAT | os.O_RDWR, 0o600)
     try:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -138,22 +138,12 @@ def wait_for_worker(
     return SocketChannel(connection, on_close=lambda: os.close(held), lock=lock)
 
 
-@contextlib.contextmanager
-def _gone_with_its_directory(who: str) -> Iterator[None]:
-    """A removal deletes the sandbox's directory with the lock and the socket in it: what
-    then finds them missing is told the sandbox is gone, as a call that meets it stopped is."""
-    try:
-        yield
-    except FileNotFoundError:
-        raise ContainerGoneError(f"the sandbox was removed before its {who} connected") from None
-
-
 def _accept(path: Path, timeout_s: float, running: Callable[[], bool], who: str) -> socket.socket:
     deadline = time.monotonic() + timeout_s
     path.unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        with _gone_with_its_directory(who):
+        with gone_if_missing(f"the sandbox was removed before its {who} connected"):
             listener.bind(str(path))
             path.chmod(0o666)
         listener.listen(1)

@@ -29,6 +29,7 @@ from tests.postgres import new_postgres_database
 from tests.sandbox_fixtures import docker_env
 from tests.second_engine import SecondEngine, containers_of, local_threads, second_engine
 from tests.test_cli import ServerProcess, start_server, stop_server
+from tests.waiting import until
 
 __all__ = ["model", "second_engine"]  # fixtures, shared
 
@@ -114,10 +115,7 @@ async def test_a_cancel_on_one_replica_stops_the_run_another_drives(
         cancelled = await third.agent.CancelRun(agent_pb2.CancelRunRequest(thread_id="cancelled"))
         events = await second.finished("cancelled", run_id)
         # The replica driving it closed its model stream: the stand-in saw the client leave.
-        for _ in range(100):
-            if model.aborted:
-                break
-            await asyncio.sleep(0.1)
+        await until(lambda: model.aborted, "the model's stream closed", every_s=0.1)
     assert live == "thinking"
     assert cancelled.cancelled and cancelled.run_id == run_id
     assert of_type(events, "run-finish") == [{"status": "cancelled", "reason": "user_cancelled"}]

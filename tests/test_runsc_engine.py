@@ -33,7 +33,12 @@ from sandbox.engine import (
 from sandbox.errors import SandboxUnavailableError
 from sandbox.image.build import BuiltImage
 from sandbox.image.rootfs import APP_DIR, WORKSPACE
-from sandbox.job_launcher import LAUNCHER_SOCKET_DIR, launcher_process
+from sandbox.job_launcher import (
+    LAUNCHER_DIR,
+    LAUNCHER_LOCK,
+    LAUNCHER_SOCKET_DIR,
+    launcher_process,
+)
 from sandbox.kinds import THREAD
 from sandbox.manager import SandboxManager
 from sandbox.provider import SandboxProvider
@@ -706,8 +711,8 @@ def test_a_call_that_meets_a_sandbox_as_it_is_removed_is_told_it_is_gone(
             runsc_engine.exec_attached(container.id, ["true"], workdir=WORKSPACE, stdin=True)
         with pytest.raises(ContainerGoneError, match="removed before its job launcher"):
             wait_for_worker(
-                bundle / "jobs" / "jobs.sock",
-                bundle / "jobs.lock",
+                bundle / LAUNCHER_DIR / "jobs.sock",
+                bundle / LAUNCHER_LOCK,
                 5.0,
                 lambda: True,
                 "job launcher",
