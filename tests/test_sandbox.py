@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import tempfile
@@ -438,6 +439,27 @@ async def test_a_fork_bomb_and_a_memory_hog_are_contained(provider: SandboxProvi
     for thread_id in ("bomb", "hog", "neighbour"):
         ok = await manager.run_command(thread_id, "echo alive", timeout_s=30)
         assert ok.stdout == "alive\n", thread_id
+
+
+def test_a_jobs_process_count_says_none_only_when_it_met_none_that_vanished(
+    tmp_path: Path,
+) -> None:
+    """The launcher's count of a job's processes as its command ends (the host skips the kill
+    script at 0): a process listed whose status is gone when read counts, since it may have
+    been the job's and forked after the listing (a fork bomb left running once so)."""
+    spec = importlib.util.spec_from_file_location("launcher", BIN_DIR / "launcher.py")
+    assert spec is not None and spec.loader is not None
+    launcher = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launcher)
+    for pid, uid in (("1", 1000), ("7", 20001), ("8", 20000)):
+        (tmp_path / pid).mkdir()
+        (tmp_path / pid / "status").write_text(f"Name:\tsh\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
+    (tmp_path / "self").mkdir()
+    assert launcher.processes_of(20000, str(tmp_path)) == 1
+    (tmp_path / "8" / "status").unlink()  # ended between the listing and the read
+    assert launcher.processes_of(20000, str(tmp_path)) == 1
+    (tmp_path / "8").rmdir()  # not listed at all: nothing of the job's
+    assert launcher.processes_of(20000, str(tmp_path)) == 0
 
 
 TASKS = "grep -E '^Max processes' /proc/self/limits"

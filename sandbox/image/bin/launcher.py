@@ -282,17 +282,21 @@ class Launcher:
         return found
 
 
-def processes_of(uid: int) -> int:
+def processes_of(uid: int, proc: str = "/proc") -> int:
     """How many processes run as `uid` (the host skips its kill script when a job's
-    command left none: a `runsc exec` less per command)."""
+    command left none: a `runsc exec` less per command). A process listed that is gone by
+    the time its status is read counts too: it may have been the job's, and have forked
+    after the listing (a fork bomb's processes do little else), so only a count that met no
+    such process may say none is left."""
     count = 0
-    for name in os.listdir("/proc"):
+    for name in os.listdir(proc):
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/status", "rb") as status:
+            with open(f"{proc}/{name}/status", "rb") as status:
                 found = REAL_UID.search(status.read())
-        except OSError:  # it ended meanwhile
+        except OSError:  # it ended meanwhile: perhaps the job's, its children unlisted
+            count += 1
             continue
         if found and int(found.group(1)) == uid:
             count += 1

@@ -866,14 +866,16 @@ export const handlers = {
 
 // How many processes a command's job uid still has (the host then skips its kill script when
 // none is left: one engine exec less per command). /proc/<pid>/status is readable by any user.
+// A process listed that is gone by the time its status is read counts too: it may have been
+// the job's, and have forked after the listing (a fork bomb's processes do little else).
 async function jobProcesses({ uid }) {
   if (!Number.isInteger(uid)) throw new WorkerError('protocol', 'jobProcesses takes a uid');
   let count = 0;
   for (const name of await fs.readdir('/proc')) {
     if (!/^[0-9]+$/.test(name)) continue;
-    const status = await fs.readFile(`/proc/${name}/status`, 'utf8').catch(() => '');
-    const real = /^Uid:\s+(\d+)/m.exec(status);
-    if (real && Number(real[1]) === uid) count += 1;
+    const status = await fs.readFile(`/proc/${name}/status`, 'utf8').catch(() => null);
+    const real = status === null ? null : /^Uid:\s+(\d+)/m.exec(status);
+    if (status === null || (real && Number(real[1]) === uid)) count += 1;
   }
   return { count };
 }
