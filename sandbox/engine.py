@@ -37,6 +37,7 @@ __all__ = [
     "ContainerInfo",
     "ContainerSpec",
     "ExecResult",
+    "HostLeases",
     "JobLimits",
     "SandboxLimits",
     "Snapshots",
@@ -315,6 +316,16 @@ class WorkerHost(Protocol):
 class WorkerHeldError(SandboxUnavailableError):
     """The sandbox's main worker serves another process (a replica of the service): it has
     one channel, so this one starts a worker of its own (`exec_attached`), as on Docker."""
+
+
+@runtime_checkable
+class HostLeases(Protocol):
+    """An engine whose sandboxes all live on this host (runsc driven directly): its owner
+    leases are files locked by their holders under `lease_root` (lease.py), not containers (a
+    gVisor sandbox running `cat` costs ~5 % of a core for as long as its service lives)."""
+
+    @property
+    def lease_root(self) -> Path: ...
 
 
 @runtime_checkable

@@ -16,8 +16,9 @@ ours nor restore into a new container, which idle sandboxes and templates need
 - Processes are started by the sandbox's job launcher (job_launcher.py), where it has one:
   a fork in the sandbox instead of a runsc process on the host. Else, and for a process
   that needs stdin, `runsc exec` with a process spec of its own (runsc_processes.py).
-- A container whose stdin is kept open (the owner lease's `cat`) runs `runsc run` in the
-  foreground with its streams on the attach: it ends when the attaching process does.
+- A container whose stdin is kept open runs `runsc run` in the foreground with its streams on
+  the attach: it ends when the attaching process does. (The owner lease is no container
+  here: a file under `leases/` its holder keeps locked, lease.py.)
 - Its state is asked of runsc each time (`runsc state`, `runsc list`): a sandbox killed from
   outside, or whose kernel died, is seen as exited at once.
 """
@@ -56,6 +57,7 @@ from sandbox.job_launcher import (
     LAUNCHER_SOCKET_DIR,
     JobLaunchers,
 )
+from sandbox.lease import sweep_dead_leases
 from sandbox.oci import ExportedImage, bundle_config, export_image
 from sandbox.process_streams import ProcessStreams
 from sandbox.runsc_cli import (
@@ -141,6 +143,14 @@ class RunscEngine(RunscProcesses, RecordVolumes, UidJobs):
         emptied = sweep_state_roots(self._state)
         if emptied:
             log.info("empty runsc state roots of owners gone removed", roots=emptied)
+        dead = sweep_dead_leases(self.lease_root)
+        if dead:
+            log.info("owner leases of services that ended removed", leases=dead)
+
+    @property
+    def lease_root(self) -> Path:
+        """The owner leases of services on this engine (lease.py: `FileLease`)."""
+        return self.root / "leases"
 
     @property
     def template_root(self) -> Path:

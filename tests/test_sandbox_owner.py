@@ -13,11 +13,10 @@ import docker.errors
 import pytest
 
 from instance_ai.v1 import workspace_pb2, workspace_pb2_grpc
-from sandbox import identity
 from sandbox.engine import ContainerEngine
 from sandbox.errors import SandboxOwnerInUseError
 from sandbox.image.build import BuiltImage
-from sandbox.lease import LABEL_HOLDER, OwnerLease
+from sandbox.lease import OwnerLease
 from sandbox.manager import SandboxManager
 from server.app import Application
 from server.errors import FailedPreconditionError
@@ -108,7 +107,8 @@ time.sleep(600)
 
 @pytest.fixture(params=["docker", "runsc"])
 def lease_engine(request: pytest.FixtureRequest) -> tuple[str, ContainerEngine]:
-    """Either engine a service holds its lease on (runsc: a foreground `runsc run` of `cat`)."""
+    """Either engine a service holds its lease on (Docker: a container running `cat`; runsc: a
+    file it keeps locked)."""
     name = str(request.param)
     return name, request.getfixturevalue(f"{name}_engine")
 
@@ -137,9 +137,7 @@ def test_a_killed_holder_frees_its_owner(
     lease = OwnerLease.acquire(engine, image=sandbox_image.tag, owner=owner)
     try:
         assert lease.holder != "child"
-        assert [
-            c.labels[LABEL_HOLDER] for c in engine.containers({identity.LABEL_LEASE: owner})
-        ] == [lease.holder]
+        assert OwnerLease.holders(engine, owner) == [lease.holder]
     finally:
         lease.release()
-    assert engine.containers({identity.LABEL_LEASE: owner}) == []
+    assert OwnerLease.holders(engine, owner) == []
