@@ -118,15 +118,15 @@ class RunscEngine(RunscProcesses, RecordVolumes, UidJobs):
         self._launchers = JobLaunchers()
         # The runsc state of sandboxes removed, deleted in the background.
         self._removals = Removals()
-        # Attaches made before their container started (the lease's), by container id.
+        # Attaches made before their container started (a `cat` kept on its stdin), by id.
         self._attaches: dict[str, ProcessStreams] = {}
         # Per container: (when, the OOM kills its cgroup had counted then), taken as each
         # process starts, so `out_of_memory_since` can tell a kill after a moment from one
         # before it.
         self._oom_marks: dict[str, list[tuple[float, int]]] = {}
         records = self._store.records()
-        # Leases whose holder died go when their owner's leases are next listed: of an owner
-        # never used again (a test's), nobody would.
+        # Containers to go when they end, ended (lease containers an earlier version left,
+        # whose holder died): of an owner never used again (a test's), nobody would list them.
         ended = [r for r in records if self._removed_if_ended(r, self._status(r))]
         if ended:
             log.info("ended sandboxes that were to go removed", sandboxes=len(ended))
@@ -435,7 +435,7 @@ class RunscEngine(RunscProcesses, RecordVolumes, UidJobs):
 
     def _removed_if_ended(self, record: ContainerRecord, status: str) -> bool:
         """Remove a container that was to go when it ended and has (its holder died before it
-        could remove it: the lease's `cat` ends with its holder). True if removed."""
+        could remove it: a `cat` on its stdin ends with its holder). True if removed."""
         ended = status != "running" and record.status != "created"
         if ended and record.engine.get("autoRemove"):
             self.remove(record.id)
@@ -565,7 +565,7 @@ class RunscEngine(RunscProcesses, RecordVolumes, UidJobs):
 def _wait_until_running(container_id: str, process: subprocess.Popen[bytes]) -> None:
     """Return once a foreground `runsc run` has its sandbox's processes up. Its status is
     read from the sandbox's cgroup, which is empty until then: a container listed meanwhile
-    would look ended (and one to be removed when it ends, as a lease, would be removed)."""
+    would look ended (and one to be removed when it ends would be removed)."""
     deadline = time.monotonic() + RUNSC_CALL_S
     while runs(container_id) is False:
         if process.poll() is not None:

@@ -123,7 +123,7 @@ def wait_for_worker(
     ContainerGoneError when `running()` says its sandbox stopped meanwhile, or its directory
     (which holds both) is gone: the sandbox was removed; SandboxUnavailableError when
     `timeout_s` ran out. The lock goes with the channel."""
-    with gone_if_missing(f"the sandbox was removed before its {who} connected"):
+    with gone_if_missing(_removed_before(who)):
         held = os.open(lock, os.O_CREAT | os.O_RDWR, 0o600)
     try:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -138,12 +138,16 @@ def wait_for_worker(
     return SocketChannel(connection, on_close=lambda: os.close(held), lock=lock)
 
 
+def _removed_before(who: str) -> str:
+    return f"the sandbox was removed before its {who} connected"
+
+
 def _accept(path: Path, timeout_s: float, running: Callable[[], bool], who: str) -> socket.socket:
     deadline = time.monotonic() + timeout_s
     path.unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        with gone_if_missing(f"the sandbox was removed before its {who} connected"):
+        with gone_if_missing(_removed_before(who)):
             listener.bind(str(path))
             path.chmod(0o666)
         listener.listen(1)
