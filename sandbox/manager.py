@@ -448,7 +448,20 @@ class SandboxManager:
             except WorkspaceFullError as exc:
                 raise WorkspaceFullError(f"{exc}: {self.full_message()}") from None
         container = await self.acquire(thread_id)
+        try:
+            return await in_thread(through_exec, files.Workspace(self.engine, container.id))
+        except SandboxUnavailableError:
+            if not await in_thread(self._stopped_not_removed, container):
+                raise
+        # The sandbox ended under the call: a killed worker takes a gVisor sandbox with it,
+        # whose state says running a moment longer, so the acquire above took it as it ended.
+        # Started again (the workspace as it was), once; a removed one stays an error.
+        container = await self.acquire(thread_id)
         return await in_thread(through_exec, files.Workspace(self.engine, container.id))
+
+    def _stopped_not_removed(self, container: ContainerInfo) -> bool:
+        found = self.engine.inspect(container.id)
+        return found is not None and found.status != "running"
 
     async def _start_worker(self, entry: SandboxEntry, container: ContainerInfo) -> WorkerClient:
         """The sandbox's worker, started (or reconnected) unless it is alive."""

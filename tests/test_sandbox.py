@@ -28,6 +28,7 @@ from sandbox.errors import (
     InvalidPatternError,
     PathEscapeError,
     SandboxError,
+    SandboxUnavailableError,
     WorkspaceFileNotFoundError,
     WorkspaceFullError,
 )
@@ -498,6 +499,29 @@ async def test_a_dead_worker_is_replaced_transparently(provider: SandboxProvider
     assert await manager.read_file("t1", "a.txt") == b"first"
     new_pids = sh(container, "pgrep -f 'bin/worker[.]mjs'").split()
     assert len(new_pids) == 1 and new_pids != worker_pids
+
+
+async def test_a_file_call_whose_sandbox_ended_as_it_began_starts_it_again(
+    provider: SandboxProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A killed worker takes a gVisor sandbox with it, whose state still says running a
+    moment later: a call that took the sandbox as running in that moment starts it again and
+    answers, with the workspace as it was. (The moment is made here: the sandbox stopped from
+    outside, and the provider's running checks answering as they were before.)"""
+    manager = SandboxManager(provider, use_worker=False)
+    await manager.write_file("ending", "a.txt", b"kept")
+    container = await manager.acquire("ending")
+    provider.engine.kill(container.id)
+    as_before = iter([True, True])  # one check a file call makes, one its exec path makes
+    real = provider.still_running
+    monkeypatch.setattr(provider, "still_running", lambda c: next(as_before, None) or real(c))
+    assert await manager.read_file("ending", "a.txt") == b"kept"
+    assert provider.still_running(container)
+    # Removed, not stopped: the call fails as before, and says so.
+    provider.engine.remove(container.id)
+    as_before = iter([True, True])
+    with pytest.raises(SandboxUnavailableError):
+        await manager.read_file("ending", "a.txt")
 
 
 @pytest.mark.attack

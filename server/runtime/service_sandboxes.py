@@ -232,11 +232,13 @@ class ServiceSandboxes:
 
     async def _remove(self, sandbox_id: str) -> None:
         """The record goes first: a container left by an engine that is away now is then
-        the janitor's once the engine is back."""
-        await self.executions.kill_all(sandbox_id)
+        the janitor's once the engine is back. The sandbox goes before its executions are
+        ended: its removal ends every command in it at once, where killing each one's tree
+        first took a command in the sandbox apiece (32 running took ~40 s on a busy machine)."""
         await self._forget(sandbox_id)
         with contextlib.suppress(UnavailableError, SandboxError):
             await self.sandboxes.for_service(sandbox_id).destroy(service_key(sandbox_id))
+        await self.executions.kill_all(sandbox_id)
         log.info("service sandbox deleted", sandbox=sandbox_id)
 
     async def _forget(self, sandbox_id: str) -> None:
