@@ -49,9 +49,10 @@ system:
 	./scripts/setup-system
 
 ## n8n: install n8n and its Node 24 for the n8n-instance tests (cached by version, outside
-## the checkout, so fresh clones on one machine share it)
-n8n: system $(INSTALLED)
-	$(BIN)/instance-ai n8n install
+## the checkout, so fresh clones on one machine share it); with the system's Python, so that
+## a cold install (minutes on the registry) need not wait for the project's environment
+n8n: system
+	$(PYTHON) -m instance_ai_cli.n8n_install
 
 ## contract: n8n's event contract (@n8n/api-types, pinned in tests/contract), which every
 ## event the tests' conversations stream is checked against (npm's cache makes a re-run quick)

