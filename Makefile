@@ -9,6 +9,10 @@ INSTALLED := $(VENV)/.installed
 TEST_WORKERS ?= 2
 PARALLEL := -n $(TEST_WORKERS) --no-loadscope-reorder
 
+# The main phase's JUnit report: each test's time (`python -m tests.scheduling $(TEST_REPORT)`
+# refreshes the scheduler's weights from it).
+TEST_REPORT := .cache/test-report.xml
+
 # The sandbox image's build cache (npm tree, catalogs), shared by the tests.
 SANDBOX_CACHE := .cache/sandbox
 
@@ -29,7 +33,7 @@ run: setup
 # (collection 16 s -> 9 s). __pycache__ is ignored by git, the image's hash and the wheel.
 test: export PYTHONDONTWRITEBYTECODE :=
 test: test-needs
-	$(BIN)/pytest $(PARALLEL) --durations=30
+	$(BIN)/pytest $(PARALLEL) --durations=30 --junitxml=$(TEST_REPORT)
 	INSTANCE_AI_SANDBOX_RUNTIME=runc $(BIN)/pytest $(PARALLEL) -m "attack or fault"
 
 # What the suite needs, made side by side: on a cold machine the n8n install and the image

@@ -11,7 +11,8 @@ which pytest 9 no longer lets a plugin do; this scheduler (conftest's
 `pytest_xdist_make_scheduler`) groups by the tests' ids instead.
 
 Refresh the durations from a run's JUnit report:
-`pytest --junitxml=/tmp/run.xml && python -m tests.scheduling /tmp/run.xml`.
+`python -m tests.scheduling .cache/test-report.xml` after `make test` (whose main phase writes
+that report), or with any `pytest --junitxml` report.
 """
 
 from __future__ import annotations
