@@ -35,6 +35,7 @@ __all__ = [
     "LocalN8n",
     "N8nInstall",
     "N8nSetupError",
+    "PortTakenError",
     "default_cache_dir",
     "free_port",
     "install",
@@ -46,6 +47,15 @@ log = structlog.get_logger(__name__)
 # n8n's password rule: 8+ characters, a digit and an upper-case letter.
 OWNER_EMAIL = "owner@instance-ai.local"
 READY_TIMEOUT_S = 180.0
+# What n8n says as it exits when a port it was given is taken ("n8n Task Broker's port 36181
+# is already in use. Do you have another instance of n8n running already?"), and how many
+# starts on new ports that may take.
+PORT_TAKEN = "is already in use"
+PORT_ATTEMPTS = 3
+
+
+class PortTakenError(N8nSetupError):
+    """n8n exited at start because a port it was given was taken meanwhile."""
 
 
 @dataclass
@@ -78,8 +88,34 @@ def start(
 ) -> LocalN8n:
     """Start n8n on free loopback ports with `state_dir` as its home, wait until it is ready,
     and bootstrap an owner and an API key (kept in `state_dir`, readable by this user only).
-    `extra_env`: more of n8n's settings (the tests start one in n8n's own test mode)."""
+    `extra_env`: more of n8n's settings (the tests start one in n8n's own test mode).
+
+    The ports are found free here and bound by n8n seconds later (after its migrations):
+    another process may take one meanwhile (on a machine running a test suite, it happens),
+    and n8n then exits saying so. It is started again on other ports, a few times."""
     state_dir.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        running, log_offset = _launch(installed, state_dir, extra_env or {})
+        try:
+            _wait_ready(running, log_offset)
+            running.owner_password, running.api_key = _bootstrap(running.url, state_dir)
+        except PortTakenError:
+            running.stop()
+            if attempt == PORT_ATTEMPTS:
+                raise
+            log.warning("n8n's port was taken as it started; starting it on others")
+            continue
+        except BaseException:
+            running.stop()
+            raise
+        return running
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _launch(
+    installed: N8nInstall, state_dir: Path, extra_env: dict[str, str]
+) -> tuple[LocalN8n, int]:
+    """n8n started on two free ports, and where its log stood before it started."""
     port, broker_port = free_port(), free_port()
     url = f"http://127.0.0.1:{port}"
     log_path = state_dir / "n8n.log"
@@ -100,9 +136,10 @@ def start(
         "N8N_ENFORCE_SETTINGS_FILE_PERMISSIONS": "false",
         "DB_SQLITE_POOL_SIZE": "2",
         "WEBHOOK_URL": f"{url}/",
-        **(extra_env or {}),
+        **extra_env,
     }
     with log_path.open("ab") as output:
+        log_offset = output.tell()
         process = subprocess.Popen(
             [str(installed.node), str(installed.n8n), "start"],
             env=environment,
@@ -120,13 +157,7 @@ def start(
         process=process,
         log_path=log_path,
     )
-    try:
-        _wait_ready(running, process)
-        running.owner_password, running.api_key = _bootstrap(url, state_dir)
-    except BaseException:
-        running.stop()
-        raise
-    return running
+    return running, log_offset
 
 
 # -- starting -------------------------------------------------------------------------------
@@ -138,12 +169,17 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _wait_ready(running: LocalN8n, process: subprocess.Popen[bytes]) -> None:
+def _wait_ready(running: LocalN8n, log_offset: int) -> None:
+    """Until n8n answers its readiness probe; PortTakenError when it exited because one of
+    its ports was taken (its log since `log_offset` says so)."""
+    assert running.process is not None  # started by this process
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise N8nSetupError(
-                f"n8n exited with {process.returncode} while starting; see "
+        if running.process.poll() is not None:
+            said = _log_since(running.log_path, log_offset)
+            error = PortTakenError if PORT_TAKEN in said else N8nSetupError
+            raise error(
+                f"n8n exited with {running.process.returncode} while starting; see "
                 f"{running.log_path}: {_tail(running.log_path)}"
             )
         with contextlib.suppress(httpx.HTTPError):
@@ -151,6 +187,12 @@ def _wait_ready(running: LocalN8n, process: subprocess.Popen[bytes]) -> None:
                 return
         time.sleep(0.25)
     raise N8nSetupError(f"n8n was not ready within {READY_TIMEOUT_S:.0f} s; see {running.log_path}")
+
+
+def _log_since(path: Path, offset: int) -> str:
+    with path.open("rb") as log_file:
+        log_file.seek(offset)
+        return log_file.read().decode(errors="replace")
 
 
 def _bootstrap(url: str, state_dir: Path) -> tuple[str, str]:
