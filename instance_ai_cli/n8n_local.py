@@ -94,22 +94,24 @@ def start(
     another process may take one meanwhile (on a machine running a test suite, it happens),
     and n8n then exits saying so. It is started again on other ports, a few times."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    for attempt in range(1, PORT_ATTEMPTS + 1):
-        running, log_offset = _launch(installed, state_dir, extra_env or {})
+    for _retry in range(PORT_ATTEMPTS - 1):
         try:
-            _wait_ready(running, log_offset)
-            running.owner_password, running.api_key = _bootstrap(running.url, state_dir)
+            return _started(installed, state_dir, extra_env or {})
         except PortTakenError:
-            running.stop()
-            if attempt == PORT_ATTEMPTS:
-                raise
             log.warning("n8n's port was taken as it started; starting it on others")
-            continue
-        except BaseException:
-            running.stop()
-            raise
-        return running
-    raise AssertionError("unreachable: the last attempt returns or raises")
+    return _started(installed, state_dir, extra_env or {})
+
+
+def _started(installed: N8nInstall, state_dir: Path, extra_env: dict[str, str]) -> LocalN8n:
+    """One start: launched, ready, bootstrapped; stopped again when any of that fails."""
+    running, log_offset = _launch(installed, state_dir, extra_env)
+    try:
+        _wait_ready(running, log_offset)
+        running.owner_password, running.api_key = _bootstrap(running.url, state_dir)
+    except BaseException:
+        running.stop()
+        raise
+    return running
 
 
 def _launch(

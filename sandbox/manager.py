@@ -447,21 +447,18 @@ class SandboxManager:
                 entry.drop_worker()
             except WorkspaceFullError as exc:
                 raise WorkspaceFullError(f"{exc}: {self.full_message()}") from None
-        container = await self.acquire(thread_id)
-        try:
-            return await in_thread(through_exec, files.Workspace(self.engine, container.id))
-        except SandboxUnavailableError:
-            if not await in_thread(self._stopped_not_removed, container):
-                raise
-        # The sandbox ended under the call: a killed worker takes a gVisor sandbox with it,
-        # whose state says running a moment longer, so the acquire above took it as it ended.
-        # Started again (the workspace as it was), once; a removed one stays an error.
-        container = await self.acquire(thread_id)
-        return await in_thread(through_exec, files.Workspace(self.engine, container.id))
-
-    def _stopped_not_removed(self, container: ContainerInfo) -> bool:
-        found = self.engine.inspect(container.id)
-        return found is not None and found.status != "running"
+        for attempt in range(2):
+            container = await self.acquire(thread_id)
+            try:
+                return await in_thread(through_exec, files.Workspace(self.engine, container.id))
+            except SandboxUnavailableError:
+                # The sandbox may have ended under the call: a killed worker takes a gVisor
+                # sandbox with it, whose state says running a moment longer, so the acquire
+                # above took it as it ended. Stopped, it is started again (the workspace as
+                # it was), once; removed, it stays an error.
+                if attempt or await self.state(thread_id) in (None, "running"):
+                    raise
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     async def _start_worker(self, entry: SandboxEntry, container: ContainerInfo) -> WorkerClient:
         """The sandbox's worker, started (or reconnected) unless it is alive."""
